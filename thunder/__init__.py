@@ -1,0 +1,184 @@
+"""thunder: a source-to-source JIT compiler for PyTorch.
+
+``thunder.jit(fn_or_module)`` runs the program once with proxies, records it as a trace (printable,
+runnable Python), transforms it and executes it through executors. The query functions below
+inspect what a jitted callable did.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import torch as pytorch  # `torch` names the thunder.torch submodule in this package
+
+from thunder.core.compile_data import CompileData, CompileStats
+from thunder.core.interpreter import InterpreterError
+from thunder.core.module import ThunderModule
+from thunder.core.prologue import CACHE_OPTIONS
+from thunder.core.trace import TraceCtx
+from thunder import extend
+from thunder.extend import resolve_executors
+
+__all__ = [
+    "jit", "compile_data", "compile_stats", "last_traces", "last_backward_traces", "last_prologue_traces",
+    "cache_option", "cache_hits", "cache_misses", "list_transforms", "last_interpreted_instructions",
+    "last_interpreter_log", "last_compile_options", "ThunderModule", "CACHE_OPTIONS", "InterpreterError",
+]
+
+_KNOWN_COMPILE_OPTIONS = frozenset()
+
+
+def _make_jitted(cd: CompileData) -> Callable:
+    from thunder.core.pipeline import compile_entry
+    from thunder.core.runtime import run_entry
+
+    cs = CompileStats()
+    no_caching = cd.cache_option is CACHE_OPTIONS.NO_CACHING
+    entries = cs.entries
+
+    def fn_(*args, **kwargs):
+        cs.calls += 1
+        for entry in entries:
+            try:
+                inps = entry.prologue(args, kwargs)
+            except Exception:
+                continue
+            cs.cache_hits += 1
+            cs.last_entry = entry
+            return run_entry(entry, inps)
+        cs.cache_misses += 1
+        entry = compile_entry(cd, args, kwargs)
+        if not no_caching:
+            entries.append(entry)
+        cs.last_entry = entry
+        return run_entry(entry, entry.prologue(args, kwargs))
+
+    fn_._lc_cd = cd
+    fn_._lc_cs = cs
+    return fn_
+
+
+def jit(fn: Callable, /, *, langctx=None, executors=None, sharp_edges=None, cache=None,
+        disable_torch_autograd: bool = False, transforms=None, **compile_options) -> Callable:
+    """Just-in-time compile a callable (function or model).
+
+    Args:
+        fn: a function or ``torch.nn.Module``. A module gives a ``ThunderModule``.
+        langctx: the language context; only torch (the default) is supported.
+        executors: executors (objects or names such as ``"torch"``) tried in order.
+        sharp_edges: reserved; thunder.jit reports sharp edges as errors where it detects them.
+        cache: ``"no caching"``, ``"same input"``, ``"constant values"`` (default) or ``"symbolic values"``.
+        disable_torch_autograd: trace for inference only, never connecting outputs to torch.autograd.
+        transforms: trace transforms (objects with ``transform_trace(trace, compile_data=...)``),
+            applied in order; the data-parallel transforms are among them.
+    """
+    if langctx not in (None, "torch"):
+        raise ValueError(f"Unsupported langctx {langctx!r}; thunder.jit supports the torch language")
+    if isinstance(fn, ThunderModule):
+        raise TypeError("thunder.jit was given a ThunderModule; jit the original module instead")
+    module = fn if isinstance(fn, pytorch.nn.Module) else None
+    cd = CompileData(
+        fn=fn, module=module, executors=resolve_executors(executors), cache_option=CACHE_OPTIONS.resolve(cache),
+        sharp_edges=sharp_edges, disable_torch_autograd=disable_torch_autograd, transforms=tuple(transforms or ()),
+        compile_options=dict(compile_options), langctx=langctx)
+    for t in cd.transforms:
+        if hasattr(t, "transform_module"):
+            t.transform_module(cd)
+    jitted = _make_jitted(cd)
+    if module is not None:
+        tm = ThunderModule(module, jitted)
+        tm._lc_cd = cd
+        tm._lc_cs = jitted._lc_cs
+        return tm
+    functools.update_wrapper(jitted, fn)
+    return jitted
+
+
+# ---------------------------------------------------------------------------------------------
+# Queries
+# ---------------------------------------------------------------------------------------------
+
+
+def compile_data(fn) -> CompileData:
+    """Obtains the compilation data from a JITed function."""
+    cd = getattr(fn, "_lc_cd", None)
+    if cd is None:
+        raise TypeError(f"{fn!r} is not a thunder-jitted function or module; create one with thunder.jit")
+    return cd
+
+
+def compile_stats(fn) -> CompileStats:
+    """Obtains the compilation statistics from a JITed function."""
+    cs = getattr(fn, "_lc_cs", None)
+    if cs is None:
+        raise TypeError(f"{fn!r} is not a thunder-jitted function or module; create one with thunder.jit")
+    return cs
+
+
+def _last_entry(fn, what: str):
+    cs = compile_stats(fn)
+    if cs.last_entry is None:
+        raise TypeError(f"{what} is available only after the jitted function has been called")
+    return cs.last_entry
+
+
+def last_traces(fn) -> list[TraceCtx]:
+    """Obtains the list of computation traces that have been produced for the last run of the function."""
+    return _last_entry(fn, "last_traces").computation_traces
+
+
+def last_backward_traces(fn) -> list[TraceCtx]:
+    """Obtains the list of backward traces that have been produced for the last run of the function and the selected prologue."""
+    return _last_entry(fn, "last_backward_traces").backward_traces
+
+
+def last_prologue_traces(fn) -> list[TraceCtx]:
+    """Obtains the list of prologue traces that have been produced for the last run of the function and the selected prologue."""
+    return _last_entry(fn, "last_prologue_traces").prologue_traces
+
+
+def cache_option(fn) -> CACHE_OPTIONS:
+    """Returns the cache options set when JITting the function."""
+    return compile_data(fn).cache_option
+
+
+def cache_hits(fn) -> int:
+    """Returns the number of cache hits we found when running the function."""
+    return compile_stats(fn).cache_hits
+
+
+def cache_misses(fn) -> int:
+    """Returns the number of cache misses we found when running the function."""
+    return compile_stats(fn).cache_misses
+
+
+def list_transforms(fn) -> list:
+    """Returns the list of (explicit) transforms applied to the JITed function."""
+    return list(compile_data(fn).transforms)
+
+
+def last_interpreted_instructions(fn) -> list:
+    """Returns the list of instructions the interpreter encountered while tracing through the user program (on the last cache miss)."""
+    return _last_entry(fn, "last_interpreted_instructions").interpreted_instructions
+
+
+def last_interpreter_log(fn) -> list:
+    """Returns the list of instructions and other information the interpreter encountered while tracing through the user program (on the last cache miss)."""
+    return _last_entry(fn, "last_interpreter_log").interpreter_log
+
+
+def last_compile_options(fn, /) -> None:
+    """Prints how compiled options were used (or not)"""
+    cd = compile_data(fn)
+    used = sorted(k for k in cd.compile_options if k in cd.used_options)
+    unused = sorted(k for k in cd.compile_options if k not in cd.used_options)
+    print("Used compile options:")
+    for k in used:
+        print(f"  {k}: {cd.compile_options[k]!r}")
+    if not used:
+        print("  (none)")
+    print("Unused compile options:")
+    for k in unused:
+        print(f"  {k}: {cd.compile_options[k]!r}")
+    if not unused:
+        print("  (none)")

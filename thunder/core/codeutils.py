@@ -1,0 +1,125 @@
+"""Printing values and bound symbols as Python source."""
+from __future__ import annotations
+
+import math
+import torch
+
+from thunder.core import dtypes, devices
+from thunder.core.proxies import TensorProxy, NumberProxy, Var, type_string
+
+_LEAF_TYPES = (type(None), bool, int, float, complex, str, torch.dtype, torch.device, type(Ellipsis))
+
+
+def flat_proxies(x) -> list:
+    """All proxies in a nested structure of tuples, lists, dicts and slices, in order."""
+    out = []
+    _collect(x, out)
+    return out
+
+
+def _collect(x, out):
+    if isinstance(x, (TensorProxy, NumberProxy)):
+        out.append(x)
+    elif isinstance(x, (tuple, list)):
+        for y in x:
+            _collect(y, out)
+    elif isinstance(x, dict):
+        for y in x.values():
+            _collect(y, out)
+    elif isinstance(x, slice):
+        _collect((x.start, x.stop, x.step), out)
+
+
+class Printer:
+    """Collects what a printed program needs besides its text: import lines and named constants."""
+
+    def __init__(self, constants: dict | None = None):
+        self.imports: dict[str, None] = {}
+        self.constants = constants if constants is not None else {}
+        self._constant_names = {id(v): k for k, v in self.constants.items()}
+
+    def constant(self, value, hint: str | None = None) -> str:
+        name = self._constant_names.get(id(value))
+        if name is None:
+            name = hint if hint and hint not in self.constants else f"_C{len(self.constants)}"
+            while name in self.constants:
+                name += "_"
+            self.constants[name] = value
+            self._constant_names[id(value)] = name
+        return name
+
+    def value(self, x) -> str:
+        if isinstance(x, (TensorProxy, NumberProxy, Var)):
+            return x.name
+        if x is None or isinstance(x, (bool, int, str)):
+            return repr(x)
+        if isinstance(x, float):
+            if math.isinf(x):
+                return "float('inf')" if x > 0 else "-float('inf')"
+            if math.isnan(x):
+                return "float('nan')"
+            return repr(x)
+        if isinstance(x, complex):
+            return repr(x)
+        if isinstance(x, torch.dtype):
+            self.imports["from thunder.core import dtypes"] = None
+            return dtypes.print_name(x)
+        if isinstance(x, torch.device):
+            self.imports["from thunder.core import devices"] = None
+            return devices.print_name(x)
+        if x is Ellipsis:
+            return "..."
+        if isinstance(x, slice):
+            return f"slice({self.value(x.start)}, {self.value(x.stop)}, {self.value(x.step)})"
+        if isinstance(x, list):
+            return "[" + ", ".join(self.value(y) for y in x) + "]"
+        if isinstance(x, tuple) and not hasattr(x, "_fields"):
+            if len(x) == 1:
+                return f"({self.value(x[0])},)"
+            return "(" + ", ".join(self.value(y) for y in x) + ")"
+        if isinstance(x, dict) and type(x) is dict:
+            return "{" + ", ".join(f"{self.value(k)}: {self.value(v)}" for k, v in x.items()) + "}"
+        return self.constant(x)
+
+    def call_args(self, args, kwargs) -> str:
+        parts = [self.value(a) for a in args]
+        parts += [f"{k}={self.value(v)}" for k, v in kwargs.items()]
+        return ", ".join(parts)
+
+    def output(self, out) -> str:
+        if isinstance(out, (tuple, list)):
+            names = ", ".join(self.output(o) for o in out)
+            return f"({names},)" if len(out) == 1 else f"({names})"
+        return self.value(out)
+
+
+def output_comment(out) -> str:
+    if isinstance(out, (TensorProxy, NumberProxy)):
+        return f'{out.name}: "{type_string(out)}"'
+    proxies = flat_proxies(out)
+    if not proxies:
+        return ""
+    return ", ".join(f'{p.name}: "{type_string(p)}"' for p in proxies)
+
+
+def print_bsym(bsym, printer: Printer, indent: int = 1, comment: bool = False, depth: int | None = None) -> list[str]:
+    """Lines for a bound symbol and, as nested comments, its decomposition."""
+    pad = "  " * indent
+    sym = bsym.sym
+    if sym.printer is not None:
+        code = sym.printer(bsym, printer)
+    else:
+        for imp in sym.imports:
+            printer.imports[imp] = None
+        call = f"{sym.print_name}({printer.call_args(bsym.args, bsym.kwargs)})"
+        has_out = bsym.output is not None and flat_proxies(bsym.output) or isinstance(bsym.output, (TensorProxy, NumberProxy))
+        code = f"{printer.output(bsym.output)} = {call}" if has_out else call
+    oc = output_comment(bsym.output)
+    line = f"{pad}{'# ' if comment else ''}{code}"
+    if oc:
+        line += f"  # {oc}"
+    lines = [line]
+    if depth is None or depth > 0:
+        for sub in bsym.subsymbols:
+            lines += print_bsym(sub, printer, indent + 1, comment=True, depth=None if depth is None else depth - 1)
+    return lines

@@ -1,0 +1,62 @@
+"""What ``thunder.jit`` knows about a jitted callable (``CompileData``) and what happened to it (``CompileStats``)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import torch
+
+from thunder.core.prologue import CACHE_OPTIONS
+
+
+@dataclasses.dataclass
+class CompileData:
+    """The jitted callable and the options it was compiled with. Transforms read their configuration here."""
+
+    fn: Callable
+    module: torch.nn.Module | None
+    executors: tuple
+    cache_option: CACHE_OPTIONS
+    functional: bool = False
+    sharp_edges: Any = None
+    disable_torch_autograd: bool = False
+    transforms: tuple = ()
+    compile_options: dict = dataclasses.field(default_factory=dict)
+    langctx: Any = None
+    used_options: set = dataclasses.field(default_factory=set)
+
+    @property
+    def is_module(self) -> bool:
+        return self.module is not None
+
+
+@dataclasses.dataclass
+class CacheEntry:
+    """One compiled specialization: its prologue, computation and (when training) backward."""
+
+    prologue: Callable
+    computation: Callable
+    prologue_traces: list
+    computation_traces: list
+    backward_traces: list
+    backward: Callable | None
+    output_rebuild: Callable | None
+    uses_autograd: bool
+    interpreted_instructions: list
+    interpreter_log: list
+    grad_info: Any = None  # autodiff bookkeeping for the autograd.Function
+
+
+@dataclasses.dataclass
+class CompileStats:
+    calls: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    last_entry: CacheEntry | None = None
+    last_trace_tracing_time_ms: float = 0.0
+    last_compile_time_ms: float = 0.0
+    entries: list = dataclasses.field(default_factory=list)
+
+    @property
+    def last_traces(self):
+        return self.last_entry.computation_traces if self.last_entry else None

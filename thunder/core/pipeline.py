@@ -1,0 +1,197 @@
+"""From a call to a cache entry: trace the program, transform the trace, compile prologue and computation."""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import time
+
+import torch
+
+from thunder.core import frontend
+from thunder.core.compile_data import CacheEntry, CompileData
+from thunder.core.interpreter import InstructionRecorder
+from thunder.core.outputs import flatten_output, is_printable_structure
+from thunder.core.prologue import PrologueBuilder
+from thunder.core.proxies import TensorProxy, NumberProxy
+from thunder.core.trace import TraceCtx, tracectx
+from thunder.executors import pythonex as px
+from thunder.executors.passes import transform_for_execution
+from thunder.transforms.dce import dce
+from thunder.transforms.delete_last_used import delete_last_used
+from thunder.torch import autocast as ltorch_autocast
+
+
+class TraceResult:
+    """A recorded program: its computation trace, prologue builder and output structure."""
+
+    def __init__(self, computation, prologue, output, rebuild, recorder, tracer):
+        self.computation = computation
+        self.prologue = prologue
+        self.output = output
+        self.rebuild = rebuild
+        self.recorder = recorder
+        self.tracer = tracer
+
+
+def _arg_names(fn, args, kwargs) -> list:
+    target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    try:
+        sig = inspect.signature(target)
+    except (TypeError, ValueError):
+        return []
+    names = []
+    for p in sig.parameters.values():
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            names.append(p.name)
+        elif p.kind is p.VAR_POSITIONAL:
+            names += [f"{p.name}_{i}" for i in range(len(args) - len(names))]
+            break
+    return names
+
+
+@contextlib.contextmanager
+def module_tensors_as_proxies(module, comp: TraceCtx, prologue: PrologueBuilder):
+    """Swaps the module's parameters and buffers for proxies while tracing (the prologue fetches the real ones)."""
+    if module is None:
+        yield []
+        return
+    seen: dict[int, TensorProxy] = {}
+    swaps = []
+    modules = list(module.named_modules(remove_duplicate=True))
+    try:
+        for qualname, m in modules:
+            for collection in ("_parameters", "_buffers"):
+                d = m.__dict__[collection]
+                for name, t in list(d.items()):
+                    if t is None:
+                        continue
+                    proxy = seen.get(id(t))
+                    if proxy is None:
+                        frontend.check_tensor_type(t)
+                        fq = f"{qualname}.{name}" if qualname else name
+                        proxy = comp.tensor(tuple(t.shape), t.dtype, t.device, t.requires_grad,
+                                            name="t_" + frontend._sanitize(fq))
+                        seen[id(t)] = proxy
+                        prologue.unpack_source(proxy, frontend.ModuleTensorSource(m, qualname, collection, name), t)
+                    swaps.append((d, name, t))
+                    d[name] = proxy
+        yield modules
+    finally:
+        for d, name, t in reversed(swaps):
+            d[name] = t
+
+
+def trace_program(cd: CompileData, args, kwargs) -> TraceResult:
+    comp = TraceCtx("computation")
+    prologue = PrologueBuilder(comp, cd.cache_option, cd.functional)
+    with tracectx(comp):
+        pargs, pkwargs = prologue.unpack_call(args, kwargs, _arg_names(cd.fn, args, kwargs))
+    known = {}
+    if cd.module is not None:
+        frontend.scan_module_sources(cd.module, known)
+    else:
+        frontend.scan_function_sources(cd.fn, known)
+    tracer = frontend.Tracer(cd.fn, functional=cd.functional, trace=comp, known_sources=known)
+    recorder = InstructionRecorder()
+    autocast_state = ltorch_autocast.state()
+    with module_tensors_as_proxies(cd.module, comp, prologue) as modules:
+        frontend._ACTIVE_TRACERS.append(tracer)
+        try:
+            with tracectx(comp), _tracing_patches(tracer), frontend.TracingMode(tracer), recorder:
+                out = cd.fn(*pargs, **pkwargs)
+        finally:
+            frontend._ACTIVE_TRACERS.pop()
+    with tracectx(comp):
+        out = tracer.resolve(out) if not _needs_custom_resolution(out) else _resolve_any(tracer, out)
+        tracer.finish_writebacks()
+    for captured in tracer.inputs:
+        t = _real_tensor_of(captured.source, tracer)
+        prologue.unpack_source(captured.proxy, captured.source, t)
+    prologue.check_state(autocast_state, modules)
+    prologue.check_specialized(comp.specialized_numbers)
+    if autocast_state[0] or autocast_state[2]:
+        comp.decorators.append("@no_autocast")
+    leaves, rebuild = flatten_output(out)
+    if is_printable_structure(out):
+        rebuild = None
+        ret = out
+    else:
+        ret = tuple(leaves)
+    with tracectx(comp):
+        px.python_return(ret)
+    return TraceResult(comp, prologue, out, rebuild, recorder, tracer)
+
+
+def _needs_custom_resolution(out) -> bool:
+    return not isinstance(out, (TensorProxy, NumberProxy, tuple, list, dict, type(None), int, float, bool, str))
+
+
+def _resolve_any(tracer, out):
+    """Maps proxies inside arbitrary output containers (dataclasses, ...) to their latest versions."""
+    leaves, rebuild = flatten_output(out)
+    return rebuild([tracer.resolve(x) for x in leaves])
+
+
+def _real_tensor_of(source, tracer):
+    if isinstance(source, frontend.GlobalSource):
+        return source.globals_dict[source.name]
+    if isinstance(source, frontend.CellSource):
+        return source.cell.cell_contents
+    if isinstance(source, frontend.AttrSource):
+        return getattr(source.obj, source.name)
+    return source.value
+
+
+@contextlib.contextmanager
+def _tracing_patches(tracer):
+    from thunder.core import checkpointing
+
+    with checkpointing.patched(tracer):
+        yield
+
+
+def used_params(trace: TraceCtx, candidates: list) -> list:
+    used = set()
+    for bsym in trace.bound_symbols:
+        used.update(p.name for p in bsym.flat_args)
+    return [p for p in candidates if p.name in used]
+
+
+def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
+    start = time.perf_counter_ns()
+    result = trace_program(cd, args, kwargs)
+    comp = result.computation
+    comp.set_provenance("Trace", start)
+    candidates = [p for p, _ in result.prologue.inputs]
+    needs_grad = (not cd.disable_torch_autograd and torch.is_grad_enabled()
+                  and any(isinstance(p, TensorProxy) and p.requires_grad for p in candidates))
+    if needs_grad:
+        from thunder.transforms.autodiff import split_forward_backward
+
+        return split_forward_backward(cd, result, candidates, start)
+    traces = [comp]
+    trace = dce(comp)
+    params = used_params(trace, candidates)
+    trace.params = params
+    traces.append(trace)
+    for transform in cd.transforms:
+        trace = transform.transform_trace(trace, compile_data=cd)
+        traces.append(trace)
+    trace = transform_for_execution(trace, cd.executors)
+    traces.append(trace)
+    trace = delete_last_used(trace)
+    traces.append(trace)
+    prologue_trace = result.prologue.finish(params)
+    prologue_trace.set_provenance("Prologue", start)
+    return CacheEntry(
+        prologue=prologue_trace.python_callable(),
+        computation=trace.python_callable(),
+        prologue_traces=[prologue_trace],
+        computation_traces=traces,
+        backward_traces=[],
+        backward=None,
+        output_rebuild=result.rebuild,
+        uses_autograd=False,
+        interpreted_instructions=result.recorder.instructions,
+        interpreter_log=result.recorder.log,
+    )

@@ -1,0 +1,233 @@
+"""Prologues: the program that checks a cache entry applies to a call and gathers the computation's inputs.
+
+While the frontend proxies the call's arguments, ``PrologueBuilder`` records, into a trace of its
+own, how to reach each value from ``(args, kwargs)`` (or from the module, globals and closures)
+and what it must look like: a tensor's shape, device, dtype and requires_grad; a number's value
+(``"constant values"``) or type (``"symbolic values"``); any other value's equality. The global
+state a trace depends on (grad mode, default dtype, autocast) and the modules' training flags are
+checked too. The prologue returns the computation's inputs, or raises ``CacheMiss``.
+"""
+from __future__ import annotations
+
+import enum
+from numbers import Number
+
+import torch
+
+from thunder.core.proxies import TensorProxy, NumberProxy, Var
+from thunder.core.trace import TraceCtx, tracectx
+from thunder.core.interpreter import InterpreterError
+from thunder.core import frontend
+from thunder.executors import pythonex as px
+
+
+class CACHE_OPTIONS(enum.Enum):
+    NO_CACHING = "no caching"
+    SAME_INPUT = "same input"
+    CONSTANT_VALUES = "constant values"
+    SYMBOLIC_VALUES = "symbolic values"
+
+    @classmethod
+    def resolve(cls, option) -> "CACHE_OPTIONS":
+        if option is None:
+            return cls.CONSTANT_VALUES
+        if isinstance(option, cls):
+            return option
+        for o in cls:
+            if o.value == option:
+                return o
+        raise ValueError(f"Unknown cache option {option!r}; expected one of {[o.value for o in cls]}")
+
+
+_LITERAL_TYPES = (str, type(None), torch.dtype, torch.device, slice, type(Ellipsis), torch.Size, bool)
+
+
+class PrologueBuilder:
+    """Builds the prologue trace while the frontend creates the computation's input proxies."""
+
+    def __init__(self, computation: TraceCtx, cache_option: CACHE_OPTIONS, functional: bool):
+        self.comp = computation
+        self.trace = TraceCtx("prologue", params=["args", "kwargs"])
+        self.cache_option = cache_option
+        self.functional = functional
+        self.check = cache_option is not CACHE_OPTIONS.SAME_INPUT
+        self.inputs: list = []  # (proxy, source) in computation-parameter order
+        self.symbolic: dict[str, NumberProxy] = {}
+
+    def _emit(self, op, *args, **kwargs):
+        with tracectx(self.trace):
+            return op(*args, **kwargs)
+
+    def _name(self, hint: str) -> str:
+        name = self.comp.add_name(hint)
+        self.trace.names.add(name)
+        return name
+
+    # -- call arguments --------------------------------------------------------------------
+    def unpack_call(self, args: tuple, kwargs: dict, arg_names: list):
+        args_var, kwargs_var = Var("args"), Var("kwargs")
+        names = [self._name(n) for n in arg_names[:len(args)]]
+        names += [self._name(f"arg{i}") for i in range(len(names), len(args))]
+        outs = [Var(n) for n in names]
+        with tracectx(self.trace):
+            if self.check:
+                px.check_len_op(args_var, len(args))
+            if args:
+                _record_unpack(self.trace, args_var, outs)
+        pargs = [self._value(a, v, v.name) for a, v in zip(args, outs)]
+        pkwargs = {}
+        if self.check:
+            self._emit(px.check_keys_op, kwargs_var, tuple(kwargs))
+        for k, v in kwargs.items():
+            var = Var(self._name(k if k.isidentifier() else "kwarg"))
+            _record_unpack_key(self.trace, kwargs_var, k, var)
+            pkwargs[k] = self._value(v, var, var.name)
+        return pargs, pkwargs
+
+    def _value(self, value, var: Var, hint: str):
+        """The traced stand-in for ``value`` (reached in the prologue as ``var``), with its checks."""
+        if isinstance(value, torch.Tensor):
+            frontend.check_tensor_type(value)
+            proxy = TensorProxy(var.name, tuple(value.shape), value.dtype, value.device, value.requires_grad)
+            self._check_tensor(proxy, value)
+            self.inputs.append((proxy, frontend.ArgSource(())))
+            return proxy
+        if isinstance(value, (int, float, complex)) and not isinstance(value, bool):
+            if self.cache_option is CACHE_OPTIONS.SYMBOLIC_VALUES:
+                ptype = type(value)
+                proxy = NumberProxy(var.name, ptype, value, frozenset({var.name}))
+                if self.check:
+                    self._emit(px.check_type_op, var, ptype)
+                self.inputs.append((proxy, frontend.ArgSource(())))
+                self.symbolic[var.name] = proxy
+                return proxy
+            if self.check:
+                self._emit(px.check_literal_op, var, value)
+            return value
+        if isinstance(value, _LITERAL_TYPES):
+            if self.check:
+                self._emit(px.check_literal_op, var, value)
+            return value
+        if isinstance(value, (list, tuple)) and (type(value) in (list, tuple) or hasattr(value, "_fields")):
+            outs = [Var(self._name(f"{hint}_{i}")) for i in range(len(value))]
+            if self.check:
+                self._emit(px.check_type_op, var, type(value))
+                self._emit(px.check_len_op, var, len(value))
+            if value:
+                _record_unpack(self.trace, var, outs)
+            items = [self._value(v, o, o.name) for v, o in zip(value, outs)]
+            if isinstance(value, list):
+                return frontend.InputList(items)
+            return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+        if isinstance(value, dict) and type(value) is dict:
+            if self.check:
+                self._emit(px.check_type_op, var, dict)
+                self._emit(px.check_keys_op, var, tuple(value))
+            out = {}
+            for k, v in value.items():
+                o = Var(self._name(f"{hint}_{k}" if isinstance(k, str) and k.isidentifier() else f"{hint}_item"))
+                _record_unpack_key(self.trace, var, k, o)
+                out[k] = self._value(v, o, o.name)
+            return frontend.InputDict(out)
+        if self.functional:
+            raise ValueError(f"Cannot unpack object of type {type(value)}. Please file an issue requesting support.")
+        # Any other object is used as it is; the trace depends on its identity.
+        if self.check:
+            self._emit(px.check_literal_op if isinstance(value, Number) else _check_is_op(), var, value)
+        return value
+
+    def _check_tensor(self, proxy, value):
+        if self.check:
+            self._emit(px.check_tensor_op, proxy, tuple(value.shape), value.device, value.dtype, value.requires_grad)
+
+    # -- tensors the program reaches outside its arguments ------------------------------------
+    def unpack_source(self, proxy: TensorProxy, source, value: torch.Tensor):
+        """Fetches a parameter, buffer, global, closure or attribute tensor on each call."""
+        with tracectx(self.trace):
+            if isinstance(source, frontend.ModuleTensorSource):
+                mvar = self.module_var(source.module, source.qualname)
+                _record_python(self.trace, px.unpack_module_tensor, (mvar, source.collection, source.name), proxy)
+            elif isinstance(source, frontend.AttrSource):
+                _record_python(self.trace, px.unpack_attr, (self.constant_var(source.obj, "obj_" + source.label), source.name), proxy)
+            elif isinstance(source, frontend.GlobalSource):
+                _record_python(self.trace, px.unpack_key, (self.constant_var(source.globals_dict, "fn_globals"), source.name), proxy)
+            elif isinstance(source, frontend.CellSource):
+                _record_python(self.trace, px.unpack_cell, (self.constant_var(source.cell, "cell_" + source.name),), proxy)
+            else:
+                _record_python(self.trace, _constant_op(), (self.constant_var(source.value, "captured"),), proxy)
+        self._check_tensor(proxy, value)
+        self.inputs.append((proxy, source))
+
+    def module_var(self, module, qualname: str) -> Var:
+        return self.constant_var(module, "m_" + qualname.replace(".", "_") if qualname else "module")
+
+    def constant_var(self, obj, hint: str) -> Var:
+        for k, v in self.trace.constants.items():
+            if v is obj:
+                return Var(k)
+        name = frontend._sanitize(hint)
+        while name in self.trace.constants or name in self.trace.names:
+            name += "_"
+        self.trace.constants[name] = obj
+        self.trace.names.add(name)
+        return Var(name)
+
+    # -- state ------------------------------------------------------------------------------
+    def check_state(self, autocast_state: tuple, modules: list):
+        if not self.check:
+            return
+        self._emit(px.check_global_state_op, torch.is_grad_enabled(), torch.get_default_dtype(), autocast_state)
+        if modules:
+            mvars = tuple(self.module_var(m, q) for q, m in modules)
+            self._emit(px.check_training_op, mvars, tuple(m.training for _, m in modules))
+
+    def check_specialized(self, names):
+        if not self.check:
+            return
+        for name in sorted(names):
+            p = self.symbolic[name]
+            self._emit(px.check_literal_op, Var(name), p.value)
+
+    def finish(self, params: list) -> TraceCtx:
+        with tracectx(self.trace):
+            px.python_return(tuple(params))
+        return self.trace
+
+
+def _record_python(trace, op, args, out):
+    from thunder.core.symbol import BoundSymbol
+
+    trace.record(BoundSymbol(op, tuple(args), {}, out))
+
+
+def _record_unpack(trace, seq_var, outs):
+    _record_python(trace, px.unpack_sequence, (seq_var,), tuple(outs))
+
+
+def _record_unpack_key(trace, dict_var, key, out):
+    _record_python(trace, px.unpack_key, (dict_var, key), out)
+
+
+_CHECK_IS = None
+_CONSTANT = None
+
+
+def _check_is_op():
+    global _CHECK_IS
+    if _CHECK_IS is None:
+        _CHECK_IS = px.ex.register_operator("check_is", fn=check_is, meta=px._no_output,
+                                            imports=("from thunder.core.prologue import check_is",))
+    return _CHECK_IS
+
+
+def check_is(x, obj):
+    if x is not obj:
+        raise px.CacheMiss
+
+
+def _constant_op():
+    global _CONSTANT
+    if _CONSTANT is None:
+        _CONSTANT = px.ex.register_operator(
+            "unpack_constant", fn=lambda x: x, printer=lambda b, p: f"{b.output.name} = {p.value(b.args[0])}")
+    return _CONSTANT

@@ -1,0 +1,153 @@
+"""Traces: a straight-line program of bound symbols that prints as runnable Python.
+
+Every pass takes a trace and returns a new one built with ``from_trace``, stamped with the pass's
+name and duration (``# Constructed by Delete Last Used (took 0 milliseconds)``). What thunder
+executes is the compiled text of the final trace.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from thunder.core import codeutils
+from thunder.core.proxies import TensorProxy, NumberProxy, type_string
+
+_TRACE_STACK: list["TraceCtx"] = []
+
+
+def get_tracectx() -> "TraceCtx | None":
+    return _TRACE_STACK[-1] if _TRACE_STACK else None
+
+
+@contextmanager
+def tracectx(trace: "TraceCtx"):
+    _TRACE_STACK.append(trace)
+    try:
+        yield trace
+    finally:
+        _TRACE_STACK.pop()
+
+
+class TraceCtx:
+    """A program: a name, parameters, bound symbols and the constants it closes over."""
+
+    def __init__(self, name: str = "computation", params: list | None = None):
+        self.name = name
+        self.params: list = params or []  # proxies or plain parameter names (str)
+        self.bound_symbols: list = []
+        self.provenance: str | None = None
+        self.decorators: list[str] = []
+        self.constants: dict[str, Any] = {}  # objects the program refers to by name
+        self.names: set[str] = set()
+        self._counters: dict[str, int] = {}
+        # state used while recording
+        self._scopes: list[list] = [self.bound_symbols]
+        self.current_tags = frozenset()
+        self.specialized_numbers: set[str] = set()
+
+    # -- names -----------------------------------------------------------------------------
+    def make_name(self, prefix: str = "t") -> str:
+        n = self._counters.get(prefix, 0)
+        while f"{prefix}{n}" in self.names:
+            n += 1
+        self._counters[prefix] = n + 1
+        name = f"{prefix}{n}"
+        self.names.add(name)
+        return name
+
+    def add_name(self, name: str) -> str:
+        """Registers ``name`` if free, else returns a fresh variant of it."""
+        if not name.isidentifier() or name in self.names or name in _RESERVED:
+            base = name if name.isidentifier() else "t_"
+            i = 0
+            while f"{base}_{i}" in self.names:
+                i += 1
+            name = f"{base}_{i}"
+        self.names.add(name)
+        return name
+
+    def tensor(self, shape, dtype, device, requires_grad=False, name: str | None = None) -> TensorProxy:
+        return TensorProxy(self.add_name(name) if name else self.make_name("t"), shape, dtype, device, requires_grad)
+
+    # -- recording -------------------------------------------------------------------------
+    def push_scope(self):
+        self._scopes.append([])
+
+    def pop_scope(self) -> list:
+        return self._scopes.pop()
+
+    def record(self, bsym):
+        self._scopes[-1].append(bsym)
+
+    @contextmanager
+    def tagged(self, *tags):
+        old = self.current_tags
+        self.current_tags = old | frozenset(tags)
+        try:
+            yield
+        finally:
+            self.current_tags = old
+
+    # -- derivation --------------------------------------------------------------------------
+    def from_trace(self, bound_symbols: list | None = None) -> "TraceCtx":
+        """A new trace with this one's signature, names and constants, and the given body."""
+        t = TraceCtx(self.name, list(self.params))
+        t.decorators = list(self.decorators)
+        t.constants = dict(self.constants)
+        t.names = set(self.names)
+        t._counters = dict(self._counters)
+        t.bound_symbols = list(bound_symbols) if bound_symbols is not None else []
+        t._scopes = [t.bound_symbols]
+        return t
+
+    def set_provenance(self, pass_name: str, start_ns: int):
+        self.provenance = f"# Constructed by {pass_name} (took {(time.perf_counter_ns() - start_ns) // 1_000_000} milliseconds)"
+        return self
+
+    # -- printing ------------------------------------------------------------------------------
+    def python(self, *, print_depth: int | None = None) -> str:
+        printer = codeutils.Printer(dict(self.constants))
+        body = []
+        for p in self.params:
+            if isinstance(p, (TensorProxy, NumberProxy)):
+                body.append(f'  # {p.name}: "{type_string(p)}"')
+            else:
+                body.append(f"  # {p}")
+        for bsym in self.bound_symbols:
+            body += codeutils.print_bsym(bsym, printer, indent=1, depth=print_depth)
+        if not self.bound_symbols:
+            body.append("  pass")
+        params = ", ".join(p.name if isinstance(p, (TensorProxy, NumberProxy)) else p for p in self.params)
+        lines = []
+        if self.provenance:
+            lines.append(self.provenance)
+        lines += ["import torch", "from thunder.executors.torchex import no_autocast"]
+        lines += list(printer.imports)
+        lines.append("")
+        lines += self.decorators
+        lines.append(f"def {self.name}({params}):")
+        lines += body
+        self._printed_constants = printer.constants
+        return "\n".join(lines) + "\n"
+
+    def __repr__(self):
+        return self.python()
+
+    def python_callable(self):
+        """Compiles the printed program. Constants it refers to by name are supplied as globals."""
+        source = self.python()
+        ctx = {"__name__": f"thunder.{self.name}"}
+        ctx.update(self._printed_constants)
+        code = compile(source, f"thunder.{self.name}", "exec")
+        exec(code, ctx)
+        fn = ctx[self.name]
+        fn.__thunder_source__ = source
+        return fn
+
+
+_RESERVED = frozenset({"torch", "dtypes", "devices", "no_autocast", "prims", "ltorch", "args", "kwargs"}) | frozenset(
+    __import__("keyword").kwlist
+) | frozenset(dir(__import__("builtins")))

@@ -1,0 +1,304 @@
+"""The torch executor: runs torch-language symbols and primitives with PyTorch's own kernels.
+
+A torch-language symbol registered with a torch callable runs as that callable, so numerics match
+eager PyTorch bitwise. Primitives run through the small helpers below (also used when a symbol is
+replaced by its decomposition).
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+
+import torch
+import torch.nn.functional as F
+
+from thunder.core import prims
+from thunder.core.symbol import Tag
+from thunder.extend import OperatorExecutor, register_executor
+from thunder.torch import SYMBOLS as LTORCH_SYMBOLS
+from thunder.torch.fallback import printable_name
+
+class TorchExecutor(OperatorExecutor):
+    def can_execute(self, bsym) -> bool:
+        if getattr(bsym.sym, "is_fallback", False):
+            _claim_fallback(bsym.sym)
+            return True
+        return super().can_execute(bsym)
+
+
+ex = TorchExecutor("torch")
+register_executor(ex, default=True)
+_IMPORT = "from thunder.executors.torchex import {}"
+
+
+def no_autocast(fn):
+    """Runs ``fn`` with autocast disabled: traces record autocast's casts explicitly."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with torch.autocast("cpu", enabled=False), torch.autocast("cuda", enabled=False):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def _op_for(fn, name: str | None = None, tags=()):
+    """An executor symbol that prints as ``fn``'s torch path, or as a helper of this module."""
+    path = printable_name(fn)
+    if path is not None:
+        return ex.register_operator(name or path, fn=fn, print_name=path, tags=tags)
+    helper = name or fn.__name__
+    if globals().get(helper) is fn:
+        return ex.register_operator(helper, fn=fn, print_name=helper, imports=(_IMPORT.format(helper),), tags=tags)
+    # Not importable by name: the compiled trace receives the callable as a named constant.
+    return ex.register_operator(helper, fn=fn, tags=tags, printer=functools.partial(_print_constant_call, fn, helper))
+
+
+def _print_constant_call(fn, hint, bsym, printer):
+    call = f"{printer.constant(fn, hint)}({printer.call_args(bsym.args, bsym.kwargs)})"
+    has_out = bsym.output is not None and bool(bsym.flat_outs)
+    return f"{printer.output(bsym.output)} = {call}" if has_out else call
+
+
+def _trim_defaults(sym):
+    """Drops arguments equal to the symbol's defaults, so ``ltorch.add(a, b, alpha=None)`` runs as ``torch.add(a, b)``."""
+    sig = sym.signature
+    if sig is None:
+        return None
+    params = list(sig.parameters.values())
+
+    def is_default(value, default):
+        if default is inspect.Parameter.empty or isinstance(value, torch.Tensor):
+            return False
+        return value is default or (type(value) is type(default) and not isinstance(value, torch.Tensor) and value == default)
+
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+    def transform(args, kwargs):
+        args = list(args)
+        n = min(len(args), len(positional))
+        while n > 0 and is_default(args[n - 1], positional[n - 1].default):
+            n -= 1
+        args = args[:n] + args[len(positional):]
+        kwargs = {k: v for k, v in kwargs.items() if not is_default(v, sig.parameters[k].default)}
+        return tuple(args), kwargs
+
+    return transform
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers for primitives without a 1:1 torch function
+# ---------------------------------------------------------------------------------------------
+
+
+def convert_element_type(a, dtype):
+    if isinstance(a, torch.Tensor):
+        return a.to(dtype)
+    return {torch.bool: bool}.get(dtype, complex if dtype.is_complex else float if dtype.is_floating_point else int)(a)
+
+
+def broadcast_in_dim(a, shape, broadcast_dimensions):
+    view_shape = [1] * len(shape)
+    for d, s in zip(broadcast_dimensions, a.shape):
+        view_shape[d] = s
+    return a.reshape(view_shape).expand(shape)
+
+
+def slice_prim(a, start_indices, end_indices, strides=None):
+    strides = strides or [1] * a.ndim
+    return a[tuple(slice(s, e, st) for s, e, st in zip(start_indices, end_indices, strides))]
+
+
+def squeeze(a, dims):
+    return torch.squeeze(a, tuple(dims)) if dims else a
+
+
+def pad(a, padding_value, padding_config):
+    if any(d != 0 for _, _, d in padding_config):
+        raise NotImplementedError("interior padding is not supported by the torch executor")
+    flat = []
+    for lo, hi, _ in reversed(padding_config):
+        flat += [lo, hi]
+    return F.pad(a, flat, value=padding_value)
+
+
+def _reduction(fn):
+    def helper(a, dims):
+        if not dims:
+            return a.clone() if a.ndim or fn in (torch.sum, torch.prod) else a
+        if fn is torch.prod:
+            out = a
+            for d in sorted(dims, reverse=True):
+                out = torch.prod(out, d)
+            return out
+        return fn(a, dims)
+
+    return helper
+
+
+sum_prim = _reduction(torch.sum)
+prod_prim = _reduction(torch.prod)
+amax_prim = _reduction(torch.amax)
+amin_prim = _reduction(torch.amin)
+for _n, _f in (("sum_prim", sum_prim), ("prod_prim", prod_prim), ("amax_prim", amax_prim), ("amin_prim", amin_prim)):
+    _f.__name__ = _n
+
+
+def var_prim(a, dims, *, correction):
+    return torch.var(a, dims, correction=correction)
+
+
+def var_mean_prim(a, dims, *, correction):
+    return torch.var_mean(a, dims, correction=correction)
+
+
+def full(shape, fill_value, *, device, dtype):
+    return torch.full(shape, fill_value, device=device, dtype=dtype)
+
+
+def iota(length, *, start, step, device, dtype):
+    return torch.arange(start, start + length * step, step, device=device, dtype=dtype)[:length]
+
+
+def uniform(shape, minval, maxval, *, device, dtype):
+    t = torch.rand(shape, device=device, dtype=dtype)
+    if minval != 0.0 or maxval != 1.0:
+        t = t * (maxval - minval) + minval
+    return t
+
+
+def randn(shape, *, device, dtype):
+    return torch.randn(shape, device=device, dtype=dtype)
+
+
+def div_prim(a, b):
+    ints = all(not (x.dtype.is_floating_point or x.dtype.is_complex) if isinstance(x, torch.Tensor) else isinstance(x, int)
+               for x in (a, b))
+    return torch.div(a, b, rounding_mode="trunc") if ints else torch.div(a, b)
+
+
+def maximum_prim(a, b):
+    if not isinstance(b, torch.Tensor):
+        return torch.clamp_min(a, b)
+    if not isinstance(a, torch.Tensor):
+        return torch.clamp_min(b, a)
+    return torch.maximum(a, b)
+
+
+def minimum_prim(a, b):
+    if not isinstance(b, torch.Tensor):
+        return torch.clamp_max(a, b)
+    if not isinstance(a, torch.Tensor):
+        return torch.clamp_max(b, a)
+    return torch.minimum(a, b)
+
+
+def take(a, index, dim):
+    return torch.index_select(a, dim, index)
+
+
+def gather_prim(a, index, dim):
+    return torch.gather(a, dim, index)
+
+
+def scatter_add_prim(a, index, value, dim):
+    return torch.scatter_add(a, dim, index, value)
+
+
+def index_add_prim(a, index, value, dim):
+    return torch.index_add(a, dim, index, value)
+
+
+def argmax_prim(a, dim):
+    return torch.argmax(a, dim)
+
+
+def argmin_prim(a, dim):
+    return torch.argmin(a, dim)
+
+
+def cumsum_prim(a, dim):
+    return torch.cumsum(a, dim)
+
+
+def embedding_prim(indices, weight):
+    return F.embedding(indices, weight)
+
+
+def device_put(a, device):
+    return a.to(device)
+
+
+def copy_(src, dst):
+    dst.copy_(src)
+
+
+def convolution_prim(a, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    return torch.convolution(a, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+
+
+def _elementwise(name):
+    fn = getattr(torch, name, None) or getattr(torch.special, name)
+    return fn
+
+
+_PRIM_IMPLS = {
+    "convert_element_type": convert_element_type, "broadcast_in_dim": broadcast_in_dim, "reshape": torch.reshape,
+    "transpose": torch.permute, "slice_prim": slice_prim, "squeeze": squeeze, "cat": torch.cat, "pad": pad,
+    "flip": torch.flip, "take": take, "gather": gather_prim, "scatter_add": scatter_add_prim,
+    "index_add": index_add_prim, "sum": sum_prim, "prod": prod_prim, "amax": amax_prim, "amin": amin_prim,
+    "var": var_prim, "var_mean": var_mean_prim, "argmax": argmax_prim, "argmin": argmin_prim, "cumsum": cumsum_prim,
+    "full": full, "iota": iota, "uniform": uniform, "randn": randn, "matmul": torch.matmul, "linear": F.linear,
+    "convolution": convolution_prim, "embedding": embedding_prim, "copy_": copy_, "device_put": device_put,
+    "div": div_prim, "maximum": maximum_prim, "minimum": minimum_prim, "where": torch.where,
+    "floor_divide": torch.floor_divide,
+}
+
+for _name, _prim in prims.all_prims().items():
+    _impl = _PRIM_IMPLS.get(_name) or _elementwise(_name)
+    ex.register_implementation(_prim, _op_for(_impl, tags=_prim.tags))
+
+# ---------------------------------------------------------------------------------------------
+# Torch-language symbols run as their torch callables
+# ---------------------------------------------------------------------------------------------
+
+
+def dropout_mask(a, p):
+    """The scaled keep-mask of dropout, drawn with the same RNG calls as eager's ``F.dropout``.
+
+    On CPU eager draws ``bernoulli_(1 - p)`` into a tensor like the input and divides it by
+    ``1 - p``; on CUDA it runs the fused ``native_dropout`` kernel. A fusion executor that takes
+    dropout instead draws from its own generator: the mask then differs from eager's for the
+    same seed, while the backward still uses exactly the forward's mask.
+    """
+    if a.device.type == "cuda":
+        return torch.native_dropout(torch.ones_like(a), p, True)[0]
+    return torch.empty_like(a).bernoulli_(1 - p).div_(1 - p)
+
+
+def native_batch_norm(a, weight, bias, running_mean, running_var, training, momentum, eps):
+    aten = torch.ops.aten
+    if training:
+        if running_mean is None:
+            out, mean, invstd = aten._native_batch_norm_legit.no_stats(a, weight, bias, True, momentum, eps)
+            return out, mean, invstd, None, None
+        return aten._native_batch_norm_legit_functional(a, weight, bias, running_mean, running_var, True, momentum, eps)
+    out, mean, invstd = aten._native_batch_norm_legit_no_training(a, weight, bias, running_mean, running_var, momentum, eps)
+    return out, mean, invstd, running_mean, running_var
+
+
+_LTORCH_HELPERS = {"dropout_mask": dropout_mask, "native_batch_norm": native_batch_norm}
+
+for _sym in LTORCH_SYMBOLS.values():
+    _impl = _LTORCH_HELPERS.get(_sym.name) or getattr(_sym, "torch_impl", None)
+    if _impl is None:
+        continue
+    _name = _sym.name if _sym.name in _LTORCH_HELPERS or printable_name(_impl) is None else None
+    ex.register_implementation(_sym, _op_for(_impl, name=_name, tags=_sym.tags), args_transform=_trim_defaults(_sym))
+
+
+def _claim_fallback(sym):
+    """Fallback symbols (torch callables thunder has no definition for) run as the torch callable itself."""
+    if sym.id not in ex.implmap:
+        op = ex.register_operator(sym.id, fn=sym.torch_impl, print_name=sym.print_name, tags=sym.tags, printer=sym.printer)
+        ex.register_implementation(sym, op)

@@ -1,0 +1,141 @@
+"""The executor extension API.
+
+An *operator executor* claims individual symbols: ``register_implementation(symbol, op)`` says that
+``op`` (an executor symbol, which prints and runs as, e.g., ``torch.add``) implements ``symbol``,
+optionally only when ``checker(*args, **kwargs)`` holds, or through ``execution_transform``, a
+function traced in place of the symbol that may call several executor symbols.
+A *fusion executor* claims regions: its ``fusion_pass(trace)`` returns a trace in which groups of
+bound symbols are replaced by one bound symbol of a fused callable.
+
+Executors are tried in the order given to ``thunder.jit(executors=...)``; a bound symbol no executor
+claims is replaced by its decomposition, recursively.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from thunder.core.symbol import BoundSymbol, Symbol
+
+_EXECUTORS: dict[str, "Executor"] = {}
+_DEFAULT_EXECUTORS: list["Executor"] = []
+_ALWAYS_EXECUTORS: list["Executor"] = []
+
+
+class Executor:
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self):
+        return f"thunder.extend.{type(self).__name__}('{self.name}')"
+
+    def can_execute(self, bsym: BoundSymbol) -> bool:
+        return False
+
+
+@dataclasses.dataclass(frozen=True)
+class ImplInfo:
+    op: Symbol | None = None  # run as this executor symbol with the same arguments
+    checker: Callable | None = None  # (*args, **kwargs) -> bool
+    execution_transform: Callable | None = None  # traced in place of the symbol
+    args_transform: Callable | None = None  # (args, kwargs) -> (args, kwargs) for ``op``
+
+
+class OperatorExecutor(Executor):
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.implmap: dict[str, ImplInfo] = {}
+        self.opmap: dict[str, Symbol] = {}
+
+    def register_operator(self, name: str, *, fn: Callable, meta: Callable | None = None, print_name: str | None = None,
+                          imports: tuple = (), tags=(), printer=None) -> Symbol:
+        """An executor symbol that runs ``fn``; ``meta`` gives its outputs when it is traced directly."""
+        sym = Symbol(name, meta if meta is not None else fn, module=self.name, is_prim=True, tags=tags,
+                     print_name=print_name or name, imports=imports, executor=self, printer=printer)
+        sym.impl = fn
+        self.opmap[name] = sym
+        return sym
+
+    def register_implementation(self, sym: Symbol, op: Symbol | None = None, *, checker=None, execution_transform=None,
+                                args_transform=None):
+        self.implmap[sym.id] = ImplInfo(op, checker, execution_transform, args_transform)
+
+    def can_execute(self, bsym: BoundSymbol) -> bool:
+        if bsym.sym.executor is self:
+            return True
+        info = self.implmap.get(bsym.sym.id)
+        if info is None:
+            return False
+        return info.checker is None or bool(info.checker(*bsym.args, **bsym.kwargs))
+
+    def execution(self, bsym: BoundSymbol, trace) -> list[BoundSymbol]:
+        """The executor's bound symbols that compute ``bsym``."""
+        if bsym.sym.executor is self:
+            return [bsym]
+        info = self.implmap[bsym.sym.id]
+        if info.execution_transform is not None:
+            from thunder.transforms.substitute import trace_substitution
+
+            return trace_substitution(bsym, info.execution_transform, trace)
+        args, kwargs = bsym.args, bsym.kwargs
+        if info.args_transform is not None:
+            args, kwargs = info.args_transform(args, kwargs)
+        return [BoundSymbol(info.op, args, kwargs, bsym.output, (bsym,), bsym.tags)]
+
+
+class FusionExecutor(Executor):
+    def fusion_pass(self, trace):
+        raise NotImplementedError
+
+
+def register_executor(ex: Executor, *, default: bool = False, always: bool = False) -> Executor:
+    _EXECUTORS[ex.name] = ex
+    if default:
+        _DEFAULT_EXECUTORS.append(ex)
+    if always:
+        _ALWAYS_EXECUTORS.append(ex)
+    return ex
+
+
+def get_executor(name: str) -> Executor:
+    _load_builtin_executors()
+    ex = _EXECUTORS.get(name)
+    if ex is None:
+        raise ValueError(f"Unknown executor {name!r}; known executors: {sorted(_EXECUTORS)}")
+    return ex
+
+
+def get_all_executors() -> tuple:
+    _load_builtin_executors()
+    return tuple(_EXECUTORS.values())
+
+
+def get_default_executors() -> tuple:
+    _load_builtin_executors()
+    return tuple(_DEFAULT_EXECUTORS)
+
+
+def get_always_executors() -> tuple:
+    _load_builtin_executors()
+    return tuple(_ALWAYS_EXECUTORS)
+
+
+def resolve_executors(executors) -> tuple:
+    """Executor objects for ``jit(executors=...)``: objects or names; the always-on executors are appended."""
+    _load_builtin_executors()
+    if executors is None:
+        chosen = list(_DEFAULT_EXECUTORS)
+    else:
+        chosen = [get_executor(e) if isinstance(e, str) else e for e in executors]
+        for e in chosen:
+            if not isinstance(e, Executor):
+                raise TypeError(f"executors must be thunder.extend.Executor objects or their names, got {e!r}")
+    for e in _ALWAYS_EXECUTORS:
+        if e not in chosen:
+            chosen.append(e)
+    return tuple(chosen)
+
+
+def _load_builtin_executors():
+    import thunder.executors.torchex  # noqa: F401
+    import thunder.executors.pythonex  # noqa: F401

@@ -1,0 +1,119 @@
+"""torch.autocast semantics for traced programs.
+
+The trace records torch-level calls before torch's own autocast would see them, and executes with
+autocast disabled (``@no_autocast``), so the casts autocast would insert are recorded explicitly
+here, following the op lists of torch's autocast (aten/src/ATen/autocast_mode.cpp), per device type.
+Only floating-point tensors of the autocast device type are cast, and float64 tensors never are.
+"""
+from __future__ import annotations
+
+import enum
+
+import torch
+
+from thunder.core.proxies import TensorProxy
+
+
+class Policy(enum.Enum):
+    LOWER_PRECISION = enum.auto()  # run in the autocast dtype
+    FP32 = enum.auto()  # run in float32
+    PROMOTE = enum.auto()  # run in the widest floating dtype among the inputs
+
+
+_CPU_LOWER = {"conv1d", "conv2d", "conv3d", "bmm", "mm", "baddbmm", "addmm", "linear", "matmul", "rmatmul",
+              "scaled_dot_product_attention", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "prelu"}
+_CPU_FP32 = {"binary_cross_entropy", "prod", "mse_loss", "nll_loss", "smooth_l1_loss", "cross_entropy", "l1_loss",
+             "binary_cross_entropy_with_logits", "huber_loss", "kl_div", "cosine_embedding_loss", "poisson_nll_loss",
+             "margin_ranking_loss", "soft_margin_loss", "triplet_margin_loss", "multi_margin_loss",
+             "multilabel_margin_loss", "hinge_embedding_loss", "cdist", "avg_pool3d", "max_pool3d",
+             "adaptive_avg_pool3d"}
+_CUDA_LOWER = {"conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "prelu",
+               "addmm", "matmul", "rmatmul", "mm", "mv", "linear", "baddbmm", "bmm", "einsum",
+               "scaled_dot_product_attention"}
+_CUDA_FP32 = {"acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal", "rsqrt",
+              "sinh", "tan", "pow", "softplus", "layer_norm", "native_layer_norm", "group_norm", "cosine_similarity",
+              "poisson_nll_loss", "cosine_embedding_loss", "nll_loss", "hinge_embedding_loss", "kl_div", "l1_loss",
+              "smooth_l1_loss", "huber_loss", "mse_loss", "margin_ranking_loss", "multilabel_margin_loss",
+              "soft_margin_loss", "triplet_margin_loss", "multi_margin_loss", "binary_cross_entropy_with_logits",
+              "cdist", "logsumexp", "prod", "softmax", "log_softmax", "cumsum", "sum", "norm", "vector_norm",
+              "cross_entropy", "rms_norm"}
+_PROMOTE = {"addcdiv", "addcmul", "atan2", "cross", "dot", "index_put", "scatter_add", "tensordot"}
+
+POLICIES = {
+    "cpu": {**{n: Policy.LOWER_PRECISION for n in _CPU_LOWER}, **{n: Policy.FP32 for n in _CPU_FP32},
+            **{n: Policy.PROMOTE for n in _PROMOTE}},
+    "cuda": {**{n: Policy.LOWER_PRECISION for n in _CUDA_LOWER}, **{n: Policy.FP32 for n in _CUDA_FP32},
+             **{n: Policy.PROMOTE for n in _PROMOTE}},
+}
+
+
+def state() -> tuple:
+    """The autocast state a trace depends on: (cpu enabled, cpu dtype, cuda enabled, cuda dtype)."""
+    return (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"),
+            torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
+
+
+def _first_device_type(x):
+    if isinstance(x, TensorProxy):
+        return x.device.type
+    if isinstance(x, (tuple, list)):
+        for y in x:
+            d = _first_device_type(y)
+            if d is not None:
+                return d
+    return None
+
+
+def _cast(x, device_type, pred, dtype):
+    if isinstance(x, TensorProxy):
+        if x.device.type == device_type and x.dtype.is_floating_point and x.dtype is not torch.float64 and pred(x):
+            from thunder.torch.utils import convert
+
+            return convert(x, dtype)
+        return x
+    if isinstance(x, (tuple, list)) and type(x) in (tuple, list):
+        return type(x)(_cast(y, device_type, pred, dtype) for y in x)
+    return x
+
+
+def maybe_autocast(sym, args, kwargs):
+    """``(args, kwargs)`` with the casts autocast would apply to ``sym``'s inputs."""
+    if not (torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")):
+        return args, kwargs
+    policy_table = None
+    device_type = _first_device_type(args) or _first_device_type(tuple(kwargs.values()))
+    if device_type is None or not torch.is_autocast_enabled(device_type):
+        return args, kwargs
+    policy = POLICIES.get(device_type, {}).get(sym.name)
+    if policy is None:
+        return args, kwargs
+    if policy is Policy.LOWER_PRECISION:
+        dtype = torch.get_autocast_dtype(device_type)
+        pred = lambda t: True  # noqa: E731
+    elif policy is Policy.FP32:
+        dtype = torch.float32
+        pred = lambda t: t.dtype in (torch.float16, torch.bfloat16)  # noqa: E731
+    else:
+        floats = [t for t in _leaves(args, kwargs) if t.dtype.is_floating_point]
+        if not floats:
+            return args, kwargs
+        dtype = max((t.dtype for t in floats), key=lambda d: torch.finfo(d).bits)
+        pred = lambda t: True  # noqa: E731
+    args = tuple(_cast(a, device_type, pred, dtype) for a in args)
+    kwargs = {k: _cast(v, device_type, pred, dtype) for k, v in kwargs.items()}
+    return args, kwargs
+
+
+def _leaves(args, kwargs):
+    out = []
+
+    def visit(x):
+        if isinstance(x, TensorProxy):
+            out.append(x)
+        elif isinstance(x, (tuple, list)):
+            for y in x:
+                visit(y)
+
+    visit(args)
+    visit(tuple(kwargs.values()))
+    return out

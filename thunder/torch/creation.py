@@ -1,0 +1,211 @@
+"""Tensor creation (factories), including random ones, of the torch language."""
+from __future__ import annotations
+
+import math
+from numbers import Number
+
+import torch
+
+from thunder.core import prims
+from thunder.core.devices import normalize
+from thunder.core.proxies import TensorProxy, NumberProxy
+from thunder.core.symbol import Tag
+from thunder.torch.registry import torchsymbol
+from thunder.torch.utils import check, convert
+from thunder.torch import fallback
+
+
+def _device(device):
+    return normalize(device if device is not None else torch.get_default_device())
+
+
+def _size(size):
+    if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
+        size = size[0]
+    return tuple(int(s) for s in size)
+
+
+def _float_dtype(dtype):
+    return dtype if dtype is not None else torch.get_default_dtype()
+
+
+@torchsymbol(torch.full)
+def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False):
+    if dtype is None:
+        if isinstance(fill_value, bool):
+            dtype = torch.bool
+        elif isinstance(fill_value, int):
+            dtype = torch.int64
+        elif isinstance(fill_value, complex):
+            dtype = torch.complex64
+        else:
+            dtype = torch.get_default_dtype()
+    return prims.full(tuple(size), convert(fill_value, dtype), device=_device(device), dtype=dtype)
+
+
+@torchsymbol(torch.zeros)
+def zeros(*size, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, out=None):
+    dtype = _float_dtype(dtype)
+    return prims.full(_size(size), convert(0, dtype), device=_device(device), dtype=dtype)
+
+
+@torchsymbol(torch.ones)
+def ones(*size, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, out=None):
+    dtype = _float_dtype(dtype)
+    return prims.full(_size(size), convert(1, dtype), device=_device(device), dtype=dtype)
+
+
+@torchsymbol(torch.empty)
+def empty(*size, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, memory_format=None, out=None):
+    dtype = _float_dtype(dtype)
+    return prims.full(_size(size), convert(0, dtype), device=_device(device), dtype=dtype)
+
+
+def _like(name, value_fn):
+    def fn(a, *, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, memory_format=None):
+        dtype = dtype or a.dtype
+        return prims.full(tuple(a.shape), convert(value_fn(a), dtype), device=_device(device) if device else a.device, dtype=dtype)
+
+    fn.__name__ = name
+    return torchsymbol(getattr(torch, name), name=name)(fn)
+
+
+zeros_like = _like("zeros_like", lambda a: 0)
+ones_like = _like("ones_like", lambda a: 1)
+empty_like = _like("empty_like", lambda a: 0)
+
+
+@torchsymbol(torch.full_like)
+def full_like(a, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, memory_format=None):
+    dtype = dtype or a.dtype
+    return prims.full(tuple(a.shape), convert(fill_value, dtype), device=_device(device) if device else a.device, dtype=dtype)
+
+
+def _new(name, value):
+    def fn(a, *size, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False):
+        dtype = dtype or a.dtype
+        v = value if value is not None else size[-1]
+        size = size[:-1] if value is None else size
+        return prims.full(_size(size), convert(v, dtype), device=_device(device) if device else a.device, dtype=dtype)
+
+    fn.__name__ = name
+    return torchsymbol(methods=(name,), name=name, torch_impl=getattr(torch.Tensor, name))(fn)
+
+
+new_zeros = _new("new_zeros", 0)
+new_ones = _new("new_ones", 1)
+new_empty = _new("new_empty", 0)
+
+
+@torchsymbol(methods=("new_full",), torch_impl=torch.Tensor.new_full)
+def new_full(a, size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False):
+    dtype = dtype or a.dtype
+    return prims.full(_size((size,)), convert(fill_value, dtype), device=_device(device) if device else a.device, dtype=dtype)
+
+
+@torchsymbol(torch.arange)
+def arange(start, end=None, step=1, *, out=None, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False):
+    if end is None:
+        start, end = 0, start
+    if dtype is None:
+        dtype = torch.int64 if all(isinstance(x, int) for x in (start, end, step)) else torch.get_default_dtype()
+    length = math.ceil((end - start) / step)
+    check(length >= 0, "arange: upper bound and larger bound inconsistent with step sign")
+    return prims.iota(length, start=start, step=step, device=_device(device), dtype=dtype)
+
+
+@torchsymbol(torch.linspace)
+def linspace(start, end, steps, *, out=None, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False):
+    return fallback.meta_outputs(torch.linspace, (start, end, steps), dict(dtype=dtype, device="meta"),
+                                 device=_device(device))
+
+
+@torchsymbol(torch.eye)
+def eye(n, m=None, *, out=None, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False):
+    from thunder.torch.elementwise import eq
+    from thunder.torch.shapes import reshape
+    m = n if m is None else m
+    dtype = _float_dtype(dtype)
+    r = reshape(prims.iota(n, start=0, step=1, device=_device(device), dtype=torch.int64), (n, 1))
+    c = reshape(prims.iota(m, start=0, step=1, device=_device(device), dtype=torch.int64), (1, m))
+    return convert(eq(r, c), dtype)
+
+
+def _tensor_impl(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    return torch.tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+@torchsymbol(torch.tensor, torch_impl=torch.tensor)
+def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    check(not isinstance(data, torch.Tensor) and not any(isinstance(x, (TensorProxy, NumberProxy)) for x in _flat(data)),
+          "torch.tensor() of traced values is not supported; use torch.stack or torch.as_tensor", NotImplementedError)
+    with torch._C.DisableTorchFunction():
+        ref = torch.tensor(data, dtype=dtype, device="meta")
+    return fallback.meta_outputs(torch.tensor, (data,), dict(dtype=ref.dtype, device="meta"), device=_device(device))
+
+
+def _flat(x):
+    if isinstance(x, (list, tuple)):
+        for y in x:
+            yield from _flat(y)
+    else:
+        yield x
+
+
+@torchsymbol(torch.scalar_tensor)
+def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None):
+    dtype = _float_dtype(dtype)
+    return prims.full((), convert(s, dtype), device=_device(device), dtype=dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Random: each runs one torch RNG call on the torch executor, so the RNG advances as in eager.
+# ---------------------------------------------------------------------------------------------
+
+
+@torchsymbol(torch.rand, tags=(Tag.RANDOM,))
+def rand(*size, generator=None, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, out=None):
+    check(generator is None, "thunder does not support explicit generators yet", NotImplementedError)
+    dtype = _float_dtype(dtype)
+    return prims.uniform(_size(size), 0.0, 1.0, device=_device(device), dtype=dtype)
+
+
+@torchsymbol(torch.randn, tags=(Tag.RANDOM,))
+def randn(*size, generator=None, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, out=None):
+    check(generator is None, "thunder does not support explicit generators yet", NotImplementedError)
+    return prims.randn(_size(size), device=_device(device), dtype=_float_dtype(dtype))
+
+
+@torchsymbol(torch.rand_like, tags=(Tag.RANDOM,))
+def rand_like(a, *, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, memory_format=None):
+    return prims.uniform(tuple(a.shape), 0.0, 1.0, device=_device(device) if device else a.device, dtype=dtype or a.dtype)
+
+
+@torchsymbol(torch.randn_like, tags=(Tag.RANDOM,))
+def randn_like(a, *, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, memory_format=None):
+    return prims.randn(tuple(a.shape), device=_device(device) if device else a.device, dtype=dtype or a.dtype)
+
+
+@torchsymbol(torch.randint, tags=(Tag.RANDOM,))
+def randint(*args, generator=None, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, out=None):
+    low, high, size = (0, args[0], args[1]) if len(args) == 2 else args
+    return fallback.meta_outputs(torch.randint, (low, high, tuple(size)), dict(dtype=dtype or torch.int64, device="meta"),
+                                 device=_device(device))
+
+
+@torchsymbol(torch.bernoulli, methods=("bernoulli",), tags=(Tag.RANDOM,))
+def bernoulli(a, p=None, *, generator=None):
+    check(generator is None, "thunder does not support explicit generators yet", NotImplementedError)
+    from thunder.torch.elementwise import lt
+    u = prims.uniform(tuple(a.shape), 0.0, 1.0, device=a.device, dtype=a.dtype if a.dtype.is_floating_point else torch.float32)
+    return convert(lt(u, a if p is None else p), a.dtype)
+
+
+@torchsymbol(torch.multinomial, methods=("multinomial",), tags=(Tag.RANDOM,))
+def multinomial(a, num_samples, replacement=False, *, generator=None):
+    return fallback.meta_outputs(torch.multinomial, (a, num_samples, replacement), {})
+
+
+@torchsymbol(torch.randperm, tags=(Tag.RANDOM,))
+def randperm(n, *, generator=None, out=None, dtype=torch.int64, layout=None, device=None, pin_memory=False, requires_grad=False):
+    return fallback.meta_outputs(torch.randperm, (n,), dict(dtype=dtype, device="meta"), device=_device(device))

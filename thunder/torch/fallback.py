@@ -1,0 +1,141 @@
+"""The generic fallback for torch operations the torch language does not define.
+
+An operation without a thunder definition is still traced: its output metadata comes from torch's
+own meta kernels, the torch executor runs the torch callable itself, and autodiff differentiates it
+with torch's autograd. So an unusual op costs a little readability, never the whole model. Only an
+op that cannot produce metadata without data (``nonzero``, ``unique``, ...) stops tracing, with a
+``NotImplementedError`` that names it.
+"""
+from __future__ import annotations
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+
+from thunder.core.proxies import TensorProxy, NumberProxy
+from thunder.core.symbol import Symbol, Tag
+from thunder.core.trace import get_tracectx
+
+_NAMESPACES = (("torch.nn.functional", torch.nn.functional), ("torch.special", torch.special),
+               ("torch.linalg", torch.linalg), ("torch.fft", torch.fft), ("torch", torch))
+
+_RANDOM_NAMES = frozenset({"bernoulli", "multinomial", "normal", "poisson", "rand", "randn", "randint", "randperm",
+                           "rand_like", "randn_like", "randint_like", "dropout", "alpha_dropout", "feature_alpha_dropout",
+                           "dropout1d", "dropout2d", "dropout3d", "rrelu", "exponential_", "geometric_", "uniform_",
+                           "normal_", "random_", "cauchy_", "log_normal_", "bernoulli_", "gumbel_softmax"})
+
+
+_PATHS: dict[int, str] | None = None
+
+
+def _build_paths() -> dict[int, str]:
+    paths: dict[int, str] = {}
+    for path, ns in reversed(_NAMESPACES):  # earlier namespaces win: torch.nn.functional.linear over torch.linear
+        for name in dir(ns):
+            if name.startswith("__"):
+                continue
+            obj = getattr(ns, name, None)
+            if callable(obj):
+                paths[id(obj)] = f"{path}.{name}"
+    for name, obj in list(torch.Tensor.__dict__.items()) + list(torch._C.TensorBase.__dict__.items()):
+        if callable(obj) and id(obj) not in paths:
+            paths[id(obj)] = f"torch.Tensor.{name}"
+    return paths
+
+
+def printable_name(fn) -> str | None:
+    """A dotted path under ``torch`` that names ``fn``, if there is one."""
+    global _PATHS
+    if isinstance(fn, torch._ops.OpOverload):
+        return f"torch.ops.{fn.namespace}.{fn._opname}.{fn._overloadname}"
+    if _PATHS is None:
+        _PATHS = _build_paths()
+    path = _PATHS.get(id(fn))
+    if path is None:
+        name = getattr(fn, "__name__", None)
+        for cls in (torch.Tensor, torch._C.TensorBase):
+            if name and cls.__dict__.get(name) is fn:
+                return f"torch.Tensor.{name}"
+    return path
+
+
+def describe(fn) -> str:
+    return printable_name(fn) or getattr(fn, "__qualname__", None) or repr(fn)
+
+
+def _to_meta(x):
+    if isinstance(x, TensorProxy):
+        return torch.empty(tuple(x.shape), dtype=x.dtype, device="meta")
+    if isinstance(x, NumberProxy):
+        return x.value
+    return x
+
+
+def meta_outputs(fn, args, kwargs, *, device=None):
+    """Outputs of ``fn(*args, **kwargs)`` as fresh proxies, computed by torch's meta kernels."""
+    flat, _ = tree_flatten((args, kwargs))
+    proxies = [x for x in flat if isinstance(x, TensorProxy)]
+    if device is None:
+        device = proxies[0].device if proxies else _factory_device(kwargs)
+    margs, mkwargs = tree_map(_to_meta, (args, kwargs))
+    if "device" in mkwargs and mkwargs["device"] is not None:
+        mkwargs["device"] = "meta"
+    try:
+        with torch._C.DisableTorchFunction():
+            out = fn(*margs, **mkwargs)
+    except NotImplementedError as e:
+        raise NotImplementedError(f"thunder cannot trace {describe(fn)}: torch has no meta kernel for it ({e})") from e
+    except RuntimeError as e:
+        msg = str(e)
+        if "meta" in msg.lower() or "data-dependent" in msg or "Cannot" in msg and "meta" in msg:
+            raise NotImplementedError(f"thunder cannot trace {describe(fn)}: its output depends on tensor values ({msg})") from e
+        raise
+    requires_grad = torch.is_grad_enabled() and any(p.requires_grad for p in proxies)
+    trace = get_tracectx()
+
+    def to_proxy(x):
+        if isinstance(x, torch.Tensor):
+            return trace.tensor(tuple(x.shape), x.dtype, device, requires_grad and (x.dtype.is_floating_point or x.dtype.is_complex))
+        return x
+
+    return tree_map(to_proxy, out)
+
+
+def _factory_device(kwargs):
+    dev = kwargs.get("device")
+    if dev is None:
+        return torch.get_default_device()
+    return torch.device(dev)
+
+
+_FALLBACK_SYMBOLS: dict[object, Symbol] = {}
+
+
+def fallback_symbol(fn) -> Symbol:
+    """The symbol that records a call of the torch callable ``fn`` and runs it with torch."""
+    sym = _FALLBACK_SYMBOLS.get(fn)
+    if sym is not None:
+        return sym
+    path = printable_name(fn)
+    name = path.removeprefix("torch.") if path else getattr(fn, "__name__", "op")
+    tags = (Tag.RANDOM,) if getattr(fn, "__name__", "") in _RANDOM_NAMES else ()
+
+    def meta(*args, **kwargs):
+        return meta_outputs(fn, args, kwargs)
+
+    sym = Symbol(name, meta, module="torch", is_prim=True, tags=tags, print_name=path)
+    sym.torch_impl = fn
+    sym.is_fallback = True
+    if path is None:
+        sym.printer = lambda bsym, printer: _print_constant_call(fn, bsym, printer)
+    _FALLBACK_SYMBOLS[fn] = sym
+    return sym
+
+
+def _print_constant_call(fn, bsym, printer):
+    callee = printer.constant(fn)
+    call = f"{callee}({printer.call_args(bsym.args, bsym.kwargs)})"
+    return f"{printer.output(bsym.output)} = {call}" if bsym.output is not None else call
+
+
+def fallback_call(fn, args, kwargs):
+    return fallback_symbol(fn)(*args, **kwargs)

@@ -1,0 +1,428 @@
+"""Neural-network operations of the torch language: linear algebra, convolution, normalization,
+softmax, attention, embedding, dropout and losses."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from thunder.core import prims
+from thunder.core.proxies import TensorProxy
+from thunder.core.symbol import Tag
+from thunder.torch.registry import torchsymbol
+from thunder.torch.utils import broadcast, canonicalize_dim, check, convert, expand_to, promote
+from thunder.torch import elementwise as ew, reductions as red, shapes, fallback
+from thunder.torch.creation import full
+
+# ---------------------------------------------------------------------------------------------
+# Linear algebra
+# ---------------------------------------------------------------------------------------------
+
+
+@torchsymbol(F.linear)
+def linear(input, weight, bias=None):
+    return prims.linear(input, weight, bias)
+
+
+@torchsymbol(torch.matmul, methods=("matmul", "__matmul__"))
+def matmul(a, b):
+    return prims.matmul(a, b)
+
+
+@torchsymbol(methods=("__rmatmul__",), torch_impl=torch.Tensor.__rmatmul__)
+def rmatmul(a, b):
+    return prims.matmul(b, a)
+
+
+@torchsymbol(torch.mm, methods=("mm",))
+def mm(a, b):
+    check(a.ndim == 2 and b.ndim == 2, "mm: both arguments must be 2D")
+    return prims.matmul(a, b)
+
+
+@torchsymbol(torch.bmm, methods=("bmm",))
+def bmm(a, b):
+    check(a.ndim == 3 and b.ndim == 3, "bmm: both arguments must be 3D")
+    return prims.matmul(a, b)
+
+
+@torchsymbol(torch.mv, methods=("mv",))
+def mv(a, b):
+    return prims.matmul(a, b)
+
+
+@torchsymbol(torch.dot, methods=("dot",))
+def dot(a, b):
+    return prims.matmul(a, b)
+
+
+@torchsymbol(torch.addmm, methods=("addmm",))
+def addmm(input, mat1, mat2, *, beta=1, alpha=1):
+    prod = prims.matmul(mat1, mat2)
+    prod = ew.mul(prod, alpha) if alpha != 1 else prod
+    inp = ew.mul(input, beta) if beta != 1 else input
+    return ew.add(inp, prod)
+
+
+@torchsymbol(torch.baddbmm, methods=("baddbmm",))
+def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
+    return addmm.fn(input, batch1, batch2, beta=beta, alpha=alpha)
+
+
+# ---------------------------------------------------------------------------------------------
+# Convolution
+# ---------------------------------------------------------------------------------------------
+
+
+def _tuple(x, n):
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,) * n
+
+
+def _conv(n):
+    def conv(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+        stride, dilation = _tuple(stride, n), _tuple(dilation, n)
+        if isinstance(padding, str):
+            if padding == "valid":
+                padding = (0,) * n
+            else:
+                check(padding == "same", lambda: f"Invalid padding string {padding!r}")
+                total = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:])]
+                check(all(t % 2 == 0 for t in total), "padding='same' with asymmetric padding is not supported",
+                      NotImplementedError)
+                padding = tuple(t // 2 for t in total)
+        return prims.convolution(input, weight, bias, stride, _tuple(padding, n), dilation, False, (0,) * n, groups)
+
+    conv.__name__ = f"conv{n}d"
+    return torchsymbol(getattr(F, f"conv{n}d"), getattr(torch, f"conv{n}d"), name=f"conv{n}d")(conv)
+
+
+conv1d, conv2d, conv3d = _conv(1), _conv(2), _conv(3)
+
+# ---------------------------------------------------------------------------------------------
+# Softmax
+# ---------------------------------------------------------------------------------------------
+
+
+def _softmax_dtype(a, dtype):
+    out = dtype or a.dtype
+    compute = torch.float32 if out in (torch.float16, torch.bfloat16) else out
+    return compute, out
+
+
+@torchsymbol(F.softmax, torch.softmax, methods=("softmax",))
+def softmax(a, dim=None, _stacklevel=3, dtype=None):
+    check(dim is not None, "softmax: implicit dim is deprecated and not supported; pass dim explicitly", NotImplementedError)
+    compute, out = _softmax_dtype(a, dtype)
+    x = convert(a, compute)
+    e = ew.exp(ew.sub(x, red.amax(x, dim, True)))
+    return convert(ew.div(e, red.sum(e, dim, True)), out)
+
+
+@torchsymbol(F.log_softmax, torch.log_softmax, methods=("log_softmax",))
+def log_softmax(a, dim=None, _stacklevel=3, dtype=None):
+    check(dim is not None, "log_softmax: implicit dim is deprecated and not supported; pass dim explicitly", NotImplementedError)
+    compute, out = _softmax_dtype(a, dtype)
+    x = convert(a, compute)
+    shifted = ew.sub(x, red.amax(x, dim, True))
+    return convert(ew.sub(shifted, ew.log(red.sum(ew.exp(shifted), dim, True))), out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Normalization
+# ---------------------------------------------------------------------------------------------
+
+
+def _norm_dims(a, normalized_shape):
+    n = len(tuple(normalized_shape))
+    return tuple(range(a.ndim - n, a.ndim))
+
+
+@torchsymbol(torch.ops.aten.native_layer_norm.default, name="native_layer_norm")
+def native_layer_norm(a, normalized_shape, weight, bias, eps):
+    """(output, mean, rstd), as torch's kernel returns them; the statistics keep reduced dims as size 1."""
+    dims = _norm_dims(a, normalized_shape)
+    compute = torch.float32 if a.dtype in (torch.float16, torch.bfloat16) else a.dtype
+    x = convert(a, compute)
+    var, mean = prims.var_mean(x, dims, correction=0)
+    stat_shape = tuple(1 if i in dims else s for i, s in enumerate(a.shape))
+    kept = tuple(i for i in range(a.ndim) if i not in dims)
+    mean = prims.broadcast_in_dim(mean, stat_shape, kept)
+    rstd = prims.rsqrt(prims.add(prims.broadcast_in_dim(var, stat_shape, kept), eps))
+    out = ew.mul(ew.sub(x, mean), rstd)
+    if weight is not None:
+        out = ew.mul(out, weight)
+    if bias is not None:
+        out = ew.add(out, bias)
+    return convert(out, a.dtype), mean, rstd
+
+
+@torchsymbol(F.layer_norm, torch.layer_norm)
+def layer_norm(a, normalized_shape, weight=None, bias=None, eps=1e-5):
+    return native_layer_norm(a, tuple(normalized_shape), weight, bias, eps)[0]
+
+
+@torchsymbol(F.rms_norm, torch.rms_norm)
+def rms_norm(a, normalized_shape, weight=None, eps=None):
+    dims = _norm_dims(a, normalized_shape)
+    compute = torch.float32 if a.dtype in (torch.float16, torch.bfloat16) else a.dtype
+    eps = torch.finfo(compute).eps if eps is None else eps
+    x = convert(a, compute)
+    out = ew.mul(x, ew.rsqrt(ew.add(red.mean(ew.mul(x, x), dims, True), eps)))
+    out = convert(out, a.dtype)
+    return ew.mul(out, weight) if weight is not None else out
+
+
+def _batch_norm_stats_shape(a):
+    return (1, a.shape[1]) + (1,) * (a.ndim - 2)
+
+
+@torchsymbol(name="native_batch_norm", torch_impl=None)
+def native_batch_norm(a, weight, bias, running_mean, running_var, training: bool, momentum: float, eps: float):
+    """(output, saved mean, saved inverse std, new running mean, new running var): batch norm without mutation."""
+    reduce_dims = (0,) + tuple(range(2, a.ndim))
+    compute = torch.float32 if a.dtype in (torch.float16, torch.bfloat16) else a.dtype
+    x = convert(a, compute)
+    bshape = _batch_norm_stats_shape(a)
+    if training:
+        var, mean = prims.var_mean(x, reduce_dims, correction=0)
+        invstd = prims.rsqrt(prims.add(var, eps))
+        new_rm = new_rv = None
+        if running_mean is not None:
+            n = a.numel() / a.shape[1]
+            new_rm = ew.add(ew.mul(running_mean, 1 - momentum), ew.mul(mean, momentum))
+            unbiased = ew.mul(var, n / max(n - 1, 1))
+            new_rv = ew.add(ew.mul(running_var, 1 - momentum), ew.mul(unbiased, momentum))
+        use_mean, use_invstd = mean, invstd
+    else:
+        use_mean = convert(running_mean, compute)
+        use_invstd = prims.rsqrt(prims.add(convert(running_var, compute), eps))
+        mean, invstd = use_mean, use_invstd
+        new_rm, new_rv = running_mean, running_var
+    out = ew.mul(ew.sub(x, shapes.reshape(use_mean, bshape)), shapes.reshape(use_invstd, bshape))
+    if weight is not None:
+        out = ew.mul(out, shapes.reshape(weight, bshape))
+    if bias is not None:
+        out = ew.add(out, shapes.reshape(bias, bshape))
+    return convert(out, a.dtype), mean, invstd, new_rm, new_rv
+
+
+def batch_norm(a, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+    """``F.batch_norm``: updates the running statistics of the caller's tensors, as eager does."""
+    from thunder.core.frontend import rebind
+
+    check(training or running_mean is not None, "batch_norm: running_mean and running_var must be defined in evaluation mode")
+    out, _, _, new_rm, new_rv = native_batch_norm(a, weight, bias, running_mean, running_var, training, momentum, eps)
+    if training and running_mean is not None:
+        rebind(running_mean, new_rm)
+        rebind(running_var, new_rv)
+    return out
+
+
+from thunder.torch.registry import TORCH_TO_SYMBOL as _T2S  # noqa: E402
+
+_T2S[F.batch_norm] = batch_norm
+_T2S[torch.batch_norm] = lambda a, w, b, rm, rv, training, momentum, eps, cudnn_enabled=True: batch_norm(
+    a, rm, rv, w, b, training, momentum, eps)
+
+
+@torchsymbol(F.group_norm, torch.group_norm)
+def group_norm(a, num_groups, weight=None, bias=None, eps=1e-5):
+    n, c = a.shape[0], a.shape[1]
+    x = shapes.reshape(a, (n, num_groups, -1))
+    compute = torch.float32 if a.dtype in (torch.float16, torch.bfloat16) else a.dtype
+    x = convert(x, compute)
+    var, mean = red.var_mean(x, 2, correction=0, keepdim=True)
+    out = ew.mul(ew.sub(x, mean), ew.rsqrt(ew.add(var, eps)))
+    out = convert(shapes.reshape(out, tuple(a.shape)), a.dtype)
+    bshape = _batch_norm_stats_shape(a)
+    if weight is not None:
+        out = ew.mul(out, shapes.reshape(weight, bshape))
+    if bias is not None:
+        out = ew.add(out, shapes.reshape(bias, bshape))
+    return out
+
+
+@torchsymbol(F.normalize)
+def normalize(a, p=2.0, dim=1, eps=1e-12, out=None):
+    n = red.norm(a, p, dim, True)
+    return ew.div(a, expand_to(ew.clamp_min(n, eps), tuple(a.shape)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Embedding and dropout
+# ---------------------------------------------------------------------------------------------
+
+
+@torchsymbol(F.embedding)
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False):
+    check(max_norm is None, "embedding with max_norm renormalizes the weight in place, which is not supported", NotImplementedError)
+    check(not sparse, "sparse embedding gradients are not supported", NotImplementedError)
+    return prims.embedding(input, weight)
+
+
+@torchsymbol(name="dropout_mask", tags=(Tag.RANDOM,), torch_impl=None)
+def dropout_mask(a, p: float):
+    """The scaled keep-mask of dropout: 1/(1-p) where an element is kept, 0 where it is dropped."""
+    u = prims.uniform(tuple(a.shape), 0.0, 1.0, device=a.device, dtype=a.dtype)
+    keep = prims.lt(u, 1 - p)
+    return prims.mul(prims.convert_element_type(keep, a.dtype), 1 / (1 - p))
+
+
+@torchsymbol(F.dropout, torch.dropout)
+def dropout(a, p=0.5, training=True, inplace=False):
+    check(0 <= p <= 1, lambda: f"dropout probability has to be between 0 and 1, but got {p}", ValueError)
+    if not training or p == 0 or a.numel() == 0:
+        return a
+    if p == 1:
+        return ew.mul(a, 0.0)
+    return ew.mul(a, dropout_mask(a, p))
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention
+# ---------------------------------------------------------------------------------------------
+
+
+@torchsymbol(F.scaled_dot_product_attention)
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                 enable_gqa=False):
+    from thunder.torch.creation import ones
+    L, S, E = query.shape[-2], key.shape[-2], query.shape[-1]
+    scale = 1 / math.sqrt(E) if scale is None else scale
+    if enable_gqa and key.shape[-3] != query.shape[-3]:
+        rep = query.shape[-3] // key.shape[-3]
+        key = shapes.repeat_interleave(key, rep, -3)
+        value = shapes.repeat_interleave(value, rep, -3)
+    scores = ew.mul(matmul(query, shapes.transpose(key, -2, -1)), scale)
+    if is_causal:
+        mask = shapes.tril(ones(L, S, dtype=torch.bool, device=query.device))
+        scores = ew.masked_fill(scores, ew.logical_not(mask), float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype is torch.bool:
+            scores = ew.masked_fill(scores, ew.logical_not(attn_mask), float("-inf"))
+        else:
+            scores = ew.add(scores, attn_mask)
+    attn = softmax(scores, -1)
+    if dropout_p > 0:
+        attn = dropout(attn, dropout_p, True)
+    return matmul(attn, value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Losses
+# ---------------------------------------------------------------------------------------------
+
+
+def _reduce(loss, reduction):
+    if reduction == "mean":
+        return red.mean(loss)
+    if reduction == "sum":
+        return red.sum(loss)
+    check(reduction == "none", lambda: f"{reduction} is not a valid value for reduction", ValueError)
+    return loss
+
+
+def _legacy_reduction(size_average, reduce, reduction):
+    if size_average is None and reduce is None:
+        return reduction
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    return "none" if not reduce else ("mean" if size_average else "sum")
+
+
+@torchsymbol(F.nll_loss)
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    class_dim = 1 if input.ndim >= 2 else 0
+    valid = ew.ne(target, ignore_index)
+    safe_target = ew.where(valid, target, 0)
+    picked = shapes.squeeze(red_gather(input, class_dim, safe_target), class_dim)
+    w = ew.where(valid, 1.0, 0.0) if weight is None else ew.where(valid, prims.take(weight, shapes.flatten(safe_target), 0) if safe_target.ndim <= 1 else shapes.reshape(prims.take(weight, shapes.flatten(safe_target), 0), tuple(safe_target.shape)), 0.0)
+    w = convert(w, input.dtype)
+    loss = ew.neg(ew.mul(picked, w))
+    if reduction == "mean":
+        return ew.div(red.sum(loss), red.sum(w))
+    return _reduce(loss, reduction)
+
+
+def red_gather(input, dim, target):
+    return shapes.gather(input, dim, shapes.unsqueeze(target, dim))
+
+
+@torchsymbol(F.cross_entropy)
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
+                  label_smoothing=0.0):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    class_dim = 1 if input.ndim >= 2 else 0
+    logp = log_softmax(input, class_dim)
+    if target.dtype.is_floating_point:
+        # Class probabilities.
+        if label_smoothing > 0:
+            n = input.shape[class_dim]
+            target = ew.add(ew.mul(target, 1 - label_smoothing), label_smoothing / n)
+        lw = logp if weight is None else ew.mul(logp, shapes.reshape(weight, (1, -1) + (1,) * (input.ndim - 2)) if input.ndim >= 2 else weight)
+        loss = ew.neg(red.sum(ew.mul(lw, target), class_dim))
+        return _reduce(loss, reduction) if reduction != "mean" else ew.div(red.sum(loss), float(loss.numel()))
+    nll = nll_loss(logp, target, weight, None, ignore_index, None, reduction)
+    if label_smoothing == 0:
+        return nll
+    check(weight is None, "cross_entropy with label_smoothing and class weights is not supported", NotImplementedError)
+    n = input.shape[class_dim]
+    valid = convert(ew.ne(target, ignore_index), input.dtype)
+    smooth = ew.mul(ew.neg(red.sum(logp, class_dim)), valid)
+    if reduction == "mean":
+        smooth = ew.div(red.sum(smooth), red.sum(valid))
+    else:
+        smooth = _reduce(smooth, reduction)
+    return ew.add(ew.mul(nll, 1 - label_smoothing), ew.mul(smooth, label_smoothing / n))
+
+
+@torchsymbol(F.mse_loss)
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    d = ew.sub(input, target)
+    return _reduce(ew.mul(d, d), _legacy_reduction(size_average, reduce, reduction))
+
+
+@torchsymbol(F.l1_loss)
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    return _reduce(ew.abs(ew.sub(input, target)), _legacy_reduction(size_average, reduce, reduction))
+
+
+@torchsymbol(F.smooth_l1_loss)
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
+    d = ew.abs(ew.sub(input, target))
+    loss = ew.where(ew.lt(d, beta), ew.div(ew.mul(ew.mul(d, d), 0.5), beta), ew.sub(d, 0.5 * beta)) if beta > 0 else d
+    return _reduce(loss, _legacy_reduction(size_average, reduce, reduction))
+
+
+@torchsymbol(F.binary_cross_entropy_with_logits)
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None, reduction="mean",
+                                     pos_weight=None):
+    log_sig = ew.logsigmoid(input)
+    log_one_minus = ew.logsigmoid(ew.neg(input))
+    if pos_weight is not None:
+        loss = ew.neg(ew.add(ew.mul(ew.mul(target, pos_weight), log_sig), ew.mul(ew.rsub(target, 1), log_one_minus)))
+    else:
+        loss = ew.neg(ew.add(ew.mul(target, log_sig), ew.mul(ew.rsub(target, 1), log_one_minus)))
+    if weight is not None:
+        loss = ew.mul(loss, weight)
+    return _reduce(loss, _legacy_reduction(size_average, reduce, reduction))
+
+
+@torchsymbol(F.binary_cross_entropy)
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
+    log_p = ew.clamp_min(ew.log(input), -100.0)
+    log_1mp = ew.clamp_min(ew.log(ew.rsub(input, 1)), -100.0)
+    loss = ew.neg(ew.add(ew.mul(target, log_p), ew.mul(ew.rsub(target, 1), log_1mp)))
+    if weight is not None:
+        loss = ew.mul(loss, weight)
+    return _reduce(loss, _legacy_reduction(size_average, reduce, reduction))
+
+
+@torchsymbol(F.cosine_similarity, torch.cosine_similarity)
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    num = red.sum(ew.mul(x1, x2), dim)
+    n1 = ew.clamp_min(red.norm(x1, 2, dim), eps)
+    n2 = ew.clamp_min(red.norm(x2, 2, dim), eps)
+    return ew.div(num, ew.mul(n1, n2))

@@ -1,0 +1,198 @@
+"""Reductions of the torch language."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from thunder.core import prims
+from thunder.core.proxies import TensorProxy
+from thunder.torch.registry import torchsymbol
+from thunder.torch.utils import Kind, canonicalize_dims, check, convert, promote
+from thunder.torch import shapes
+
+
+def _dims(a, dim):
+    if dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0):
+        return tuple(range(a.ndim))
+    return canonicalize_dims(a.ndim, dim)
+
+
+def _keepdim(out, a, dims, keepdim):
+    if not keepdim or a.ndim == 0:
+        return out
+    shape = [1 if i in dims else s for i, s in enumerate(a.shape)]
+    kept = tuple(i for i in range(a.ndim) if i not in dims)
+    return prims.broadcast_in_dim(out, tuple(shape), kept)
+
+
+def _sum_dtype(a, dtype):
+    if dtype is not None:
+        return dtype
+    if a.dtype is torch.bool or (not a.dtype.is_floating_point and not a.dtype.is_complex):
+        return torch.int64
+    return a.dtype
+
+
+def _accumulating(prim, a, dims, dtype):
+    """Reduces in float32 for low-precision inputs, as torch's kernels accumulate."""
+    out_dtype = dtype
+    compute = torch.float32 if out_dtype in (torch.float16, torch.bfloat16) else out_dtype
+    return convert(prim(convert(a, compute), dims), out_dtype)
+
+
+@torchsymbol(torch.sum, methods=("sum",))
+def sum(a, dim=None, keepdim=False, *, dtype=None):
+    dims = _dims(a, dim)
+    out = _accumulating(prims.sum, a, dims, _sum_dtype(a, dtype))
+    return _keepdim(out, a, dims, keepdim)
+
+
+@torchsymbol(torch.prod, methods=("prod",))
+def prod(a, dim=None, keepdim=False, *, dtype=None):
+    dims = _dims(a, dim)
+    out = _accumulating(prims.prod, a, dims, _sum_dtype(a, dtype))
+    return _keepdim(out, a, dims, keepdim)
+
+
+@torchsymbol(torch.mean, methods=("mean",))
+def mean(a, dim=None, keepdim=False, *, dtype=None):
+    dtype = dtype or a.dtype
+    check(dtype.is_floating_point or dtype.is_complex, lambda: f"mean(): could not infer output dtype. Input dtype must be either a floating point or complex dtype. Got: {a.dtype}")
+    dims = _dims(a, dim)
+    n = math.prod(a.shape[d] for d in dims)
+    compute = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    out = prims.div(prims.sum(convert(a, compute), dims), float(n))
+    return _keepdim(convert(out, dtype), a, dims, keepdim)
+
+
+@torchsymbol(torch.amax, methods=("amax",))
+def amax(a, dim=(), keepdim=False):
+    dims = _dims(a, dim)
+    return _keepdim(prims.amax(a, dims), a, dims, keepdim)
+
+
+@torchsymbol(torch.amin, methods=("amin",))
+def amin(a, dim=(), keepdim=False):
+    dims = _dims(a, dim)
+    return _keepdim(prims.amin(a, dims), a, dims, keepdim)
+
+
+def _max_min(a, dim_or_other, keepdim, reduce, arg, binary):
+    if dim_or_other is None:
+        return reduce(a)
+    if isinstance(dim_or_other, TensorProxy):
+        return binary(a, dim_or_other)
+    values = reduce(a, dim_or_other, keepdim)
+    indices = arg(a, dim_or_other, keepdim)
+    return torch.return_types.max((values, indices)) if reduce is amax else torch.return_types.min((values, indices))
+
+
+@torchsymbol(torch.max, methods=("max",))
+def max(a, dim=None, keepdim=False):
+    from thunder.torch.elementwise import maximum
+    return _max_min(a, dim, keepdim, amax, argmax, maximum)
+
+
+@torchsymbol(torch.min, methods=("min",))
+def min(a, dim=None, keepdim=False):
+    from thunder.torch.elementwise import minimum
+    return _max_min(a, dim, keepdim, amin, argmin, minimum)
+
+
+@torchsymbol(torch.argmax, methods=("argmax",))
+def argmax(a, dim=None, keepdim=False):
+    if dim is None:
+        return prims.argmax(shapes.flatten(a), 0)
+    d = _dims(a, dim)[0]
+    return _keepdim(prims.argmax(a, d), a, (d,), keepdim)
+
+
+@torchsymbol(torch.argmin, methods=("argmin",))
+def argmin(a, dim=None, keepdim=False):
+    if dim is None:
+        return prims.argmin(shapes.flatten(a), 0)
+    d = _dims(a, dim)[0]
+    return _keepdim(prims.argmin(a, d), a, (d,), keepdim)
+
+
+def _correction(unbiased, correction):
+    if correction is not None:
+        return correction
+    return 1 if unbiased is None or unbiased else 0
+
+
+@torchsymbol(torch.var, methods=("var",))
+def var(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    dims = _dims(a, dim)
+    return _keepdim(prims.var(a, dims, correction=_correction(unbiased, correction)), a, dims, keepdim)
+
+
+@torchsymbol(torch.std, methods=("std",))
+def std(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    return prims.sqrt(var(a, dim, unbiased, keepdim, correction=correction))
+
+
+@torchsymbol(torch.var_mean)
+def var_mean(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    dims = _dims(a, dim)
+    v, m = prims.var_mean(a, dims, correction=_correction(unbiased, correction))
+    return _keepdim(v, a, dims, keepdim), _keepdim(m, a, dims, keepdim)
+
+
+@torchsymbol(torch.std_mean)
+def std_mean(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    v, m = var_mean(a, dim, unbiased, keepdim, correction=correction)
+    return prims.sqrt(v), m
+
+
+@torchsymbol(torch.all, methods=("all",))
+def all(a, dim=None, keepdim=False):
+    from thunder.torch.elementwise import logical_not
+    return logical_not(any(logical_not(a), dim, keepdim))
+
+
+@torchsymbol(torch.any, methods=("any",))
+def any(a, dim=None, keepdim=False):
+    dims = _dims(a, dim)
+    b = convert(a, torch.bool) if a.dtype is not torch.bool else a
+    out = prims.amax(convert(b, torch.int32) if True else b, dims)
+    return _keepdim(convert(out, torch.bool), a, dims, keepdim)
+
+
+@torchsymbol(torch.count_nonzero, methods=("count_nonzero",))
+def count_nonzero(a, dim=None):
+    from thunder.torch.elementwise import ne
+    return sum(ne(a, 0), dim)
+
+
+@torchsymbol(torch.logsumexp, methods=("logsumexp",))
+def logsumexp(a, dim, keepdim=False):
+    from thunder.torch.elementwise import add, exp, log, sub, where, isinf, abs as abs_
+    dims = _dims(a, dim)
+    m = amax(a, dims, True)
+    m = where(isinf(m), 0.0, m)
+    out = add(log(sum(exp(sub(a, m)), dims, True)), m)
+    return out if keepdim else prims.squeeze(out, dims) if dims else out
+
+
+@torchsymbol(torch.cumsum, methods=("cumsum",), inplace_methods=("cumsum_",))
+def cumsum(a, dim, *, dtype=None):
+    d = _dims(a, dim)[0] if a.ndim else 0
+    out_dtype = _sum_dtype(a, dtype)
+    return prims.cumsum(convert(a, out_dtype), d) if a.ndim else convert(a, out_dtype)
+
+
+@torchsymbol(torch.norm, methods=("norm",))
+def norm(a, p="fro", dim=None, keepdim=False, dtype=None):
+    from thunder.torch.elementwise import abs as abs_, pow, sqrt, mul
+    if p in ("fro", 2, 2.0):
+        return sqrt(sum(mul(a, a) if not a.dtype.is_complex else mul(abs_(a), abs_(a)), dim, keepdim))
+    if p in (float("inf"),):
+        return amax(abs_(a), dim if dim is not None else (), keepdim)
+    return pow(sum(pow(abs_(a), p), dim, keepdim), 1.0 / p)
+
+
+@torchsymbol(torch.linalg.vector_norm)
+def vector_norm(a, ord=2, dim=None, keepdim=False, *, dtype=None):
+    return norm(a, ord if ord != 2 else "fro", dim, keepdim)

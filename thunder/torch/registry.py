@@ -1,0 +1,71 @@
+"""The map from torch callables to thunder's torch-language symbols.
+
+``@torchsymbol(torch.add, torch.Tensor.add, ...)`` defines an ``ltorch`` symbol and registers the torch
+callables the tracing frontend translates to it. The torch executor runs a symbol registered this
+way with its first torch callable, so a symbol's signature mirrors that callable's.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Callable
+
+import torch
+
+from thunder.core.symbol import Symbol
+
+# torch callable (function, method descriptor, getset descriptor) -> ltorch symbol
+TORCH_TO_SYMBOL: dict[object, Symbol] = {}
+# torch in-place callable -> (out-of-place symbol): ``x.add_(y)`` records ``ltorch.add`` and rebinds ``x``
+INPLACE_TO_SYMBOL: dict[object, Symbol] = {}
+# every ltorch symbol by name
+SYMBOLS: dict[str, Symbol] = {}
+
+
+def _method(name: str):
+    return torch._C.TensorBase.__dict__.get(name) or getattr(torch.Tensor, name, None)
+
+
+def torchsymbol(*torch_fns, methods: tuple = (), inplace_methods: tuple = (), name: str | None = None, tags=(),
+                torch_impl: Callable | None = None, view: bool = False):
+    """Defines an ltorch symbol from its decomposition.
+
+    ``torch_fns`` and ``methods`` (Tensor method names) are translated to it while tracing;
+    ``inplace_methods`` (``"add_"``) are translated to it followed by rebinding the tensor.
+    ``torch_impl`` is what the torch executor runs (default: the first of ``torch_fns``).
+    ``view`` marks operations whose torch result aliases their first input.
+    """
+
+    def deco(fn):
+        sym = Symbol(name or fn.__name__, fn, module="ltorch", tags=tags)
+        sym.torch_impl = torch_impl if torch_impl is not None else (torch_fns[0] if torch_fns else None)
+        sym.is_view = view
+        sym.has_inplace_param = sym.signature is not None and "inplace" in sym.signature.parameters
+        for tf in torch_fns:
+            TORCH_TO_SYMBOL[tf] = sym
+        for m in methods:
+            attr = _method(m)
+            if attr is not None:
+                TORCH_TO_SYMBOL[attr] = sym
+        for m in inplace_methods:
+            attr = _method(m)
+            if attr is not None:
+                INPLACE_TO_SYMBOL[attr] = sym
+        SYMBOLS[sym.name] = sym
+        return sym
+
+    return deco
+
+
+def property_key(func):
+    """Key for a Tensor property getter: ``Tensor.shape.__get__`` arrives as a fresh method-wrapper."""
+    owner = getattr(func, "__self__", None)
+    if owner is not None and type(owner).__name__ == "getset_descriptor":
+        return owner
+    return func
+
+
+def signature_of(fn):
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,602 @@
+"""Shape, view, indexing and dtype operations of the torch language."""
+from __future__ import annotations
+
+import math
+import operator
+from numbers import Number
+
+import torch
+import torch.nn.functional as F
+
+from thunder.core import prims
+from thunder.core.proxies import TensorProxy, NumberProxy
+from thunder.torch.registry import torchsymbol
+from thunder.torch.utils import canonicalize_dim, canonicalize_dims, check, convert, expand_to
+from thunder.torch import fallback
+
+
+def _shape_arg(shape) -> tuple:
+    """``view(2, 3)``, ``view((2, 3))`` and ``view(torch.Size([2, 3]))`` all mean (2, 3)."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
+        shape = shape[0]
+    return tuple(int(s) for s in shape)
+
+
+def _infer_shape(numel: int, shape) -> tuple:
+    shape = list(shape)
+    if -1 in shape:
+        i = shape.index(-1)
+        rest = math.prod(s for j, s in enumerate(shape) if j != i)
+        check(rest != 0 and numel % rest == 0, lambda: f"shape '{list(shape)}' is invalid for input of size {numel}")
+        shape[i] = numel // rest
+    check(math.prod(shape) == numel, lambda: f"shape '{list(shape)}' is invalid for input of size {numel}")
+    return tuple(shape)
+
+
+@torchsymbol(torch.reshape, methods=("reshape",))
+def reshape(a, *shape):
+    shape = _infer_shape(a.numel(), _shape_arg(shape))
+    return a if tuple(a.shape) == shape else prims.reshape(a, shape)
+
+
+@torchsymbol(methods=("view",), view=True, torch_impl=torch.Tensor.view)
+def view(a, *shape):
+    if len(shape) == 1 and isinstance(shape[0], torch.dtype):
+        check(shape[0] == a.dtype, "view(dtype) that changes the dtype is not supported", NotImplementedError)
+        return a
+    return reshape(a, *shape)
+
+
+@torchsymbol(methods=("view_as",), view=True, torch_impl=torch.Tensor.view_as)
+def view_as(a, other):
+    return reshape(a, tuple(other.shape))
+
+
+@torchsymbol(methods=("reshape_as",), torch_impl=torch.Tensor.reshape_as)
+def reshape_as(a, other):
+    return reshape(a, tuple(other.shape))
+
+
+@torchsymbol(torch.flatten, methods=("flatten",), view=True)
+def flatten(a, start_dim=0, end_dim=-1):
+    if a.ndim == 0:
+        return reshape(a, (1,))
+    s, e = canonicalize_dim(a.ndim, start_dim), canonicalize_dim(a.ndim, end_dim)
+    if s >= e:
+        return a
+    shape = tuple(a.shape[:s]) + (math.prod(a.shape[s:e + 1]),) + tuple(a.shape[e + 1:])
+    return reshape(a, shape)
+
+
+@torchsymbol(torch.unflatten, methods=("unflatten",), view=True)
+def unflatten(a, dim, sizes):
+    dim = canonicalize_dim(a.ndim, dim)
+    sizes = _infer_shape(a.shape[dim], tuple(sizes))
+    return reshape(a, tuple(a.shape[:dim]) + sizes + tuple(a.shape[dim + 1:]))
+
+
+@torchsymbol(torch.squeeze, methods=("squeeze",), view=True)
+def squeeze(a, dim=None):
+    dims = canonicalize_dims(a.ndim, dim) if dim is not None else tuple(range(a.ndim))
+    dims = tuple(d for d in dims if a.shape[d] == 1)
+    return prims.squeeze(a, dims) if dims else a
+
+
+@torchsymbol(torch.unsqueeze, methods=("unsqueeze",), view=True)
+def unsqueeze(a, dim):
+    dim = canonicalize_dim(a.ndim + 1, dim)
+    shape = list(a.shape)
+    shape.insert(dim, 1)
+    dims = tuple(i if i < dim else i + 1 for i in range(a.ndim))
+    return prims.broadcast_in_dim(a, tuple(shape), dims)
+
+
+@torchsymbol(torch.permute, methods=("permute",), view=True)
+def permute(a, *dims):
+    dims = canonicalize_dims(a.ndim, _shape_arg(dims) if dims else ())
+    return a if dims == tuple(range(a.ndim)) else prims.transpose(a, dims)
+
+
+@torchsymbol(torch.transpose, torch.swapaxes, torch.swapdims, methods=("transpose", "swapaxes", "swapdims"), view=True)
+def transpose(a, dim0, dim1):
+    if a.ndim == 0:
+        return a
+    d0, d1 = canonicalize_dim(a.ndim, dim0), canonicalize_dim(a.ndim, dim1)
+    perm = list(range(a.ndim))
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return permute(a, tuple(perm))
+
+
+@torchsymbol(torch.t, methods=("t",), view=True)
+def t(a):
+    check(a.ndim <= 2, lambda: f"t() expects a tensor with <= 2 dimensions, but self is {a.ndim}D")
+    return transpose(a, 0, 1) if a.ndim == 2 else a
+
+
+@torchsymbol(torch.Tensor.T, name="T", view=True, torch_impl=torch.Tensor.T.__get__)
+def T(a):
+    return permute(a, tuple(reversed(range(a.ndim))))
+
+
+@torchsymbol(torch.Tensor.mT, name="mT", view=True, torch_impl=torch.Tensor.mT.__get__)
+def mT(a):
+    return transpose(a, -2, -1)
+
+
+@torchsymbol(torch.movedim, torch.moveaxis, methods=("movedim", "moveaxis"), view=True)
+def movedim(a, source, destination):
+    src = canonicalize_dims(a.ndim, source)
+    dst = canonicalize_dims(a.ndim, destination)
+    order = [d for d in range(a.ndim) if d not in src]
+    perm = [None] * a.ndim
+    for s, d in zip(src, dst):
+        perm[d] = s
+    it = iter(order)
+    perm = [p if p is not None else next(it) for p in perm]
+    return permute(a, tuple(perm))
+
+
+@torchsymbol(methods=("expand",), view=True, torch_impl=torch.Tensor.expand)
+def expand(a, *shape):
+    shape = list(_shape_arg(shape))
+    offset = len(shape) - a.ndim
+    for i in range(a.ndim):
+        if shape[offset + i] == -1:
+            shape[offset + i] = a.shape[i]
+    return expand_to(a, tuple(shape))
+
+
+@torchsymbol(methods=("expand_as",), view=True, torch_impl=torch.Tensor.expand_as)
+def expand_as(a, other):
+    return expand_to(a, tuple(other.shape))
+
+
+@torchsymbol(torch.broadcast_to, methods=("broadcast_to",), view=True)
+def broadcast_to(a, shape):
+    return expand(a, tuple(shape))
+
+
+@torchsymbol(torch.broadcast_tensors)
+def broadcast_tensors(*tensors):
+    shape = tuple(prims.broadcast_shapes(*(tuple(t.shape) for t in tensors)))
+    return tuple(expand_to(t, shape) for t in tensors)
+
+
+@torchsymbol(methods=("repeat",), torch_impl=torch.Tensor.repeat)
+def repeat(a, *sizes):
+    sizes = _shape_arg(sizes)
+    check(len(sizes) >= a.ndim, "repeat: number of repeat dims can not be smaller than number of tensor dims")
+    a = reshape(a, (1,) * (len(sizes) - a.ndim) + tuple(a.shape))
+    # Interleave a broadcast dim before each dim, then merge.
+    expanded_shape = []
+    for r, s in zip(sizes, a.shape):
+        expanded_shape += [r, s]
+    dims = tuple(2 * i + 1 for i in range(a.ndim))
+    out = prims.broadcast_in_dim(a, tuple(expanded_shape), dims)
+    return reshape(out, tuple(r * s for r, s in zip(sizes, a.shape)))
+
+
+@torchsymbol(torch.tile, methods=("tile",))
+def tile(a, dims):
+    dims = tuple(dims)
+    dims = (1,) * (a.ndim - len(dims)) + dims
+    return repeat(a, dims)
+
+
+@torchsymbol(torch.cat, torch.concat, torch.concatenate)
+def cat(tensors, dim=0):
+    tensors = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or list(tensors[:1])
+    from thunder.torch.utils import promote
+
+    _, dtype = promote(*tensors)
+    dim = canonicalize_dim(tensors[0].ndim, dim)
+    tensors = [convert(t, dtype) for t in tensors]
+    return tensors[0] if len(tensors) == 1 else prims.cat(tensors, dim)
+
+
+@torchsymbol(torch.stack)
+def stack(tensors, dim=0):
+    dim = canonicalize_dim(tensors[0].ndim + 1, dim)
+    return cat([unsqueeze(t, dim) for t in tensors], dim)
+
+
+@torchsymbol(torch.hstack)
+def hstack(tensors):
+    return cat(tensors, 0 if tensors[0].ndim == 1 else 1)
+
+
+@torchsymbol(torch.vstack)
+def vstack(tensors):
+    return cat([reshape(t, (1, -1)) if t.ndim == 1 else t for t in tensors], 0)
+
+
+@torchsymbol(torch.narrow, methods=("narrow",), view=True)
+def narrow(a, dim, start, length):
+    dim = canonicalize_dim(a.ndim, dim)
+    start = start + a.shape[dim] if start < 0 else start
+    return _slice_dim(a, dim, start, start + length, 1)
+
+
+def _slice_dim(a, dim, start, stop, step):
+    if start == 0 and stop == a.shape[dim] and step == 1:
+        return a
+    starts = [0] * a.ndim
+    stops = list(a.shape)
+    steps = [1] * a.ndim
+    starts[dim], stops[dim], steps[dim] = start, stop, step
+    return prims.slice_prim(a, starts, stops, steps)
+
+
+@torchsymbol(torch.select, methods=("select",), view=True)
+def select(a, dim, index):
+    dim = canonicalize_dim(a.ndim, dim)
+    size = a.shape[dim]
+    check(-size <= index < size, lambda: f"select(): index {index} out of range for tensor of size {tuple(a.shape)} at dimension {dim}",
+          IndexError)
+    index = index % size
+    return prims.squeeze(_slice_dim(a, dim, index, index + 1, 1), (dim,))
+
+
+@torchsymbol(torch.split, methods=("split",), view=True)
+def split(a, split_size_or_sections, dim=0):
+    dim = canonicalize_dim(a.ndim, dim)
+    size = a.shape[dim]
+    if isinstance(split_size_or_sections, int):
+        step = split_size_or_sections
+        sections = [min(step, size - s) for s in range(0, max(size, 1), max(step, 1))] if size else [0]
+    else:
+        sections = list(split_size_or_sections)
+        check(sum(sections) == size, lambda: f"split_with_sizes expects split_sizes to sum exactly to {size}")
+    out, start = [], 0
+    for s in sections:
+        out.append(_slice_dim(a, dim, start, start + s, 1))
+        start += s
+    return tuple(out)
+
+
+@torchsymbol(torch.tensor_split, methods=("tensor_split",), view=True)
+def tensor_split(a, indices_or_sections, dim=0):
+    dim = canonicalize_dim(a.ndim, dim)
+    size = a.shape[dim]
+    if isinstance(indices_or_sections, int):
+        n = indices_or_sections
+        sections = [size // n + 1] * (size % n) + [size // n] * (n - size % n)
+    else:
+        bounds = [0] + list(indices_or_sections) + [size]
+        sections = [max(0, min(e, size) - min(s, size)) for s, e in zip(bounds[:-1], bounds[1:])]
+    return split(a, sections, dim)
+
+
+@torchsymbol(torch.chunk, methods=("chunk",), view=True)
+def chunk(a, chunks, dim=0):
+    dim = canonicalize_dim(a.ndim, dim)
+    size = a.shape[dim]
+    step = -(-size // chunks)
+    return split(a, step, dim)
+
+
+@torchsymbol(torch.unbind, methods=("unbind",), view=True)
+def unbind(a, dim=0):
+    dim = canonicalize_dim(a.ndim, dim)
+    return tuple(select(a, dim, i) for i in range(a.shape[dim]))
+
+
+@torchsymbol(torch.flip, methods=("flip",))
+def flip(a, dims):
+    dims = canonicalize_dims(a.ndim, dims)
+    return prims.flip(a, dims) if dims else a
+
+
+@torchsymbol(torch.roll, methods=("roll",))
+def roll(a, shifts, dims=None):
+    if dims is None:
+        return reshape(roll(flatten(a), shifts, 0), tuple(a.shape))
+    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    out = a
+    for s, d in zip(shifts, dims):
+        d = canonicalize_dim(a.ndim, d)
+        n = a.shape[d]
+        if n == 0:
+            continue
+        s = s % n
+        if s:
+            out = cat([_slice_dim(out, d, n - s, n, 1), _slice_dim(out, d, 0, n - s, 1)], d)
+    return out
+
+
+def _tri(a, diagonal, upper):
+    from thunder.torch.creation import arange
+    from thunder.torch.elementwise import ge, le, sub, where
+    rows, cols = a.shape[-2], a.shape[-1]
+    r = reshape(arange(rows, device=a.device), (rows, 1))
+    c = reshape(arange(cols, device=a.device), (1, cols))
+    mask = ge(sub(c, r), diagonal) if upper else le(sub(c, r), diagonal)
+    return where(mask, a, convert(0, a.dtype))
+
+
+@torchsymbol(torch.tril, methods=("tril",), inplace_methods=("tril_",))
+def tril(a, diagonal=0):
+    return _tri(a, diagonal, upper=False)
+
+
+@torchsymbol(torch.triu, methods=("triu",), inplace_methods=("triu_",))
+def triu(a, diagonal=0):
+    return _tri(a, diagonal, upper=True)
+
+
+@torchsymbol(torch.index_select, methods=("index_select",))
+def index_select(a, dim, index):
+    dim = canonicalize_dim(a.ndim, dim)
+    if index.ndim == 0:
+        index = reshape(index, (1,))
+    return prims.take(a, index, dim)
+
+
+@torchsymbol(torch.gather, methods=("gather",))
+def gather(a, dim, index, *, sparse_grad=False):
+    return prims.gather(a, index, canonicalize_dim(a.ndim, dim))
+
+
+@torchsymbol(torch.take_along_dim, methods=("take_along_dim",))
+def take_along_dim(a, indices, dim=None):
+    if dim is None:
+        return gather(flatten(a), 0, flatten(indices))
+    dim = canonicalize_dim(a.ndim, dim)
+    shape = list(prims.broadcast_shapes(tuple(a.shape[:dim]) + (1,) + tuple(a.shape[dim + 1:]),
+                                        tuple(indices.shape[:dim]) + (1,) + tuple(indices.shape[dim + 1:])))
+    a_shape = list(shape)
+    a_shape[dim] = a.shape[dim]
+    i_shape = list(shape)
+    i_shape[dim] = indices.shape[dim]
+    return gather(expand_to(a, a_shape), dim, expand_to(indices, i_shape))
+
+
+@torchsymbol(torch.scatter_add, methods=("scatter_add",), inplace_methods=("scatter_add_",))
+def scatter_add(a, dim, index, src):
+    return prims.scatter_add(a, index, src, canonicalize_dim(a.ndim, dim))
+
+
+@torchsymbol(torch.index_add, methods=("index_add",), inplace_methods=("index_add_",))
+def index_add(a, dim, index, source, *, alpha=1):
+    from thunder.torch.elementwise import mul
+    if alpha != 1:
+        source = mul(source, alpha)
+    return prims.index_add(a, index, source, canonicalize_dim(a.ndim, dim))
+
+
+@torchsymbol(torch.nn.functional.pad)
+def pad(a, pad, mode="constant", value=None):
+    if mode != "constant":
+        return fallback.fallback_call(F.pad, (a, pad, mode, value), {})
+    value = 0 if value is None else value
+    check(len(pad) % 2 == 0 and len(pad) // 2 <= a.ndim, "pad: padding length must be divisible by 2 and fit the input")
+    config = [(0, 0, 0)] * a.ndim
+    for i in range(len(pad) // 2):
+        config[a.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1], 0)
+    return prims.pad(a, convert(value, a.dtype), config)
+
+
+# ---------------------------------------------------------------------------------------------
+# Indexing: basic indexing decomposes into slices and reshapes; advanced indexing runs torch's.
+# ---------------------------------------------------------------------------------------------
+
+
+def _is_basic_index(key) -> bool:
+    items = key if isinstance(key, tuple) else (key,)
+    return all(x is None or x is Ellipsis or isinstance(x, (int, slice)) and not isinstance(x, bool) for x in items)
+
+
+def _basic_getitem(a, key):
+    items = list(key) if isinstance(key, tuple) else [key]
+    n_real = sum(1 for x in items if x is not None and x is not Ellipsis)
+    check(n_real <= a.ndim, lambda: f"too many indices for tensor of dimension {a.ndim}", IndexError)
+    if Ellipsis in items:
+        i = items.index(Ellipsis)
+        items[i:i + 1] = [slice(None)] * (a.ndim - n_real)
+    else:
+        items += [slice(None)] * (a.ndim - n_real)
+    starts, stops, steps = [], [], []
+    squeeze_dims, out_shape_with_none = [], []
+    dim = 0
+    for x in items:
+        if x is None:
+            out_shape_with_none.append(("new", None))
+            continue
+        size = a.shape[dim]
+        if isinstance(x, int):
+            check(-size <= x < size, lambda: f"index {x} is out of bounds for dimension {dim} with size {size}", IndexError)
+            x = x % size
+            starts.append(x), stops.append(x + 1), steps.append(1)
+            squeeze_dims.append(dim)
+        else:
+            s, e, st = x.indices(size)
+            check(st > 0, "step must be greater than zero", ValueError)
+            e = max(e, s)
+            starts.append(s), stops.append(e), steps.append(st)
+            out_shape_with_none.append(("dim", dim))
+        dim += 1
+    out = a
+    if starts != [0] * a.ndim or stops != list(a.shape) or steps != [1] * a.ndim:
+        out = prims.slice_prim(a, starts, stops, steps)
+    if squeeze_dims:
+        out = prims.squeeze(out, tuple(squeeze_dims))
+    if any(kind == "new" for kind, _ in out_shape_with_none):
+        shape, dims, i = [], [], 0
+        for j, (kind, _) in enumerate(out_shape_with_none):
+            if kind == "new":
+                shape.append(1)
+            else:
+                shape.append(out.shape[i])
+                dims.append(j)
+                i += 1
+        out = prims.broadcast_in_dim(out, tuple(shape), tuple(dims))
+    return out
+
+
+def _advanced_getitem_meta(a, key):
+    return fallback.meta_outputs(operator.getitem, (a, key), {})
+
+
+@torchsymbol(methods=("__getitem__",), view=True, torch_impl=operator.getitem)
+def getitem(a, key):
+    if _is_basic_index(key):
+        return _basic_getitem(a, key)
+    if isinstance(key, TensorProxy) and key.dtype in (torch.int64, torch.int32) and key.ndim <= 1 and a.ndim >= 1:
+        index = key if key.ndim == 1 else reshape(key, (1,))
+        out = prims.take(a, index, 0)
+        return out if key.ndim == 1 else prims.squeeze(out, (0,))
+    items = key if isinstance(key, tuple) else (key,)
+    check(not any(isinstance(x, TensorProxy) and x.dtype is torch.bool for x in items) and not any(isinstance(x, bool) for x in items),
+          "Indexing with a boolean mask gives a data-dependent shape, which thunder cannot trace; use torch.where or masked_fill instead",
+          NotImplementedError)
+    return fallback.fallback_call(operator.getitem, (a, key), {})
+
+
+def _setitem_impl(a, key, value):
+    out = a.clone()
+    out[key] = value
+    return out
+
+
+@torchsymbol(name="setitem", torch_impl=_setitem_impl)
+def setitem(a, key, value):
+    """Functional ``a[key] = value``: a new tensor; the frontend rebinds ``a`` to it."""
+    return fallback.meta_outputs(_setitem_impl, (a, key, value), {})
+
+
+# ---------------------------------------------------------------------------------------------
+# Dtype, device and copies
+# ---------------------------------------------------------------------------------------------
+
+
+def _parse_to_args(a, args, kwargs):
+    device, dtype = kwargs.get("device"), kwargs.get("dtype")
+    for x in args:
+        if isinstance(x, torch.dtype):
+            dtype = x
+        elif isinstance(x, (str, torch.device)):
+            device = torch.device(x)
+        elif isinstance(x, torch.Tensor):
+            dtype, device = x.dtype, x.device
+    return (torch.device(device) if device is not None else None), dtype
+
+
+@torchsymbol(methods=("to",), torch_impl=torch.Tensor.to)
+def to(a, *args, **kwargs):
+    device, dtype = _parse_to_args(a, args, kwargs)
+    out = a
+    if device is not None and _normalize_device(device) != a.device:
+        out = prims.device_put(out, _normalize_device(device))
+    if dtype is not None:
+        out = convert(out, dtype)
+    return out
+
+
+def _normalize_device(device):
+    from thunder.core.devices import normalize
+    return normalize(device)
+
+
+def _dtype_method(name, dtype):
+    def fn(a, memory_format=None):
+        return convert(a, dtype)
+
+    fn.__name__ = name
+    return torchsymbol(methods=(name,), name=name, torch_impl=getattr(torch.Tensor, name))(fn)
+
+
+float_ = _dtype_method("float", torch.float32)
+double = _dtype_method("double", torch.float64)
+half = _dtype_method("half", torch.float16)
+bfloat16 = _dtype_method("bfloat16", torch.bfloat16)
+int_ = _dtype_method("int", torch.int32)
+long = _dtype_method("long", torch.int64)
+bool_ = _dtype_method("bool", torch.bool)
+
+
+@torchsymbol(methods=("type_as",), torch_impl=torch.Tensor.type_as)
+def type_as(a, other):
+    return convert(a, other.dtype)
+
+
+@torchsymbol(methods=("type",), torch_impl=torch.Tensor.type)
+def type_(a, dtype=None, non_blocking=False):
+    check(dtype is not None, "Tensor.type() without a dtype returns a string and is not supported while tracing",
+          NotImplementedError)
+    return convert(a, dtype)
+
+
+@torchsymbol(methods=("cpu",), torch_impl=torch.Tensor.cpu)
+def cpu(a, memory_format=None):
+    return to(a, torch.device("cpu"))
+
+
+@torchsymbol(methods=("cuda",), torch_impl=torch.Tensor.cuda)
+def cuda(a, device=None, non_blocking=False, memory_format=None):
+    return to(a, torch.device("cuda" if device is None else device))
+
+
+@torchsymbol(methods=("contiguous",), torch_impl=torch.Tensor.contiguous)
+def contiguous(a, memory_format=torch.contiguous_format):
+    return a
+
+
+@torchsymbol(torch.clone, methods=("clone",))
+def clone(a, *, memory_format=torch.preserve_format):
+    return prims.reshape(a, tuple(a.shape))  # a fresh value with the same contents
+
+
+@torchsymbol(torch.detach, methods=("detach",))
+def detach(a):
+    return _detach(a)
+
+
+def _detach(a):
+    # A copy that is not part of the autograd graph: recorded as a fresh value without requires_grad.
+    with torch.no_grad():
+        return prims.reshape(a, tuple(a.shape))
+
+
+@torchsymbol(torch.Tensor.data, name="data", torch_impl=torch.detach)
+def data(a):
+    return _detach(a)
+
+
+@torchsymbol(methods=("requires_grad_",), torch_impl=torch.Tensor.requires_grad_)
+def requires_grad_(a, requires_grad=True):
+    check(not requires_grad or a.requires_grad, "Tensor.requires_grad_() inside a jitted function is not supported",
+          NotImplementedError)
+    return a
+
+
+@torchsymbol(torch.diagonal, methods=("diagonal",), view=True)
+def diagonal(a, offset=0, dim1=0, dim2=1):
+    return fallback.fallback_call(torch.diagonal, (a, offset, dim1, dim2), {})
+
+
+@torchsymbol(torch.einsum)
+def einsum(equation, *operands):
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    return fallback.fallback_call(torch.einsum, (equation, *operands), {})
+
+
+@torchsymbol(torch.outer, torch.ger, methods=("outer", "ger"))
+def outer(a, b):
+    from thunder.torch.elementwise import mul
+    return mul(unsqueeze(a, 1), unsqueeze(b, 0))
+
+
+@torchsymbol(torch.repeat_interleave, methods=("repeat_interleave",))
+def repeat_interleave(a, repeats, dim=None, *, output_size=None):
+    check(isinstance(repeats, int), "repeat_interleave with tensor repeats is data-dependent and not supported",
+          NotImplementedError)
+    if dim is None:
+        a, dim = flatten(a), 0
+    dim = canonicalize_dim(a.ndim, dim)
+    shape = list(a.shape)
+    expanded = shape[:dim + 1] + [repeats] + shape[dim + 1:]
+    out = prims.broadcast_in_dim(a, tuple(expanded), tuple(i if i <= dim else i + 1 for i in range(a.ndim)))
+    shape[dim] *= repeats
+    return reshape(out, tuple(shape))
