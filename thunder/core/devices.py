@@ -1,9 +1,16 @@
 """Thunder uses ``torch.device``; ``devices.Device("cuda:0")`` is how a printed trace spells one."""
+import functools
+
 import torch
 
 
+@functools.lru_cache(maxsize=None)
+def _device(spec: str) -> torch.device:
+    return torch.device(spec)
+
+
 def Device(spec) -> torch.device:  # noqa: N802 - the printed name in traces
-    return spec if isinstance(spec, torch.device) else torch.device(spec)
+    return spec if isinstance(spec, torch.device) else _device(spec)
 
 
 def print_name(device: torch.device) -> str:

@@ -70,7 +70,7 @@ def module_tensors_as_proxies(module, comp: TraceCtx, prologue: PrologueBuilder)
                         frontend.check_tensor_type(t)
                         fq = f"{qualname}.{name}" if qualname else name
                         proxy = comp.tensor(tuple(t.shape), t.dtype, t.device, t.requires_grad,
-                                            name="t_" + frontend._sanitize(fq))
+                                            name="t_" + fq.replace(".", "_"))
                         seen[id(t)] = proxy
                         prologue.unpack_source(proxy, frontend.ModuleTensorSource(m, qualname, collection, name), t)
                     swaps.append((d, name, t))
@@ -84,6 +84,7 @@ def module_tensors_as_proxies(module, comp: TraceCtx, prologue: PrologueBuilder)
 def trace_program(cd: CompileData, args, kwargs) -> TraceResult:
     comp = TraceCtx("computation")
     prologue = PrologueBuilder(comp, cd.cache_option, cd.functional)
+    prologue.start_ns = time.perf_counter_ns()
     with tracectx(comp):
         pargs, pkwargs = prologue.unpack_call(args, kwargs, _arg_names(cd.fn, args, kwargs))
     known = {}
@@ -111,6 +112,7 @@ def trace_program(cd: CompileData, args, kwargs) -> TraceResult:
     prologue.check_specialized(comp.specialized_numbers)
     if autocast_state[0] or autocast_state[2]:
         comp.decorators.append("@no_autocast")
+    comp.params = [p for p, _ in prologue.inputs]
     leaves, rebuild = flatten_output(out)
     if is_printable_structure(out):
         rebuild = None
@@ -128,6 +130,7 @@ def _needs_custom_resolution(out) -> bool:
 
 def _resolve_any(tracer, out):
     """Maps proxies inside arbitrary output containers (dataclasses, ...) to their latest versions."""
+    comp.params = [p for p, _ in prologue.inputs]
     leaves, rebuild = flatten_output(out)
     return rebuild([tracer.resolve(x) for x in leaves])
 
@@ -182,7 +185,7 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     trace = delete_last_used(trace)
     traces.append(trace)
     prologue_trace = result.prologue.finish(params)
-    prologue_trace.set_provenance("Prologue", start)
+    prologue_trace.set_provenance("Prologue", result.prologue.start_ns)
     return CacheEntry(
         prologue=prologue_trace.python_callable(),
         computation=trace.python_callable(),

@@ -184,6 +184,14 @@ def device_put_meta(a, device: torch.device):
 
 make_prim("device_put", device_put_meta)
 
+
+def shallow_copy_meta(a):
+    """The same value under a new name (an operation whose result is its input)."""
+    return _new_tensor(a.shape, a.dtype, a.device, _requires_grad(a))
+
+
+make_prim("shallow_copy", shallow_copy_meta)
+
 # ---------------------------------------------------------------------------------------------
 # Shapes
 # ---------------------------------------------------------------------------------------------

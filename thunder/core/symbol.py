@@ -69,11 +69,45 @@ class Symbol:
             trace.push_scope()
             try:
                 out = self.fn(*args, **kwargs)
+                aliased = _outputs_aliasing_inputs(out, args, kwargs)
+                if aliased:
+                    if not trace._scopes[-1] and len(aliased) == len(codeutils.flat_proxies(out)):
+                        return out  # the operation is the identity here: nothing to record
+                    out = _copy_aliased(out, aliased)
             finally:
                 subsymbols = tuple(trace.pop_scope())
         nargs, nkwargs = self.normalize(args, kwargs)
         trace.record(BoundSymbol(self, nargs, nkwargs, out, subsymbols, trace.current_tags))
         return out
+
+
+def _outputs_aliasing_inputs(out, args, kwargs) -> set:
+    outs = codeutils.flat_proxies(out)
+    if not outs:
+        return set()
+    ins = {id(p) for p in codeutils.flat_proxies((args, kwargs))}
+    return {id(o) for o in outs if id(o) in ins}
+
+
+def _copy_aliased(out, aliased: set):
+    """Outputs that are inputs get a fresh name (``prims.shallow_copy``), keeping traces in SSA form."""
+    from thunder.core import prims
+
+    def visit(x):
+        if isinstance(x, (TensorProxy, NumberProxy)):
+            return prims.shallow_copy(x) if id(x) in aliased else x
+        if isinstance(x, list):
+            return [visit(y) for y in x]
+        if isinstance(x, tuple):
+            items = [visit(y) for y in x]
+            if hasattr(x, "_fields"):
+                return type(x)(*items)
+            return type(x)(items) if type(x) is not tuple else tuple(items)
+        if isinstance(x, dict):
+            return {k: visit(v) for k, v in x.items()}
+        return x
+
+    return visit(out)
 
 
 class BoundSymbol:

@@ -125,7 +125,7 @@ class TraceCtx:
         if self.provenance:
             lines.append(self.provenance)
         lines += ["import torch", "from thunder.executors.torchex import no_autocast"]
-        lines += list(printer.imports)
+        lines += _group_imports(printer.imports)
         lines.append("")
         lines += self.decorators
         lines.append(f"def {self.name}({params}):")
@@ -146,6 +146,21 @@ class TraceCtx:
         fn = ctx[self.name]
         fn.__thunder_source__ = source
         return fn
+
+
+def _group_imports(imports) -> list[str]:
+    """``from m import a`` and ``from m import b`` become ``from m import a, b``."""
+    by_module: dict[str, list[str]] = {}
+    others = []
+    for line in imports:
+        if line.startswith("from ") and " import " in line:
+            module, names = line[5:].split(" import ", 1)
+            if module == "thunder.executors.torchex" and names == "no_autocast":
+                continue
+            by_module.setdefault(module, []).extend(n.strip() for n in names.split(","))
+        else:
+            others.append(line)
+    return others + [f"from {m} import {', '.join(dict.fromkeys(ns))}" for m, ns in by_module.items()]
 
 
 _RESERVED = frozenset({"torch", "dtypes", "devices", "no_autocast", "prims", "ltorch", "args", "kwargs"}) | frozenset(

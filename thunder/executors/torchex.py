@@ -225,6 +225,10 @@ def embedding_prim(indices, weight):
     return F.embedding(indices, weight)
 
 
+def shallow_copy(a):
+    return a
+
+
 def device_put(a, device):
     return a.to(device)
 
@@ -249,7 +253,7 @@ _PRIM_IMPLS = {
     "index_add": index_add_prim, "sum": sum_prim, "prod": prod_prim, "amax": amax_prim, "amin": amin_prim,
     "var": var_prim, "var_mean": var_mean_prim, "argmax": argmax_prim, "argmin": argmin_prim, "cumsum": cumsum_prim,
     "full": full, "iota": iota, "uniform": uniform, "randn": randn, "matmul": torch.matmul, "linear": F.linear,
-    "convolution": convolution_prim, "embedding": embedding_prim, "copy_": copy_, "device_put": device_put,
+    "convolution": convolution_prim, "embedding": embedding_prim, "copy_": copy_, "device_put": device_put, "shallow_copy": shallow_copy,
     "div": div_prim, "maximum": maximum_prim, "minimum": minimum_prim, "where": torch.where,
     "floor_divide": torch.floor_divide,
 }
