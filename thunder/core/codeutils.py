@@ -18,7 +18,7 @@ def flat_proxies(x) -> list:
 
 
 def _collect(x, out):
-    if isinstance(x, (TensorProxy, NumberProxy)):
+    if isinstance(x, (TensorProxy, NumberProxy, Var)):
         out.append(x)
     elif isinstance(x, (tuple, list)):
         for y in x:
@@ -96,7 +96,7 @@ class Printer:
 def output_comment(out) -> str:
     if isinstance(out, (TensorProxy, NumberProxy)):
         return f'{out.name}: "{type_string(out)}"'
-    proxies = flat_proxies(out)
+    proxies = [p for p in flat_proxies(out) if not isinstance(p, Var)]
     if not proxies:
         return ""
     return ", ".join(f'{p.name}: "{type_string(p)}"' for p in proxies)

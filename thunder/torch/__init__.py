@@ -5,6 +5,7 @@ is the resulting table. Symbols print as ``ltorch.<name>``.
 """
 from thunder.torch.registry import TORCH_TO_SYMBOL, INPLACE_TO_SYMBOL, SYMBOLS, torchsymbol  # noqa: F401
 from thunder.torch import elementwise, reductions, shapes, creation, nn  # noqa: F401  (registers the ops)
+from thunder.torch import grad_rules  # noqa: F401  (gradient rules and backward kernels)
 from thunder.torch.elementwise import *  # noqa: F401,F403
 from thunder.torch.reductions import *  # noqa: F401,F403
 from thunder.torch.shapes import *  # noqa: F401,F403

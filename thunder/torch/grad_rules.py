@@ -1,0 +1,221 @@
+"""Gradient rules of torch-language operations, and the backward kernels they use.
+
+Where torch has a dedicated backward kernel (softmax, layer norm, batch norm, GELU, convolution,
+embedding, ...) the rule calls it, so gradients match eager autograd's and the tensors saved for
+backward are the ones eager saves. Operations without a rule here are differentiated through
+their decomposition (rules of ``thunder.transforms.grad_rules``). Operations thunder has no
+definition for (the generic fallback) and ``scaled_dot_product_attention`` are differentiated by
+torch's own autograd (``torch_autograd_rule``).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from thunder.core import prims
+from thunder.core.proxies import TensorProxy, Var
+from thunder.core.symbol import Symbol
+from thunder.core.trace import get_tracectx
+from thunder.torch.registry import torchsymbol
+from thunder.torch import fallback
+from thunder.transforms.grad_rules import register_vjp, _reduce_to
+
+aten = torch.ops.aten
+
+
+def _aten_symbol(op, name):
+    """An opaque torch-language symbol for an aten kernel: metadata from its meta kernel, run by torch."""
+
+    def meta(*args, **kwargs):
+        return fallback.meta_outputs(op, args, kwargs)
+
+    meta.__name__ = name
+    return torchsymbol(name=name, torch_impl=op)(meta)
+
+
+softmax_backward = _aten_symbol(aten._softmax_backward_data.default, "softmax_backward")
+log_softmax_backward = _aten_symbol(aten._log_softmax_backward_data.default, "log_softmax_backward")
+native_layer_norm_backward = _aten_symbol(aten.native_layer_norm_backward.default, "native_layer_norm_backward")
+native_batch_norm_backward = _aten_symbol(aten.native_batch_norm_backward.default, "native_batch_norm_backward")
+gelu_backward = _aten_symbol(aten.gelu_backward.default, "gelu_backward")
+threshold_backward = _aten_symbol(aten.threshold_backward.default, "threshold_backward")
+silu_backward = _aten_symbol(aten.silu_backward.default, "silu_backward")
+convolution_backward = _aten_symbol(aten.convolution_backward.default, "convolution_backward")
+embedding_dense_backward = _aten_symbol(aten.embedding_dense_backward.default, "embedding_dense_backward")
+slice_backward = _aten_symbol(aten.slice_backward.default, "slice_backward")
+
+from thunder.torch import nn as tnn, elementwise as ew  # noqa: E402
+
+
+def _dtype_for_backward(a):
+    return a.dtype
+
+
+@register_vjp(tnn.softmax)
+def softmax_rule(a, dim=None, _stacklevel=3, dtype=None):
+    out = tnn.softmax(a, dim, _stacklevel, dtype)
+    d = dim % a.ndim if a.ndim else 0
+
+    def backward(g):
+        ga = softmax_backward(g, out, d, a.dtype)
+        return (ga if ga.dtype is a.dtype else prims.convert_element_type(ga, a.dtype),)
+
+    return out, backward
+
+
+@register_vjp(tnn.log_softmax)
+def log_softmax_rule(a, dim=None, _stacklevel=3, dtype=None):
+    out = tnn.log_softmax(a, dim, _stacklevel, dtype)
+    d = dim % a.ndim if a.ndim else 0
+
+    def backward(g):
+        ga = log_softmax_backward(g, out, d, a.dtype)
+        return (ga if ga.dtype is a.dtype else prims.convert_element_type(ga, a.dtype),)
+
+    return out, backward
+
+
+@register_vjp(tnn.native_layer_norm)
+def native_layer_norm_rule(a, normalized_shape, weight, bias, eps):
+    out, mean, rstd = tnn.native_layer_norm(a, normalized_shape, weight, bias, eps)
+
+    def backward(g_out, g_mean, g_rstd):
+        mask = [True, weight is not None, bias is not None]
+        ga, gw, gb = native_layer_norm_backward(g_out, a, list(normalized_shape), mean, rstd, weight, bias, mask)
+        return ga, None, gw, gb, None
+
+    return (out, mean, rstd), backward
+
+
+@register_vjp(tnn.native_batch_norm)
+def native_batch_norm_rule(a, weight, bias, running_mean, running_var, training, momentum, eps):
+    out, save_mean, save_invstd, new_rm, new_rv = tnn.native_batch_norm(a, weight, bias, running_mean, running_var,
+                                                                       training, momentum, eps)
+
+    def backward(g_out, *unused):
+        mask = [True, weight is not None, bias is not None]
+        ga, gw, gb = native_batch_norm_backward(g_out, a, weight, running_mean, running_var, save_mean, save_invstd,
+                                                training, eps, mask)
+        return ga, gw, gb, None, None, None, None, None
+
+    return (out, save_mean, save_invstd, new_rm, new_rv), backward
+
+
+@register_vjp(ew.gelu)
+def gelu_rule(a, approximate="none"):
+    out = ew.gelu(a, approximate)
+    return out, lambda g: (gelu_backward(g, a, approximate=approximate),)
+
+
+@register_vjp(ew.relu)
+def relu_rule(a, inplace=False):
+    out = ew.relu(a)
+    return out, lambda g: (threshold_backward(g, out, 0),)
+
+
+@register_vjp(ew.silu)
+def silu_rule(a, inplace=False):
+    out = ew.silu(a)
+    return out, lambda g: (silu_backward(g, a),)
+
+
+@register_vjp(tnn.dropout_mask)
+def dropout_mask_rule(a, p):
+    return tnn.dropout_mask(a, p), lambda g: (None,)
+
+
+# ---------------------------------------------------------------------------------------------
+# Differentiation by torch's autograd: for the generic fallback and for attention, whose kernel
+# choice (flash, memory-efficient, math) only torch itself knows.
+# ---------------------------------------------------------------------------------------------
+
+
+class AutogradGraph:
+    """Inputs and outputs of a function run under torch autograd, kept for its backward."""
+
+    __slots__ = ("inputs", "outputs")
+
+    def __init__(self, inputs, outputs):
+        self.inputs = inputs
+        self.outputs = outputs
+
+
+def torch_autograd_forward(fn, args, kwargs, diff_positions):
+    """Runs ``fn`` with autograd enabled; returns its outputs and the graph for ``torch_autograd_backward``."""
+    args = list(args)
+    inputs = []
+    with torch.enable_grad():
+        for i in diff_positions:
+            t = args[i].detach().requires_grad_(True)
+            args[i] = t
+            inputs.append(t)
+        out = fn(*args, **kwargs)
+    flat = [o for o in (out if isinstance(out, (tuple, list)) else (out,))]
+    graph = AutogradGraph(inputs, [o for o in flat if isinstance(o, torch.Tensor) and o.requires_grad])
+    detached = tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in flat)
+    result = detached if isinstance(out, (tuple, list)) else detached[0]
+    return result, graph
+
+
+def torch_autograd_backward(graph, *cotangents):
+    outs, grads = [], []
+    for o, g in zip(graph.outputs, cotangents):
+        if g is not None:
+            outs.append(o)
+            grads.append(g)
+    result = torch.autograd.grad(outs, graph.inputs, grads, allow_unused=True) if outs else [None] * len(graph.inputs)
+    graph.inputs = graph.outputs = None  # release the graph's saved tensors
+    return tuple(result)
+
+
+def _forward_meta(fn, args, kwargs, diff_positions):
+    out = fallback.meta_outputs(fn, args, kwargs)
+    return out, Var(get_tracectx().make_name("graph"))
+
+
+def _backward_meta(graph, *cotangents, like):
+    trace = get_tracectx()
+    return tuple(trace.tensor(tuple(t.shape), t.dtype, t.device) for t in like)
+
+
+torch_autograd_forward_sym = Symbol("torch_autograd_forward", _forward_meta, module="ltorch", is_prim=True)
+torch_autograd_backward_sym = Symbol("torch_autograd_backward", _backward_meta, module="ltorch", is_prim=True)
+torch_autograd_forward_sym.torch_impl = torch_autograd_forward
+
+
+def torch_autograd_backward_impl(graph, *cotangents, like):
+    return torch_autograd_backward(graph, *cotangents)
+
+
+torch_autograd_backward_sym.torch_impl = torch_autograd_backward_impl
+from thunder.torch.registry import SYMBOLS as _SYMBOLS  # noqa: E402
+
+_SYMBOLS["torch_autograd_forward"] = torch_autograd_forward_sym
+_SYMBOLS["torch_autograd_backward"] = torch_autograd_backward_sym
+
+
+def torch_autograd_rule(fn):
+    """A rule that differentiates ``fn`` (a torch callable) with torch's autograd."""
+
+    def rule(*args, **kwargs):
+        diff = tuple(i for i, a in enumerate(args) if isinstance(a, TensorProxy) and a.requires_grad)
+        out, graph = torch_autograd_forward_sym(fn, args, kwargs, diff)
+        flat_out = out if isinstance(out, (tuple, list)) else (out,)
+        diff_outs = [o for o in flat_out if isinstance(o, TensorProxy) and o.requires_grad]
+        like = tuple(args[i] for i in diff)
+
+        def backward(*cotangents):
+            by_name = {o.name: g for o, g in zip([o for o in flat_out if isinstance(o, TensorProxy)], cotangents)}
+            cts = [by_name.get(o.name) for o in diff_outs]
+            grads = torch_autograd_backward_sym(graph, *cts, like=like)
+            result = [None] * len(args)
+            for i, g in zip(diff, grads):
+                result[i] = g
+            return tuple(result)
+
+        return out, backward
+
+    return rule
+
+
+register_vjp(tnn.scaled_dot_product_attention)(torch_autograd_rule(F.scaled_dot_product_attention))

@@ -1,0 +1,387 @@
+"""Reverse-mode autodiff: splitting a computation trace into a forward and a backward trace, and
+running them as a ``torch.autograd.Function``.
+
+The forward trace (``augmented_forward_fn``) applies each differentiable operation's gradient rule
+(see ``grad_rules``): it computes the outputs and returns, besides them, the values the backward
+reads. The backward trace (``backward_fn``) calls the rules' backward closures in reverse order and
+accumulates gradients. Which forward values are saved is not decided by hand: it is exactly the set
+of forward values the (dead-code-eliminated) backward trace reads, except those of activation-
+checkpointed regions, which the backward recomputes (see ``thunder.core.checkpointing``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import torch
+
+from thunder.core.codeutils import flat_proxies
+from thunder.core.compile_data import CacheEntry
+from thunder.core.outputs import is_printable_structure
+from thunder.core.proxies import TensorProxy, NumberProxy, Var
+from thunder.core.symbol import BoundSymbol, Tag
+from thunder.core.trace import TraceCtx, tracectx
+from thunder.executors import pythonex as px
+from thunder.executors.passes import transform_for_execution
+from thunder.transforms.dce import dce, has_effects
+from thunder.transforms.delete_last_used import delete_last_used
+from thunder.transforms.grad_rules import get_vjp
+from thunder.transforms.rename import substitute
+
+
+@dataclasses.dataclass
+class _TapeEntry:
+    args: tuple  # the rule's positional arguments (forward proxies)
+    outs: list  # the rule's tensor outputs, flat
+    backward: callable
+    n_outputs: int
+
+
+def _rule_for(sym):
+    rule = get_vjp(sym)
+    if rule is None and getattr(sym, "is_fallback", False):
+        from thunder.torch.grad_rules import torch_autograd_rule
+
+        rule = torch_autograd_rule(sym.torch_impl)
+    return rule
+
+
+def _needs_grad(bsym) -> bool:
+    outs = [o for o in bsym.flat_outs if isinstance(o, TensorProxy)]
+    return any(o.requires_grad for o in outs) and any(
+        isinstance(a, TensorProxy) and a.requires_grad for a in bsym.flat_args)
+
+
+# Primitives cheap enough to recompute in the backward (see [Note: differentiating a decomposition]).
+_CHEAP_PRIMS = frozenset(
+    {"broadcast_in_dim", "reshape", "transpose", "squeeze", "slice_prim", "cat", "pad", "flip", "take", "gather",
+     "sum", "amax", "amin", "var", "var_mean", "cumsum", "convert_element_type", "where", "full", "iota",
+     "shallow_copy", "prod", "device_put"}
+    | set(__import__("thunder.core.prims", fromlist=["UNARY"]).UNARY)
+    | set(__import__("thunder.core.prims", fromlist=["BINARY"]).BINARY))
+
+
+def _cheap_decomposition(bsym) -> bool:
+    if not bsym.subsymbols:
+        return False
+    for sub in bsym.subsymbols:
+        if sub.subsymbols:
+            if not _cheap_decomposition(sub):
+                return False
+        elif not (sub.sym.module == "prims" and sub.sym.name in _CHEAP_PRIMS):
+            return False
+    return True
+
+
+# [Note: differentiating a decomposition]
+# A torch-language op without a gradient rule whose decomposition is cheap (elementwise, shape and
+# reduction primitives) runs in the forward as itself, e.g. ``torch.add`` with its broadcasting, so
+# the forward executes eager's kernels. Its backward replays the decomposition's rules inside the
+# backward trace; dead-code elimination then keeps only the recomputation the gradients really
+# need (often none: the gradient of a broadcasting add is a sum over the broadcast dimensions).
+# Expensive decompositions (containing matmuls, convolutions, random ops) are instead expanded in
+# the forward, their pieces differentiated one by one.
+
+
+class _ForwardBuilder:
+    def __init__(self, fwd: TraceCtx):
+        self.fwd = fwd
+        self.env: dict[str, object] = {}
+        self.tape: list[_TapeEntry] = []
+        self.recomputable: set[str] = set()  # forward values of checkpointed regions
+
+    def process(self, bsym):
+        args = substitute(bsym.args, self.env)
+        kwargs = substitute(bsym.kwargs, self.env)
+        recompute = Tag.RECOMPUTE_IN_BACKWARD in bsym.tags and not has_effects(bsym)
+        if not _needs_grad(bsym):
+            from thunder.transforms.rename import substitute_bsym
+
+            new = substitute_bsym(bsym, self.env)
+            self.fwd.record(new)
+            if recompute:
+                self.recomputable.update(o.name for o in new.flat_outs)
+            return
+        rule = _rule_for(bsym.sym)
+        if rule is None and bsym.sym.module == "ltorch" and _cheap_decomposition(bsym) and not has_effects(bsym):
+            from thunder.transforms.rename import substitute_bsym
+
+            new = substitute_bsym(bsym, self.env)
+            self.fwd.record(new)
+            if recompute:
+                self.recomputable.update(o.name for o in new.flat_outs)
+            inputs = tuple(a for a in new.flat_args if isinstance(a, TensorProxy))
+            self.tape.append(_TapeEntry(inputs, list(new.flat_outs), _decomposition_backward(new, inputs),
+                                        len(new.flat_outs)))
+            return
+        if rule is None:
+            if not bsym.subsymbols:
+                raise NotImplementedError(f"thunder has no gradient rule for {bsym.sym.id}")
+            for sub in bsym.subsymbols:
+                self.process(sub.replace(tags=sub.tags | bsym.tags))
+            return
+        start = len(self.fwd.bound_symbols)
+        with self.fwd.tagged(*bsym.tags):
+            out, backward = rule(*args, **kwargs)
+        if recompute:
+            for b in self.fwd.bound_symbols[start:]:
+                if not has_effects(b):
+                    self.recomputable.update(o.name for o in b.flat_outs)
+        for old, new in zip(flat_proxies(bsym.output), flat_proxies(out)):
+            if old.name != new.name:
+                self.env[old.name] = new
+        outs = [o for o in flat_proxies(out)]
+        self.tape.append(_TapeEntry(args, outs, backward, len(outs)))
+
+
+def _decomposition_backward(bsym, inputs):
+    """Backward of ``bsym`` through its decomposition, traced into the current (backward) trace."""
+
+    def backward(*cotangents):
+        from thunder.core.trace import get_tracectx
+
+        trace = get_tracectx()
+        builder = _ForwardBuilder(trace)
+        for sub in bsym.subsymbols:
+            builder.process(sub)
+        grads: dict = {}
+        for o, ct in zip(bsym.flat_outs, cotangents):
+            if ct is not None and isinstance(o, TensorProxy):
+                _accumulate(grads, builder.env.get(o.name, o), ct, trace)
+        _run_tape(builder.tape, grads, trace)
+        return tuple(grads.get(a.name) for a in inputs)
+
+    return backward
+
+
+def _run_tape(tape, grads: dict, trace):
+    for entry in reversed(tape):
+        cts = [grads.get(o.name) if isinstance(o, TensorProxy) else None for o in entry.outs]
+        if all(c is None for c in cts):
+            continue
+        in_grads = entry.backward(*cts)
+        for arg, g in zip(entry.args, in_grads):
+            _accumulate(grads, arg, g, trace)
+
+
+def _accumulate(grads: dict, arg, g, trace):
+    if g is None:
+        return
+    if isinstance(arg, (list, tuple)):
+        for a, gg in zip(arg, g):
+            _accumulate(grads, a, gg, trace)
+        return
+    if not isinstance(arg, TensorProxy) or not arg.requires_grad:
+        return
+    assert tuple(g.shape) == tuple(arg.shape), f"gradient of {arg.name} has shape {tuple(g.shape)}, expected {tuple(arg.shape)}"
+    from thunder.torch.utils import convert
+
+    g = convert(g, arg.dtype)
+    prev = grads.get(arg.name)
+    if prev is None:
+        grads[arg.name] = g
+    else:
+        from thunder.core import prims
+
+        grads[arg.name] = prims.add(prev, g)
+
+
+def _build_backward(builder: _ForwardBuilder, fwd: TraceCtx, flat_outputs: list, params: list) -> tuple:
+    bwd = fwd.from_trace([])
+    bwd.name = "backward_fn"
+    bwd.params = ["saved_for_backward", "cotangents"]
+    bwd.decorators = ["@torch.no_grad()", "@no_autocast"]
+    grads: dict[str, object] = {}
+    cotangents = []
+    with tracectx(bwd):
+        for o in flat_outputs:
+            if isinstance(o, TensorProxy):
+                ct = bwd.tensor(tuple(o.shape), o.dtype, o.device)
+                cotangents.append(ct)
+                if o.requires_grad:
+                    _accumulate(grads, o, ct, bwd)
+            else:
+                cotangents.append(Var(bwd.make_name("ct")))
+        _run_tape(builder.tape, grads, bwd)
+        input_grads = tuple(grads.get(p.name) if isinstance(p, TensorProxy) and p.requires_grad else None
+                            for p in params)
+        px.python_return(input_grads)
+    return bwd, cotangents
+
+
+def _rematerialize(fwd: TraceCtx, bwd: TraceCtx, recomputable: set) -> TraceCtx:
+    """Moves checkpointed forward computations the backward reads into the backward (recompute, don't save)."""
+    if not recomputable:
+        return bwd
+    producers = {}
+    for b in fwd.bound_symbols:
+        for o in b.flat_outs:
+            producers[o.name] = b
+    defined_in_bwd = {o.name for b in bwd.bound_symbols for o in b.flat_outs}
+    needed = [a for b in bwd.bound_symbols for a in b.flat_args if a.name not in defined_in_bwd]
+    chosen: dict[int, BoundSymbol] = {}
+
+    def pull(name):
+        b = producers.get(name)
+        if b is None or name not in recomputable or id(b) in chosen:
+            return
+        chosen[id(b)] = b
+        for a in b.flat_args:
+            pull(a.name)
+
+    for a in needed:
+        pull(a.name)
+    if not chosen:
+        return bwd
+    order = [b for b in fwd.bound_symbols if id(b) in chosen]
+    names = {o.name for b in order for o in b.flat_outs}
+    body = bwd.bound_symbols
+    first = next((i for i, b in enumerate(body) if any(a.name in names for a in b.flat_args)), 0)
+    new = bwd.from_trace(body[:first] + order + body[first:])
+    return new
+
+
+def _saved_values(fwd: TraceCtx, bwd: TraceCtx, cotangents: list):
+    defined_in_fwd = {p.name for p in fwd.params if isinstance(p, (TensorProxy, NumberProxy))}
+    for b in fwd.bound_symbols:
+        defined_in_fwd.update(o.name for o in b.flat_outs)
+    defined_in_bwd = {c.name for c in cotangents}
+    saved, seen = [], set()
+    for b in bwd.bound_symbols:
+        for a in b.flat_args:
+            if a.name in defined_in_fwd and a.name not in defined_in_bwd and a.name not in seen:
+                seen.add(a.name)
+                saved.append(a)
+        defined_in_bwd.update(o.name for o in b.flat_outs)
+    tensors = [s for s in saved if isinstance(s, TensorProxy)]
+    others = [s for s in saved if not isinstance(s, TensorProxy)]
+    return tensors, others
+
+
+def _unpack_backward_inputs(bwd: TraceCtx, saved_tensors, saved_others, cotangents) -> TraceCtx:
+    sfb, cts = Var("saved_for_backward"), Var("cotangents")
+    c0, c1 = Var(bwd.make_name("C")), Var(bwd.make_name("C"))
+    pre = [
+        BoundSymbol(px.unpack_sequence, (sfb,), {}, (c0, c1)),
+        BoundSymbol(px.clear_mutable_collection, (sfb,), {}, None),
+    ]
+    for coll, values in ((c0, saved_tensors), (c1, saved_others), (cts, cotangents)):
+        if values:
+            pre.append(BoundSymbol(px.unpack_sequence, (coll,), {}, tuple(values)))
+            pre.append(BoundSymbol(px.clear_mutable_collection, (coll,), {}, None))
+    return bwd.from_trace(pre + list(bwd.bound_symbols))
+
+
+def split_forward_backward(cd, result, candidates, start_ns) -> CacheEntry:
+    comp = result.computation
+    traces = [comp]
+    trace = dce(comp)
+    traces.append(trace)
+    params = list(candidates)
+
+    # Forward
+    t0 = time.perf_counter_ns()
+    fwd = trace.from_trace([])
+    fwd.name = "augmented_forward_fn"
+    fwd.params = params
+    fwd.decorators = ["@torch.no_grad()", "@no_autocast"]
+    builder = _ForwardBuilder(fwd)
+    ret = None
+    with tracectx(fwd):
+        for bsym in trace.bound_symbols:
+            if bsym.sym.name == "python_return":
+                ret = substitute(bsym.args[0], builder.env)
+                continue
+            builder.process(bsym)
+    output = ret
+    flat_outputs = flat_proxies(output) if isinstance(output, (TensorProxy, NumberProxy)) or output is not None else []
+    flat_outputs = [o for o in flat_outputs]
+
+    # Backward
+    bwd, cotangents = _build_backward(builder, fwd, flat_outputs, params)
+    bwd = dce(bwd, name="Backward construction")
+    bwd = _rematerialize(fwd, bwd, builder.recomputable)
+    saved_tensors, saved_others = _saved_values(fwd, bwd, cotangents)
+    bwd = _unpack_backward_inputs(bwd, saved_tensors, saved_others, cotangents)
+    bwd.set_provenance("Backward pass", t0)
+
+    with tracectx(fwd):
+        px.python_return(({"output": output, "flat_args": list(params), "flat_output": tuple(flat_outputs)},
+                          (tuple(saved_tensors), tuple(saved_others))))
+    fwd.set_provenance("Augmented forward pass", t0)
+    traces.append(fwd)
+    fwd_final = dce(fwd)
+    traces.append(fwd_final)
+    fwd_final = transform_for_execution(fwd_final, cd.executors)
+    traces.append(fwd_final)
+    fwd_final = delete_last_used(fwd_final)
+    traces.append(fwd_final)
+
+    bwd_traces = [bwd]
+    b = transform_for_execution(bwd, cd.executors)
+    bwd_traces.append(b)
+    b = delete_last_used(b)
+    bwd_traces.append(b)
+
+    prologue_trace = result.prologue.finish(params)
+    prologue_trace.set_provenance("Prologue", result.prologue.start_ns)
+    nondiff = tuple(i for i, o in enumerate(flat_outputs) if not (isinstance(o, TensorProxy) and o.requires_grad))
+    return CacheEntry(
+        prologue=prologue_trace.python_callable(),
+        computation=fwd_final.python_callable(),
+        prologue_traces=[prologue_trace],
+        computation_traces=traces,
+        backward_traces=bwd_traces,
+        backward=b.python_callable(),
+        output_rebuild=_output_rebuild(result, output),
+        uses_autograd=True,
+        interpreted_instructions=result.recorder.instructions,
+        interpreter_log=result.recorder.log,
+        grad_info=GradInfo(nondiff, len(flat_outputs), is_printable_structure(result.output)),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class GradInfo:
+    nondiff_outputs: tuple
+    n_outputs: int
+    structured: bool
+
+
+def _output_rebuild(result, output):
+    from thunder.core.outputs import flatten_output
+
+    _, rebuild = flatten_output(result.output)
+    if isinstance(result.output, (TensorProxy, NumberProxy)):
+        return lambda values: values[0]
+    return rebuild
+
+
+class ThunderFunction(torch.autograd.Function):
+    """Connects a forward/backward trace pair to torch.autograd."""
+
+    @staticmethod
+    def forward(ctx, entry, *inputs):
+        result, (saved_tensors, saved_others) = entry.computation(*inputs)
+        ctx.save_for_backward(*saved_tensors)
+        ctx.saved_others = saved_others
+        ctx.entry = entry
+        flat = result["flat_output"]
+        info = entry.grad_info
+        if info.nondiff_outputs:
+            ctx.mark_non_differentiable(*(flat[i] for i in info.nondiff_outputs if isinstance(flat[i], torch.Tensor)))
+        return flat
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, *cotangents):
+        saved = list(ctx.saved_tensors)
+        ctx.maybe_clear_saved_tensors()
+        others = list(ctx.saved_others)
+        ctx.saved_others = None
+        grads = ctx.entry.backward([saved, others], list(cotangents))
+        return (None, *grads)
+
+
+def run_with_autograd(entry, inps):
+    return ThunderFunction.apply(entry, *inps)

@@ -1,0 +1,439 @@
+"""Gradient rules: one registry, one mechanism.
+
+A rule for symbol ``S`` is a function with ``S``'s signature that computes ``S``'s output and returns
+it together with a *backward closure* (as in micrograd): ``backward(*cotangents)`` returns one
+gradient per positional argument (None where there is none). The rule is traced into the forward
+trace; the closure, called later, is traced into the backward trace, and whatever forward values
+it reads become the tensors saved for backward. A symbol without a rule is differentiated through
+its decomposition. This module holds the registry and the rules of the primitives.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from thunder.core import prims
+from thunder.core.proxies import TensorProxy
+
+VJP_RULES: dict[str, callable] = {}
+
+
+def register_vjp(*symbols):
+    def deco(rule):
+        for sym in symbols:
+            VJP_RULES[sym.id] = rule
+        return rule
+
+    return deco
+
+
+def get_vjp(sym):
+    return VJP_RULES.get(sym.id)
+
+
+def _t(x):
+    return isinstance(x, TensorProxy)
+
+
+def _zeros_like(a):
+    return prims.full(tuple(a.shape), 0.0 if a.dtype.is_floating_point else 0, device=a.device, dtype=a.dtype)
+
+
+def _reduce_to(g, shape):
+    """Sums ``g`` down to ``shape`` (the inverse of broadcasting) — for rules of broadcasting ops."""
+    shape = tuple(shape)
+    if tuple(g.shape) == shape:
+        return g
+    lead = g.ndim - len(shape)
+    dims = list(range(lead)) + [lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1]
+    out = prims.sum(g, tuple(dims)) if dims else g
+    return prims.reshape(out, shape) if tuple(out.shape) != shape else out
+
+
+# ---------------------------------------------------------------------------------------------
+# Elementwise
+# ---------------------------------------------------------------------------------------------
+
+
+def _unary(sym, grad_fn):
+    @register_vjp(sym)
+    def rule(a):
+        out = sym(a)
+        return out, lambda g: (grad_fn(g, a, out),)
+
+    return rule
+
+
+_unary(prims.neg, lambda g, a, out: prims.neg(g))
+_unary(prims.abs, lambda g, a, out: prims.mul(g, prims.sign(a)))
+_unary(prims.exp, lambda g, a, out: prims.mul(g, out))
+_unary(prims.exp2, lambda g, a, out: prims.mul(g, prims.mul(out, math.log(2.0))))
+_unary(prims.expm1, lambda g, a, out: prims.mul(g, prims.add(out, 1.0)))
+_unary(prims.log, lambda g, a, out: prims.div(g, a))
+_unary(prims.log1p, lambda g, a, out: prims.div(g, prims.add(a, 1.0)))
+_unary(prims.log2, lambda g, a, out: prims.div(g, prims.mul(a, math.log(2.0))))
+_unary(prims.log10, lambda g, a, out: prims.div(g, prims.mul(a, math.log(10.0))))
+_unary(prims.sin, lambda g, a, out: prims.mul(g, prims.cos(a)))
+_unary(prims.cos, lambda g, a, out: prims.neg(prims.mul(g, prims.sin(a))))
+_unary(prims.tan, lambda g, a, out: prims.mul(g, prims.add(prims.mul(out, out), 1.0)))
+_unary(prims.asin, lambda g, a, out: prims.mul(g, prims.rsqrt(prims.sub(1.0, prims.mul(a, a)))))
+_unary(prims.acos, lambda g, a, out: prims.neg(prims.mul(g, prims.rsqrt(prims.sub(1.0, prims.mul(a, a))))))
+_unary(prims.atan, lambda g, a, out: prims.div(g, prims.add(prims.mul(a, a), 1.0)))
+_unary(prims.sinh, lambda g, a, out: prims.mul(g, prims.cosh(a)))
+_unary(prims.cosh, lambda g, a, out: prims.mul(g, prims.sinh(a)))
+_unary(prims.tanh, lambda g, a, out: prims.mul(g, prims.sub(1.0, prims.mul(out, out))))
+_unary(prims.asinh, lambda g, a, out: prims.mul(g, prims.rsqrt(prims.add(prims.mul(a, a), 1.0))))
+_unary(prims.acosh, lambda g, a, out: prims.mul(g, prims.rsqrt(prims.sub(prims.mul(a, a), 1.0))))
+_unary(prims.atanh, lambda g, a, out: prims.div(g, prims.sub(1.0, prims.mul(a, a))))
+_unary(prims.sqrt, lambda g, a, out: prims.div(g, prims.mul(out, 2.0)))
+_unary(prims.rsqrt, lambda g, a, out: prims.mul(g, prims.mul(prims.mul(out, prims.mul(out, out)), -0.5)))
+_unary(prims.reciprocal, lambda g, a, out: prims.neg(prims.mul(g, prims.mul(out, out))))
+_unary(prims.sigmoid, lambda g, a, out: prims.mul(g, prims.mul(out, prims.sub(1.0, out))))
+_unary(prims.erf, lambda g, a, out: prims.mul(g, prims.mul(prims.exp(prims.neg(prims.mul(a, a))), 2 / math.sqrt(math.pi))))
+_unary(prims.erfc, lambda g, a, out: prims.mul(g, prims.mul(prims.exp(prims.neg(prims.mul(a, a))), -2 / math.sqrt(math.pi))))
+_unary(prims.erfinv, lambda g, a, out: prims.mul(g, prims.mul(prims.exp(prims.mul(out, out)), math.sqrt(math.pi) / 2)))
+_unary(prims.lgamma, lambda g, a, out: prims.mul(g, prims.digamma(a)))
+for _zero_grad in (prims.floor, prims.ceil, prims.round, prims.trunc, prims.sign):
+    _unary(_zero_grad, lambda g, a, out: _zeros_like(a))
+_unary(prims.shallow_copy, lambda g, a, out: g)
+
+
+def _binary(sym, grad_fn):
+    @register_vjp(sym)
+    def rule(a, b):
+        out = sym(a, b)
+        return out, lambda g: grad_fn(g, a, b, out)
+
+    return rule
+
+
+_binary(prims.add, lambda g, a, b, out: (g, g))
+_binary(prims.sub, lambda g, a, b, out: (g, prims.neg(g)))
+_binary(prims.mul, lambda g, a, b, out: (prims.mul(g, b), prims.mul(g, a)))
+_binary(prims.div, lambda g, a, b, out: (prims.div(g, b), prims.neg(prims.div(prims.mul(g, a), prims.mul(b, b)))
+                                         if _t(b) else None))
+
+
+def _pow_grads(g, a, b, out):
+    ga = prims.mul(g, prims.mul(b, prims.pow(a, prims.sub(b, 1.0) if _t(b) else b - 1))) if _t(a) else None
+    gb = prims.mul(g, prims.mul(out, prims.log(a))) if _t(b) else None
+    if _t(b) and _t(a):
+        # d/db a**b at a == 0 is 0 (torch masks the log there)
+        gb = prims.where(prims.eq(a, 0.0), 0.0, gb)
+    return ga, gb
+
+
+_binary(prims.pow, _pow_grads)
+_binary(prims.atan2, lambda g, a, b, out: (
+    prims.div(prims.mul(g, b), prims.add(prims.mul(a, a), prims.mul(b, b))),
+    prims.div(prims.neg(prims.mul(g, a)), prims.add(prims.mul(a, a), prims.mul(b, b)))))
+_binary(prims.fmod, lambda g, a, b, out: (g, prims.neg(prims.mul(g, prims.trunc(prims.div(a, b)))) if _t(b) else None))
+_binary(prims.remainder, lambda g, a, b, out: (g, prims.neg(prims.mul(g, prims.floor(prims.div(a, b)))) if _t(b) else None))
+_binary(prims.hypot, lambda g, a, b, out: (prims.mul(g, prims.div(a, out)), prims.mul(g, prims.div(b, out))))
+_binary(prims.copysign, lambda g, a, b, out: (prims.mul(g, prims.mul(prims.sign(a), prims.sign(out))), None))
+
+
+def _max_min_grads(cmp):
+    def grads(g, a, b, out):
+        # torch splits the gradient evenly where the inputs tie
+        half = prims.mul(g, 0.5)
+        ga = prims.where(cmp(a, b), g, prims.where(prims.eq(a, b), half, 0.0))
+        gb = prims.where(cmp(b, a), g, prims.where(prims.eq(a, b), half, 0.0)) if _t(b) else None
+        return ga, gb
+
+    return grads
+
+
+_binary(prims.maximum, _max_min_grads(prims.gt))
+_binary(prims.minimum, _max_min_grads(prims.lt))
+
+
+@register_vjp(prims.where)
+def where_rule(pred, a, b):
+    out = prims.where(pred, a, b)
+    return out, lambda g: (None, prims.where(pred, g, 0.0) if _t(a) else None,
+                           prims.where(pred, 0.0, g) if _t(b) else None)
+
+
+@register_vjp(prims.convert_element_type)
+def convert_rule(a, dtype):
+    out = prims.convert_element_type(a, dtype)
+    return out, lambda g: (prims.convert_element_type(g, a.dtype) if g.dtype is not a.dtype else g, None)
+
+
+@register_vjp(prims.device_put)
+def device_put_rule(a, device):
+    out = prims.device_put(a, device)
+    return out, lambda g: (prims.device_put(g, a.device), None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shapes
+# ---------------------------------------------------------------------------------------------
+
+
+@register_vjp(prims.broadcast_in_dim)
+def broadcast_in_dim_rule(a, shape, broadcast_dimensions):
+    out = prims.broadcast_in_dim(a, shape, broadcast_dimensions)
+
+    def backward(g):
+        bdims = set(broadcast_dimensions)
+        summed = [d for d in range(len(shape)) if d not in bdims]
+        summed += [d for i, d in enumerate(broadcast_dimensions) if a.shape[i] == 1 and shape[d] != 1]
+        r = prims.sum(g, tuple(sorted(summed))) if summed else g
+        return (prims.reshape(r, tuple(a.shape)) if tuple(r.shape) != tuple(a.shape) else r, None, None)
+
+    return out, backward
+
+
+@register_vjp(prims.reshape)
+def reshape_rule(a, shape):
+    return prims.reshape(a, shape), lambda g: (prims.reshape(g, tuple(a.shape)), None)
+
+
+@register_vjp(prims.transpose)
+def transpose_rule(a, permutation):
+    inverse = [0] * len(permutation)
+    for i, p in enumerate(permutation):
+        inverse[p] = i
+    return prims.transpose(a, permutation), lambda g: (prims.transpose(g, tuple(inverse)), None)
+
+
+@register_vjp(prims.squeeze)
+def squeeze_rule(a, dims):
+    return prims.squeeze(a, dims), lambda g: (prims.reshape(g, tuple(a.shape)), None)
+
+
+@register_vjp(prims.slice_prim)
+def slice_rule(a, start_indices, end_indices, strides=None):
+    out = prims.slice_prim(a, start_indices, end_indices, strides)
+
+    def backward(g):
+        from thunder.torch.grad_rules import slice_backward
+
+        steps = strides or [1] * a.ndim
+        sizes = list(out.shape)
+        # Undo the per-dimension slices from the last dimension to the first.
+        for d in reversed(range(a.ndim)):
+            if start_indices[d] == 0 and end_indices[d] == a.shape[d] and steps[d] == 1:
+                continue
+            sizes[d] = a.shape[d]
+            g = slice_backward(g, list(sizes), d, start_indices[d], end_indices[d], steps[d])
+        return (g, None, None, None)
+
+    return out, backward
+
+
+@register_vjp(prims.cat)
+def cat_rule(tensors, dim):
+    out = prims.cat(tensors, dim)
+
+    def backward(g):
+        grads, start = [], 0
+        for t in tensors:
+            stop = start + t.shape[dim]
+            starts, ends = [0] * g.ndim, list(g.shape)
+            starts[dim], ends[dim] = start, stop
+            grads.append(prims.slice_prim(g, starts, ends, [1] * g.ndim))
+            start = stop
+        return (grads, None)
+
+    return out, backward
+
+
+@register_vjp(prims.pad)
+def pad_rule(a, padding_value, padding_config):
+    out = prims.pad(a, padding_value, padding_config)
+
+    def backward(g):
+        assert all(d == 0 for _, _, d in padding_config), "interior padding has no gradient rule"
+        starts = [lo for lo, _, _ in padding_config]
+        ends = [lo + s for (lo, _, _), s in zip(padding_config, a.shape)]
+        return (prims.slice_prim(g, starts, ends, [1] * g.ndim), None, None)
+
+    return out, backward
+
+
+@register_vjp(prims.flip)
+def flip_rule(a, dims):
+    return prims.flip(a, dims), lambda g: (prims.flip(g, dims), None)
+
+
+@register_vjp(prims.take)
+def take_rule(a, index, dim):
+    out = prims.take(a, index, dim)
+    return out, lambda g: (prims.index_add(_zeros_like(a), index, g, dim), None, None)
+
+
+@register_vjp(prims.gather)
+def gather_rule(a, index, dim):
+    out = prims.gather(a, index, dim)
+    return out, lambda g: (prims.scatter_add(_zeros_like(a), index, g, dim), None, None)
+
+
+@register_vjp(prims.scatter_add)
+def scatter_add_rule(a, index, value, dim):
+    out = prims.scatter_add(a, index, value, dim)
+    return out, lambda g: (g, None, prims.gather(g, index, dim), None)
+
+
+@register_vjp(prims.index_add)
+def index_add_rule(a, index, value, dim):
+    out = prims.index_add(a, index, value, dim)
+    return out, lambda g: (g, None, prims.take(g, index, dim), None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reductions
+# ---------------------------------------------------------------------------------------------
+
+
+def _unreduce(g, a, dims):
+    kept = tuple(i for i in range(a.ndim) if i not in set(dims))
+    return prims.broadcast_in_dim(g, tuple(a.shape), kept)
+
+
+@register_vjp(prims.sum)
+def sum_rule(a, dims):
+    return prims.sum(a, dims), lambda g: (_unreduce(g, a, dims), None)
+
+
+@register_vjp(prims.prod)
+def prod_rule(a, dims):
+    out = prims.prod(a, dims)
+    return out, lambda g: (prims.div(prims.mul(_unreduce(g, a, dims), _unreduce(out, a, dims)), a), None)
+
+
+def _amax_amin(sym):
+    @register_vjp(sym)
+    def rule(a, dims):
+        out = sym(a, dims)
+
+        def backward(g):
+            mask = prims.convert_element_type(prims.eq(a, _unreduce(out, a, dims)), a.dtype)
+            count = _unreduce(prims.sum(mask, dims), a, dims)
+            return (prims.div(prims.mul(_unreduce(g, a, dims), mask), count), None)
+
+        return out, backward
+
+
+_amax_amin(prims.amax)
+_amax_amin(prims.amin)
+
+
+def _var_grad(g, a, dims, correction, mean):
+    n = math.prod(a.shape[d] for d in dims)
+    centered = prims.sub(a, _unreduce(mean, a, dims))
+    return prims.mul(prims.mul(_unreduce(g, a, dims), centered), 2.0 / max(n - correction, 0))
+
+
+@register_vjp(prims.var)
+def var_rule(a, dims, *, correction):
+    out = prims.var(a, dims, correction=correction)
+
+    def backward(g):
+        n = math.prod(a.shape[d] for d in dims)
+        mean = prims.div(prims.sum(a, dims), float(n))
+        return (_var_grad(g, a, dims, correction, mean), None)
+
+    return out, backward
+
+
+@register_vjp(prims.var_mean)
+def var_mean_rule(a, dims, *, correction):
+    var, mean = prims.var_mean(a, dims, correction=correction)
+
+    def backward(g_var, g_mean):
+        n = math.prod(a.shape[d] for d in dims)
+        grad = None
+        if g_var is not None:
+            grad = _var_grad(g_var, a, dims, correction, mean)
+        if g_mean is not None:
+            gm = prims.div(_unreduce(g_mean, a, dims), float(n))
+            grad = gm if grad is None else prims.add(grad, gm)
+        return (grad, None)
+
+    return (var, mean), backward
+
+
+@register_vjp(prims.cumsum)
+def cumsum_rule(a, dim):
+    out = prims.cumsum(a, dim)
+    return out, lambda g: (prims.flip(prims.cumsum(prims.flip(g, (dim,)), dim), (dim,)), None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Linear algebra and neural-network primitives
+# ---------------------------------------------------------------------------------------------
+
+
+@register_vjp(prims.matmul)
+def matmul_rule(a, b):
+    out = prims.matmul(a, b)
+
+    def backward(g):
+        from thunder.torch import matmul, unsqueeze, squeeze, transpose
+
+        a2 = unsqueeze(a, 0) if a.ndim == 1 else a
+        b2 = unsqueeze(b, 1) if b.ndim == 1 else b
+        g2 = g
+        if a.ndim == 1:
+            g2 = unsqueeze(g2, -2)
+        if b.ndim == 1:
+            g2 = unsqueeze(g2, -1)
+        ga = matmul(g2, transpose(b2, -1, -2))
+        gb = matmul(transpose(a2, -1, -2), g2)
+        ga = _reduce_to(ga, a2.shape)
+        gb = _reduce_to(gb, b2.shape)
+        if a.ndim == 1:
+            ga = prims.reshape(ga, tuple(a.shape))
+        if b.ndim == 1:
+            gb = prims.reshape(gb, tuple(b.shape))
+        return ga, gb
+
+    return out, backward
+
+
+@register_vjp(prims.linear)
+def linear_rule(a, w, bias):
+    out = prims.linear(a, w, bias)
+
+    def backward(g):
+        from thunder.torch import matmul, reshape, transpose
+
+        ga = matmul(g, w) if w.ndim == 2 else prims.mul(prims.broadcast_in_dim(g, tuple(a.shape), tuple(range(g.ndim))), w)
+        g2 = reshape(g, (-1, w.shape[0]))
+        a2 = reshape(a, (-1, a.shape[-1]))
+        gw = matmul(transpose(g2, 0, 1), a2)
+        gb = prims.sum(g2, (0,)) if bias is not None else None
+        return ga, gw, gb
+
+    return out, backward
+
+
+@register_vjp(prims.convolution)
+def convolution_rule(a, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    out = prims.convolution(a, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+
+    def backward(g):
+        from thunder.torch.grad_rules import convolution_backward
+
+        bias_sizes = None if bias is None else list(bias.shape)
+        ga, gw, gb = convolution_backward(g, a, weight, bias_sizes, list(stride), list(padding), list(dilation),
+                                          transposed, list(output_padding), groups, [True, True, bias is not None])
+        return ga, gw, gb
+
+    return out, backward
+
+
+@register_vjp(prims.embedding)
+def embedding_rule(indices, weight):
+    out = prims.embedding(indices, weight)
+
+    def backward(g):
+        from thunder.torch.grad_rules import embedding_dense_backward
+
+        return None, embedding_dense_backward(g, indices, weight.shape[0], -1, False)
+
+    return out, backward
