@@ -80,7 +80,8 @@ def _trim_defaults(sym):
         while n > 0 and is_default(args[n - 1], positional[n - 1].default):
             n -= 1
         args = args[:n] + args[len(positional):]
-        kwargs = {k: v for k, v in kwargs.items() if not is_default(v, sig.parameters[k].default)}
+        kwargs = {k: v for k, v in kwargs.items()
+                  if k not in sig.parameters or not is_default(v, sig.parameters[k].default)}
         return tuple(args), kwargs
 
     return transform

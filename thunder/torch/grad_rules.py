@@ -102,8 +102,8 @@ def native_batch_norm_rule(a, weight, bias, running_mean, running_var, training,
 
 
 @register_vjp(ew.gelu)
-def gelu_rule(a, approximate="none"):
-    out = ew.gelu(a, approximate)
+def gelu_rule(a, *, approximate="none"):
+    out = ew.gelu(a, approximate=approximate)
     return out, lambda g: (gelu_backward(g, a, approximate=approximate),)
 
 
