@@ -96,6 +96,9 @@ def trace_program(cd: CompileData, args, kwargs) -> TraceResult:
     recorder = InstructionRecorder()
     autocast_state = ltorch_autocast.state()
     with module_tensors_as_proxies(cd.module, comp, prologue) as modules:
+        for p, _ in prologue.inputs:
+            if isinstance(p, TensorProxy):
+                tracer.input_names[p.name] = p
         frontend._ACTIVE_TRACERS.append(tracer)
         try:
             with tracectx(comp), _tracing_patches(tracer), frontend.TracingMode(tracer), recorder:

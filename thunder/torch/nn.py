@@ -285,7 +285,7 @@ def dropout(a, p=0.5, training=True, inplace=False):
 
 
 @torchsymbol(F.scaled_dot_product_attention)
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
                                  enable_gqa=False):
     from thunder.torch.creation import ones
     L, S, E = query.shape[-2], key.shape[-2], query.shape[-1]
