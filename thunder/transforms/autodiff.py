@@ -141,6 +141,8 @@ def _decomposition_backward(bsym, inputs):
         from thunder.core.trace import get_tracectx
 
         trace = get_tracectx()
+        scope = trace._scopes[-1]
+        start = len(scope)
         builder = _ForwardBuilder(trace)
         for sub in bsym.subsymbols:
             builder.process(sub)
@@ -149,6 +151,15 @@ def _decomposition_backward(bsym, inputs):
             if ct is not None and isinstance(o, TensorProxy):
                 _accumulate(grads, builder.env.get(o.name, o), ct, trace)
         _run_tape(builder.tape, grads, trace)
+        # Where the gradient reads the operation's output, read the forward's (saved, as eager does)
+        # rather than recomputing it; the recomputation then dies.
+        to_forward = {builder.env[o.name].name: o for o in bsym.flat_outs if o.name in builder.env}
+        if to_forward:
+            for i in range(start, len(scope)):
+                b = scope[i]
+                scope[i] = b.replace(args=substitute(b.args, to_forward), kwargs=substitute(b.kwargs, to_forward))
+            for k, g in list(grads.items()):
+                grads[k] = substitute(g, to_forward)
         return tuple(grads.get(a.name) for a in inputs)
 
     return backward
