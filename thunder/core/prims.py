@@ -7,6 +7,8 @@ torch executor gives each an implementation, and autodiff gives each a gradient 
 """
 from __future__ import annotations
 
+import builtins
+
 import math
 from numbers import Number
 
@@ -243,7 +245,7 @@ make_prim("squeeze", squeeze_meta)
 def cat_meta(tensors, dim: int):
     ref = tensors[0]
     shape = list(ref.shape)
-    shape[dim] = sum(t.shape[dim] for t in tensors)
+    shape[dim] = builtins.sum(t.shape[dim] for t in tensors)  # `sum` here is prims.sum
     return _new_tensor(shape, ref.dtype, ref.device, _requires_grad(*tensors))
 
 

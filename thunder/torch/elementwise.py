@@ -377,7 +377,7 @@ def hardtanh(a, min_val=-1.0, max_val=1.0, inplace=False):
 
 
 @torchsymbol(F.gelu, methods=())
-def gelu(a, approximate="none"):
+def gelu(a, *, approximate="none"):  # keyword-only, as in F.gelu
     if approximate == "none":
         return mul(mul(a, 0.5), add(erf(mul(a, 1 / math.sqrt(2))), 1))
     check(approximate == "tanh", lambda: f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")

@@ -33,7 +33,7 @@ def _infer_shape(numel: int, shape) -> tuple:
     return tuple(shape)
 
 
-@torchsymbol(torch.reshape, methods=("reshape",))
+@torchsymbol(torch.reshape, methods=("reshape",), torch_impl=torch.Tensor.reshape)  # takes (a, shape) and (a, *shape)
 def reshape(a, *shape):
     shape = _infer_shape(a.numel(), _shape_arg(shape))
     return a if tuple(a.shape) == shape else prims.reshape(a, shape)
@@ -91,7 +91,7 @@ def unsqueeze(a, dim):
     return prims.broadcast_in_dim(a, tuple(shape), dims)
 
 
-@torchsymbol(torch.permute, methods=("permute",), view=True)
+@torchsymbol(torch.permute, methods=("permute",), view=True, torch_impl=torch.Tensor.permute)  # (a, dims) and (a, *dims)
 def permute(a, *dims):
     dims = canonicalize_dims(a.ndim, _shape_arg(dims) if dims else ())
     return a if dims == tuple(range(a.ndim)) else prims.transpose(a, dims)
@@ -176,9 +176,9 @@ def repeat(a, *sizes):
     return reshape(out, tuple(r * s for r, s in zip(sizes, a.shape)))
 
 
-@torchsymbol(torch.tile, methods=("tile",))
-def tile(a, dims):
-    dims = tuple(dims)
+@torchsymbol(torch.tile, methods=("tile",), torch_impl=torch.Tensor.tile)  # (a, dims) and (a, *dims)
+def tile(a, *dims):
+    dims = _shape_arg(dims)
     dims = (1,) * (a.ndim - len(dims)) + dims
     return repeat(a, dims)
 
@@ -281,9 +281,9 @@ def unbind(a, dim=0):
     return tuple(select(a, dim, i) for i in range(a.shape[dim]))
 
 
-@torchsymbol(torch.flip, methods=("flip",))
-def flip(a, dims):
-    dims = canonicalize_dims(a.ndim, dims)
+@torchsymbol(torch.flip, methods=("flip",), torch_impl=torch.Tensor.flip)  # (a, dims) and (a, *dims)
+def flip(a, *dims):
+    dims = canonicalize_dims(a.ndim, _shape_arg(dims))
     return prims.flip(a, dims) if dims else a
 
 
@@ -539,7 +539,9 @@ def cuda(a, device=None, non_blocking=False, memory_format=None):
 
 @torchsymbol(methods=("contiguous",), torch_impl=torch.Tensor.contiguous)
 def contiguous(a, memory_format=torch.contiguous_format):
-    return a
+    # A fresh value, not the identity: the torch executor runs Tensor.contiguous, and a later
+    # Tensor.view relies on its memory layout.
+    return prims.shallow_copy(a)
 
 
 @torchsymbol(torch.clone, methods=("clone",))
