@@ -31,7 +31,10 @@ def _op(name, fn=None, *, printer=None, imports=True):
 # -- statements ------------------------------------------------------------------------------
 
 def _print_return(bsym, p):
-    return f"return {p.value(bsym.args[0])}"
+    value = bsym.args[0]
+    if type(value) is tuple and len(value) > 1:
+        return "return " + ", ".join(p.value(v) for v in value)
+    return f"return {p.value(value)}"
 
 
 python_return = _op("python_return", printer=_print_return)

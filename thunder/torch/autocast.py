@@ -80,11 +80,10 @@ def maybe_autocast(sym, args, kwargs):
     """``(args, kwargs)`` with the casts autocast would apply to ``sym``'s inputs."""
     if not (torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")):
         return args, kwargs
-    policy_table = None
     device_type = _first_device_type(args) or _first_device_type(tuple(kwargs.values()))
     if device_type is None or not torch.is_autocast_enabled(device_type):
         return args, kwargs
-    policy = POLICIES.get(device_type, {}).get(sym.name)
+    policy = POLICIES.get(device_type, {}).get(getattr(sym, "name", None) or getattr(sym, "__name__", None))
     if policy is None:
         return args, kwargs
     if policy is Policy.LOWER_PRECISION:

@@ -174,8 +174,9 @@ def _forward_meta(fn, args, kwargs, diff_positions):
 
 
 def _backward_meta(graph, *cotangents, like):
+    """``like``: (shape, dtype, device) of each gradient — metadata, so the inputs are not kept alive for it."""
     trace = get_tracectx()
-    return tuple(trace.tensor(tuple(t.shape), t.dtype, t.device) for t in like)
+    return tuple(trace.tensor(shape, dtype, device) for shape, dtype, device in like)
 
 
 torch_autograd_forward_sym = Symbol("torch_autograd_forward", _forward_meta, module="ltorch", is_prim=True)
@@ -202,7 +203,7 @@ def torch_autograd_rule(fn):
         out, graph = torch_autograd_forward_sym(fn, args, kwargs, diff)
         flat_out = out if isinstance(out, (tuple, list)) else (out,)
         diff_outs = [o for o in flat_out if isinstance(o, TensorProxy) and o.requires_grad]
-        like = tuple(args[i] for i in diff)
+        like = tuple((tuple(args[i].shape), args[i].dtype, args[i].device) for i in diff)
 
         def backward(*cotangents):
             by_name = {o.name: g for o, g in zip([o for o in flat_out if isinstance(o, TensorProxy)], cotangents)}

@@ -66,7 +66,8 @@ def _cheap_decomposition(bsym) -> bool:
         return False
     for sub in bsym.subsymbols:
         if sub.subsymbols:
-            if not _cheap_decomposition(sub):
+            # A part with a rule of its own (e.g. layer norm's kernel-based one) is better used in the forward.
+            if _rule_for(sub.sym) is not None or not _cheap_decomposition(sub):
                 return False
         elif not (sub.sym.module == "prims" and sub.sym.name in _CHEAP_PRIMS):
             return False
@@ -384,8 +385,12 @@ class ThunderFunction(torch.autograd.Function):
         return flat
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, *cotangents):
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                "thunder does not support double backward: the backward of a jitted function is not itself "
+                "differentiable (torch.autograd.grad(..., create_graph=True) or backward(create_graph=True)). "
+                "Compute higher-order gradients outside thunder.jit.")
         saved = list(ctx.saved_tensors)
         ctx.maybe_clear_saved_tensors()
         others = list(ctx.saved_others)

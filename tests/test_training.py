@@ -1,0 +1,384 @@
+"""Training with thunder: forward/backward traces, torch.autograd integration and parity with eager."""
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+import thunder
+from tests.models import CNN, GPT, GPTConfig, Llama, LlamaConfig, TorchvisionMLP
+
+
+def _loss(out):
+    if isinstance(out, tuple):
+        logits, loss = out
+        return loss if loss is not None else logits.float().pow(2).mean()
+    return out.float().pow(2).mean() if out.ndim else out
+
+
+def _train(model, make_batch, steps, *, jit, seed=0, accumulate=1, autocast=False):
+    """Runs ``steps`` optimizer steps; returns the losses.
+
+    SGD with momentum rather than Adam: Adam normalizes each gradient element, so it would blow a
+    gradient that is zero in exact arithmetic (the key bias of attention) and ~1e-9 in floating point
+    up to a full step, turning last-bit kernel differences into visible parameter differences.
+    """
+    m = thunder.jit(model) if jit else model
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-2, momentum=0.9)
+    losses = []
+    for step in range(steps):
+        for micro in range(accumulate):
+            inputs = make_batch(step * accumulate + micro)
+            torch.manual_seed(1000 + step * accumulate + micro)  # same dropout masks in both runs
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                loss = _loss(m(*inputs))
+            loss.backward()
+            losses.append(loss.detach())
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return losses, m
+
+
+def _batches(kind):
+    def make(i):
+        g = torch.Generator().manual_seed(i)
+        if kind == "mlp":
+            return (torch.randn(8, 64, generator=g),)
+        if kind == "cnn":
+            return (torch.randn(4, 3, 16, 16, generator=g),)
+        idx = torch.randint(0, 96, (2, 12), generator=g)
+        if kind == "gpt":
+            return idx, torch.randint(0, 96, (2, 12), generator=g)
+        return (idx,)
+
+    return make
+
+
+TRAIN_CASES = {
+    "seed_mlp": (lambda: TorchvisionMLP(64, [48, 48, 16, 10], dropout=0.1), "mlp"),
+    "cnn_batchnorm": (lambda: CNN(3, 8, 10, image_size=16), "cnn"),
+    "gpt_tied": (lambda: GPT(GPTConfig(use_sdpa=True, dropout=0.1)), "gpt"),
+    "gpt_masked_softmax": (lambda: GPT(GPTConfig(use_sdpa=False, dropout=0.1)), "gpt"),
+    "llama": (lambda: Llama(LlamaConfig()), "llama"),
+}
+
+
+def _assert_same_training(make, kind, *, accumulate=1, autocast=False, freeze=None, atol=1e-5):
+    torch.manual_seed(0)
+    ref_model = make()
+    model = copy.deepcopy(ref_model)
+    if freeze:
+        for m in (ref_model, model):
+            for n, p in m.named_parameters():
+                if freeze in n:
+                    p.requires_grad_(False)
+    ref_losses, _ = _train(ref_model, _batches(kind), 3, jit=False, accumulate=accumulate, autocast=autocast)
+    losses, jm = _train(model, _batches(kind), 3, jit=True, accumulate=accumulate, autocast=autocast)
+    for a, b in zip(ref_losses, losses):
+        torch.testing.assert_close(b, a, atol=atol, rtol=atol)
+    for (name, p_ref), p in zip(ref_model.named_parameters(), model.parameters()):
+        torch.testing.assert_close(p, p_ref, atol=atol, rtol=atol, msg=lambda m: f"{name}: {m}")
+    for (name, b_ref), b in zip(ref_model.named_buffers(), model.buffers()):
+        torch.testing.assert_close(b, b_ref, atol=atol, rtol=atol, msg=lambda m: f"{name}: {m}")
+    return jm
+
+
+@pytest.mark.parametrize("case", list(TRAIN_CASES))
+def test_training_parity(case):
+    make, kind = TRAIN_CASES[case]
+    jm = _assert_same_training(make, kind)
+    assert thunder.last_backward_traces(jm), "training must produce a backward trace"
+
+
+@pytest.mark.parametrize("case", ["seed_mlp", "gpt_tied"])
+def test_gradient_accumulation(case):
+    make, kind = TRAIN_CASES[case]
+    _assert_same_training(make, kind, accumulate=3)
+
+
+@pytest.mark.parametrize("case,frozen", [("seed_mlp", "0."), ("gpt_tied", "wpe"), ("llama", "norm")])
+def test_frozen_parameters(case, frozen):
+    make, kind = TRAIN_CASES[case]
+    _assert_same_training(make, kind, freeze=frozen)
+
+
+@pytest.mark.parametrize("case", ["seed_mlp", "gpt_tied", "cnn_batchnorm"])
+def test_autocast_training(case):
+    make, kind = TRAIN_CASES[case]
+    _assert_same_training(make, kind, autocast=True, atol=1e-2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dropout and other random ops
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("p", [0.0, 0.1, 0.5, 1.0])
+def test_dropout_bitwise_with_same_seed(p):
+    m = nn.Sequential(nn.Linear(16, 32), nn.Dropout(p), nn.ReLU(), nn.Dropout(p))
+    jm = thunder.jit(m)
+    x = torch.randn(4, 16, requires_grad=True)
+    torch.manual_seed(7)
+    ref = m(x)
+    ref.sum().backward()
+    gref = x.grad
+    x.grad = None
+    torch.manual_seed(7)
+    out = jm(x)
+    out.sum().backward()
+    assert torch.equal(out, ref)
+    assert torch.equal(x.grad, gref)  # the backward uses exactly the forward's mask
+    # The RNG advanced exactly as in eager.
+    torch.manual_seed(7)
+    m(x)
+    after_eager = torch.rand(3)
+    torch.manual_seed(7)
+    jm(x)
+    assert torch.equal(torch.rand(3), after_eager)
+
+
+def test_random_ops_match_eager_rng():
+    def f(x):
+        return x + torch.randn(x.shape) * torch.rand_like(x)
+
+    jf = thunder.jit(f)
+    x = torch.randn(5, 5)
+    torch.manual_seed(3)
+    ref = f(x)
+    torch.manual_seed(3)
+    assert torch.equal(jf(x), ref)
+
+
+# ---------------------------------------------------------------------------------------------
+# torch.autograd integration
+# ---------------------------------------------------------------------------------------------
+
+
+def test_grad_accumulates_into_existing_grad_and_inputs():
+    def f(a, b):
+        return (a * b).tanh().sum() + (a @ b.T).sum()
+
+    jf = thunder.jit(f)
+    a = torch.randn(3, 4, requires_grad=True)
+    b = torch.randn(3, 4, requires_grad=True)
+    a.grad = torch.ones_like(a)
+    f(a, b).backward()
+    ga, gb = a.grad.clone(), b.grad.clone()
+    a.grad = torch.ones_like(a)
+    b.grad = None
+    jf(a, b).backward()
+    torch.testing.assert_close(a.grad, ga)
+    torch.testing.assert_close(b.grad, gb)
+
+
+def test_requires_grad_false_inputs_get_no_grad():
+    def f(a, b):
+        return (a * b).sum()
+
+    jf = thunder.jit(f)
+    a = torch.randn(3, requires_grad=True)
+    b = torch.randn(3)
+    jf(a, b).backward()
+    assert b.grad is None
+    torch.testing.assert_close(a.grad, b)
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_no_grad_modes_produce_plain_outputs(mode):
+    m = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+    jm = thunder.jit(m)
+    x = torch.randn(2, 4)
+    ctx = torch.no_grad() if mode == "no_grad" else torch.inference_mode()
+    with ctx:
+        out = jm(x)
+        assert torch.equal(out, m(x))
+    assert not out.requires_grad and out.grad_fn is None
+    assert not thunder.last_backward_traces(jm)
+    # Back in grad mode, a new (training) specialization is compiled.
+    out = jm(x)
+    assert out.requires_grad
+
+
+def test_torch_autograd_grad_on_jitted_outputs():
+    def f(x, w):
+        return torch.sigmoid(x @ w).mean(0)
+
+    jf = thunder.jit(f)
+    x = torch.randn(5, 3, requires_grad=True)
+    w = torch.randn(3, 2, requires_grad=True)
+    expected = torch.autograd.grad(f(x, w).sum(), (x, w))
+    got = torch.autograd.grad(jf(x, w).sum(), (x, w))
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e)
+
+
+def test_double_backward_raises_clear_error():
+    jf = thunder.jit(lambda x: (x**3).sum())
+    x = torch.randn(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="does not support double backward"):
+        torch.autograd.grad(jf(x), x, create_graph=True)
+
+
+def test_non_differentiable_outputs():
+    def f(x):
+        return x.sin(), x.argmax(dim=1), x > 0
+
+    jf = thunder.jit(f)
+    x = torch.randn(3, 4, requires_grad=True)
+    s, idx, mask = jf(x)
+    assert s.requires_grad and not idx.requires_grad and not mask.requires_grad
+    assert torch.equal(idx, x.argmax(dim=1)) and torch.equal(mask, x > 0)
+    s.sum().backward()
+    torch.testing.assert_close(x.grad, x.detach().cos())
+
+
+def test_detach_and_no_grad_inside_the_program():
+    def f(x):
+        with torch.no_grad():
+            scale = x.abs().max()
+        return (x * scale).sum() + (x.detach() * x).sum()
+
+    jf = thunder.jit(f)
+    x = torch.randn(4, requires_grad=True)
+    f(x).backward()
+    expected = x.grad
+    x.grad = None
+    jf(x).backward()
+    torch.testing.assert_close(x.grad, expected)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.special.erfcx(x),
+    lambda x: torch.cummax(x, 0).values,
+    lambda x: F.max_pool2d(x.view(1, 1, 4, 4), 2).flatten(),
+])
+def test_fallback_op_gradients_via_torch_autograd(fn):
+    jf = thunder.jit(lambda x: fn(x).sum())
+    x = torch.randn(16, dtype=torch.float64, requires_grad=True)
+    (expected,) = torch.autograd.grad(fn(x).sum(), x)
+    (got,) = torch.autograd.grad(jf(x), x)
+    torch.testing.assert_close(got, expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# Traces: forward and backward, saved tensors
+# ---------------------------------------------------------------------------------------------
+
+
+def test_forward_and_backward_traces_print_as_in_the_seed():
+    model = TorchvisionMLP(16, [16, 8], dropout=0.1)
+    jm = thunder.jit(model)
+    x = torch.randn(4, 16)
+    jm(x).sum().backward()
+    fwd = str(thunder.last_traces(jm)[-1])
+    bwd = str(thunder.last_backward_traces(jm)[-1])
+    assert "@torch.no_grad()\n@no_autocast\ndef augmented_forward_fn(" in fwd
+    assert "return {'output': " in fwd and "'flat_args': [" in fwd and "'flat_output': (" in fwd
+    assert "# Constructed by Delete Last Used" in fwd.splitlines()[0]
+    assert "def backward_fn(saved_for_backward, cotangents):" in bwd
+    assert "torch.nn.functional.linear(" in fwd and "    # t" in fwd  # executed op with its decomposition
+    # Every value the backward reads is deleted after its last use.
+    body = bwd.split("def backward_fn")[1]
+    unpacked = [line.split("=")[0] for line in body.splitlines() if "= C0" in line]
+    for name in unpacked[0].replace(",", " ").split():
+        assert f"del {name}" in body or f" {name}," in body.split("return")[-1] or f", {name}" in body
+
+
+def _saved_bytes(run):
+    """(count, bytes) of the distinct storages saved for backward while ``run()`` builds the graph.
+
+    Storages rather than tensors: views of one activation saved under several shapes share memory.
+    """
+    seen = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = run()
+    return len(seen), sum(seen.values()), out
+
+
+@pytest.mark.parametrize("case", ["seed_mlp", "gpt_tied", "llama"])
+def test_saved_tensors_no_more_than_eager(case):
+    make, kind = TRAIN_CASES[case]
+    torch.manual_seed(0)
+    model = make()
+    inputs = _batches(kind)(0)
+    jm = thunder.jit(model)
+    torch.manual_seed(1)
+    _loss(jm(*inputs))  # compile
+    torch.manual_seed(1)
+    _, eager_bytes, _ = _saved_bytes(lambda: _loss(model(*inputs)))
+    torch.manual_seed(1)
+    _, our_bytes, _ = _saved_bytes(lambda: _loss(jm(*inputs)))
+    assert our_bytes <= eager_bytes * 1.0 + 1024, (our_bytes, eager_bytes)
+
+
+def test_activation_checkpointing_recomputes_and_matches():
+    class M(nn.Module):
+        def __init__(self, use_checkpoint):
+            super().__init__()
+            self.a = nn.Linear(16, 64)
+            self.b = nn.Linear(64, 16)
+            self.use_checkpoint = use_checkpoint
+
+        def inner(self, x):
+            return self.b(torch.tanh(F.gelu(self.a(x)) * 2))
+
+        def forward(self, x):
+            y = checkpoint(self.inner, x, use_reentrant=False) if self.use_checkpoint else self.inner(x)
+            return y.sum()
+
+    saved = {}
+    for use_checkpoint in (False, True):
+        torch.manual_seed(0)
+        m = M(use_checkpoint)
+        jm = thunder.jit(m)
+        x = torch.randn(4, 16, requires_grad=True)
+        jm(x).backward()
+        got = [p.grad.clone() for p in m.parameters()] + [x.grad.clone()]
+        for p in m.parameters():
+            p.grad = None
+        x.grad = None
+        m(x).backward()
+        expected = [p.grad for p in m.parameters()] + [x.grad]
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g, e)
+        fwd = thunder.last_traces(jm)[-1]
+        saved[use_checkpoint] = {t.name for t in fwd.bound_symbols[-1].args[0][1][0]}
+    activations = {n for n in saved[False] if not n.startswith("t_") and n != "x"}
+    assert activations, "without checkpointing activations are saved"
+    assert not {n for n in saved[True] if not n.startswith("t_") and n != "x"}, saved[True]
+    bwd = str(thunder.last_backward_traces(jm)[-1])
+    assert "torch.nn.functional.gelu(" in bwd  # the region is recomputed in the backward
+
+
+def test_checkpoint_with_dropout_uses_the_forward_mask():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(8, 8)
+            self.drop = nn.Dropout(0.5)
+
+        def forward(self, x):
+            return checkpoint(lambda y: self.drop(self.a(y)).relu(), x, use_reentrant=False).sum()
+
+    torch.manual_seed(0)
+    m = M()
+    jm = thunder.jit(m)
+    x = torch.randn(4, 8, requires_grad=True)
+    torch.manual_seed(5)
+    m(x).backward()
+    expected = x.grad.clone()
+    x.grad = None
+    torch.manual_seed(5)
+    jm(x).backward()
+    torch.testing.assert_close(x.grad, expected)
