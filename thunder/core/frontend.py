@@ -235,6 +235,8 @@ class Tracer:
                 return torch.Size(items)
             if hasattr(x, "_fields"):
                 return type(x)(*items)
+            if hasattr(type(x), "n_fields"):  # torch.return_types (values, indices)
+                return type(x)(items)
             return list(items) if isinstance(x, list) else tuple(items)
         if isinstance(x, dict):
             return {k: self.resolve(v) for k, v in x.items()}
@@ -303,6 +305,9 @@ class Tracer:
             raise RuntimeError(f"output with shape {list(target.shape)} doesn't match the broadcast shape {list(new.shape)}")
         if new.dtype is not target.dtype:
             from thunder.torch.utils import convert
+
+            if not torch.can_cast(new.dtype, target.dtype):  # as eager: int_tensor.add_(1.5) raises
+                raise RuntimeError(f"result type {new.dtype} can't be cast to the desired output type {target.dtype}")
 
             new = convert(new, target.dtype)
         root = original.name

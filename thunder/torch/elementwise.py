@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from thunder.core import prims
 from thunder.core.proxies import TensorProxy, NumberProxy
-from thunder.torch.registry import torchsymbol
+from thunder.torch.registry import TORCH_TO_SYMBOL, _method, torchsymbol
 from thunder.torch.utils import Kind, broadcast, check, convert, elementwise_binary, elementwise_unary, promote
 
 # ---------------------------------------------------------------------------------------------
@@ -31,7 +31,8 @@ _UNARY = {
 
 def _unary_symbol(name: str, kind):
     prim = getattr(prims, name)
-    torch_fns = [f for f in (getattr(torch, name, None), getattr(torch.special, name, None)) if f is not None]
+    torch_fns = [f for f in (getattr(torch, name, None), getattr(torch.special, name, None))
+                 if f is not None and f not in _NOT_ALIASES]
     if name == "sigmoid":
         torch_fns.append(F.sigmoid)
     if name == "tanh":
@@ -49,7 +50,8 @@ def _unary_symbol(name: str, kind):
 
 _UNARY_ALIASES = {"abs": (torch.absolute,), "neg": (torch.negative,), "asin": (torch.arcsin,), "acos": (torch.arccos,),
                   "atan": (torch.arctan,), "asinh": (torch.arcsinh,), "acosh": (torch.arccosh,), "atanh": (torch.arctanh,),
-                  "round": (torch.special.round,), "expm1": (torch.special.expm1,)}
+                  "expm1": (torch.special.expm1,)}
+_NOT_ALIASES = {torch.special.round}  # rejects integer inputs, unlike torch.round: left to the generic fallback
 _UNARY_METHOD_ALIASES = {"abs": ("__abs__", "absolute"), "neg": ("__neg__", "negative"), "bitwise_not": ("__invert__",)}
 
 
@@ -64,6 +66,7 @@ def logical_not(a):
 
 @torchsymbol(torch.square, methods=("square",), inplace_methods=("square_",))
 def square(a):
+    a = convert(a, torch.int64) if a.dtype is torch.bool else a  # torch.square(bool) is int64, as pow(a, 2)
     return mul(a, a)
 
 
@@ -126,9 +129,9 @@ def true_divide(a, b):
     return div(a, b)
 
 
-@torchsymbol(methods=("__rtruediv__", "__rdiv__"))
+@torchsymbol(methods=("__rtruediv__", "__rdiv__"), torch_impl=torch.Tensor.__rtruediv__)
 def rdiv(a, b):
-    return div(b, a)
+    return mul(reciprocal(a), b)  # torch defines ``b / a`` for a Python scalar ``b`` this way
 
 
 @torchsymbol(torch.floor_divide, methods=("floor_divide", "__floordiv__"), inplace_methods=("floor_divide_",))
@@ -136,7 +139,7 @@ def floor_divide(a, b):
     return elementwise_binary(prims.floor_divide, a, b)
 
 
-@torchsymbol(methods=("__rfloordiv__",))
+@torchsymbol(methods=("__rfloordiv__",), torch_impl=torch.Tensor.__rfloordiv__)
 def rfloordiv(a, b):
     return floor_divide(b, a)
 
@@ -146,7 +149,7 @@ def remainder(a, b):
     return elementwise_binary(prims.remainder, a, b)
 
 
-@torchsymbol(methods=("__rmod__",))
+@torchsymbol(methods=("__rmod__",), torch_impl=torch.Tensor.__rmod__)
 def rmod(a, b):
     return remainder(b, a)
 
@@ -161,7 +164,7 @@ def pow(a, b):
     return elementwise_binary(prims.pow, a, b, Kind.BOOL_TO_LONG)
 
 
-@torchsymbol(methods=("__rpow__",))
+@torchsymbol(methods=("__rpow__",), torch_impl=torch.Tensor.__rpow__)
 def rpow(a, b):
     return pow(b, a)
 
@@ -264,7 +267,7 @@ def nextafter(a, b):
     return elementwise_binary(prims.nextafter, a, b)
 
 
-@torchsymbol(torch.where, methods=("where",))
+@torchsymbol(torch.where)
 def where(condition, input=None, other=None):
     check(input is not None and other is not None, "torch.where(condition) with one argument is data-dependent and not supported",
           NotImplementedError)
@@ -274,6 +277,14 @@ def where(condition, input=None, other=None):
         return convert(input if condition else other, result)
     out = prims.where(condition, convert(input, result), convert(other, result))
     return out
+
+
+def _where_method(a, condition, other):
+    """``a.where(condition, other)`` is ``torch.where(condition, a, other)``: the method's self is the input."""
+    return where(condition, a, other)
+
+
+TORCH_TO_SYMBOL[_method("where")] = _where_method
 
 
 @torchsymbol(torch.masked_fill, methods=("masked_fill",), inplace_methods=("masked_fill_",))
@@ -310,11 +321,22 @@ def clamp_max(a, max):
 
 @torchsymbol(torch.lerp, methods=("lerp",), inplace_methods=("lerp_",))
 def lerp(start, end, weight):
-    return add(start, mul(weight, sub(end, start)))
+    # torch's formula, in the computation dtype: exact at both ends of the weight's range
+    computation, result = promote(start, end, weight)
+    start, end, weight = (convert(x, computation) for x in (start, end, weight))
+    diff = sub(end, start)
+    if not isinstance(weight, TensorProxy):
+        out = add(start, mul(weight, diff)) if math.fabs(weight) < 0.5 else sub(end, mul(diff, 1 - weight))
+    else:
+        small = add(start, mul(weight, diff))
+        large = sub(end, mul(diff, rsub(weight, 1)))
+        out = where(lt(abs_(weight), 0.5), small, large)
+    return convert(out, result)
 
 
 @torchsymbol(torch.addcmul, methods=("addcmul",), inplace_methods=("addcmul_",))
 def addcmul(a, t1, t2, *, value=1):
+    value = convert(value, promote(a, t1, t2)[1])  # the scalar takes the tensors' dtype, as in torch
     return add(a, mul(mul(t1, t2), value)) if value != 1 else add(a, mul(t1, t2))
 
 
@@ -342,12 +364,13 @@ def nan_to_num(a, nan=0.0, posinf=None, neginf=None):
 
 @torchsymbol(torch.relu, F.relu, methods=("relu",), inplace_methods=("relu_",))
 def relu(a, inplace=False):
-    return prims.where(prims.gt(a, convert(0, a.dtype)), a, convert(0, a.dtype))
+    check(a.dtype is not torch.bool, "relu: boolean inputs are not supported")
+    return prims.maximum(a, convert(0, a.dtype))  # NaN propagates, as in torch
 
 
 @torchsymbol(F.relu6)
 def relu6(a, inplace=False):
-    return clamp(a, 0.0, 6.0)
+    return hardtanh(a, 0, 6)
 
 
 @torchsymbol(F.leaky_relu)
@@ -373,7 +396,8 @@ def celu(a, alpha=1.0, inplace=False):
 
 @torchsymbol(F.hardtanh)
 def hardtanh(a, min_val=-1.0, max_val=1.0, inplace=False):
-    return clamp(a, min_val, max_val)
+    check(a.dtype is not torch.bool, "hardtanh: boolean inputs are not supported")
+    return clamp(a, convert(min_val, a.dtype), convert(max_val, a.dtype))  # keeps the input's dtype, unlike clamp
 
 
 @torchsymbol(F.gelu, methods=())

@@ -153,7 +153,7 @@ def convert(a, dtype):
             return float(a) if not isinstance(a, complex) else a
         if dtype is torch.bool:
             return bool(a)
-        return a
+        return int(a) if isinstance(a, float) else a  # torch casts a float scalar to an integer dtype by truncation
     return a
 
 

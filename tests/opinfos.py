@@ -1,0 +1,358 @@
+"""OpInfos: one record per torch-language (``ltorch``) symbol, with sample inputs to compare against eager torch.
+
+A record names the symbol it covers; the torch spellings it is tested through (``torch.add``,
+``Tensor.add``, ``Tensor.__add__``, ``Tensor.add_``, ...) are looked up in the frontend's tables, so a
+spelling registered for a symbol is always tested. ``tests/test_ops.py`` runs every record.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+from typing import Callable, Iterable
+
+import torch
+import torch.nn.functional as F
+from torch.testing import make_tensor
+
+f32, f64, bf16, i64, b8 = torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.bool
+FLOATS = (f32, f64, bf16)
+INTS = (i64,)
+NUMERIC = FLOATS + INTS
+ALL = NUMERIC + (b8,)
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleInput:
+    args: tuple
+    kwargs: dict = dataclasses.field(default_factory=dict)
+
+    def __repr__(self):
+        def show(x):
+            if isinstance(x, torch.Tensor):
+                return f"T{list(x.shape)}:{str(x.dtype).removeprefix('torch.')}"
+            if isinstance(x, (list, tuple)):
+                inner = ", ".join(show(y) for y in x)
+                return f"[{inner}]" if isinstance(x, list) else f"({inner})"
+            return repr(x)
+
+        kw = "".join(f", {k}={show(v)}" for k, v in self.kwargs.items())
+        return f"SampleInput({', '.join(show(a) for a in self.args)}{kw})"
+
+
+def S(*args, **kwargs) -> SampleInput:
+    return SampleInput(args, kwargs)
+
+
+class Compare:
+    """How a result is compared with eager's (see ``OpInfo.compare``)."""
+
+    VALUES = "values"  # values (bitwise for the torch executor)
+    METADATA = "metadata"  # shape and dtype only: uninitialized memory (``torch.empty``)
+
+
+@dataclasses.dataclass(frozen=True)
+class OpInfo:
+    """The test record of one ltorch symbol.
+
+    ``op`` is the spelling the decomposition test traces (default: the symbol's torch callable);
+    ``spellings`` adds callables to the ones registered for the symbol (``operator.add`` style
+    lambdas, or the only way to reach an internal symbol). ``random`` ops are compared under one
+    seed (the torch executor makes eager's RNG calls) and their decompositions by metadata only,
+    as a decomposition may draw differently. ``decomp_tol`` maps dtype to (rtol, atol) for the
+    decomposition test, where the prims legitimately round differently from the fused kernel.
+    """
+
+    name: str
+    sample_inputs: Callable[[torch.dtype], Iterable[SampleInput]]
+    dtypes: tuple = FLOATS
+    op: Callable | None = None
+    spellings: tuple = ()
+    registered_spellings: bool = True
+    random: bool = False
+    compare: str = Compare.VALUES
+    decomp_tol: dict = dataclasses.field(default_factory=dict)
+    requires_cuda: bool = False
+
+
+# ---------------------------------------------------------------------------------------------
+# Sample construction
+# ---------------------------------------------------------------------------------------------
+
+SHAPES = ((), (5,), (4, 5), (2, 3, 4))
+BROADCAST_PAIRS = (((4, 5), (4, 5)), ((4, 5), (5,)), ((4, 1, 6), (5, 1)), ((), (3, 4)), ((2, 3), ()))
+
+
+def make(shape, dtype, *, low=None, high=None, exclude_zero=False, noncontiguous=False):
+    if dtype is b8:
+        low = high = None
+    return make_tensor(shape, dtype=dtype, device="cpu", low=low, high=high, exclude_zero=exclude_zero,
+                       noncontiguous=noncontiguous)
+
+
+def special_values(dtype):
+    """Zeros of both signs, infinities and NaN: where decompositions differ from kernels."""
+    return torch.tensor([0.0, -0.0, 1.0, -1.0, 0.5, -2.5, float("inf"), -float("inf"), float("nan")], dtype=dtype)
+
+
+def unique_values(shape, dtype):
+    """Values without ties, so that arg-reductions have one answer."""
+    n = math.prod(shape)
+    values = torch.randperm(n).to(dtype) if dtype is not b8 else torch.arange(n) % 2 == 0
+    return values.reshape(shape)
+
+
+def scalar_of(dtype):
+    return {b8: True, i64: 3}.get(dtype, 2.5)
+
+
+# -- elementwise ------------------------------------------------------------------------------
+
+
+def unary_samples(low=None, high=None, special=True):
+    def gen(dtype):
+        for i, shape in enumerate(SHAPES):
+            yield S(make(shape, dtype, low=low, high=high, noncontiguous=i == 2))
+        if special and dtype.is_floating_point:
+            yield S(special_values(dtype))
+
+    return gen
+
+
+def binary_samples(rhs_low=None, rhs_high=None, lhs_low=None, lhs_high=None, exclude_zero=False, scalars=True,
+                   mixed=True, special=True, int_rhs_nonneg=False):
+    """Pairs with broadcasting, a Python scalar, and mixed dtypes (type promotion)."""
+
+    def gen(dtype):
+        rlow = 0 if int_rhs_nonneg and not dtype.is_floating_point else rhs_low
+        lhs = lambda s, dt=dtype: make(s, dt, low=lhs_low, high=lhs_high)  # noqa: E731
+        rhs = lambda s, dt=dtype: make(s, dt, low=rlow, high=rhs_high, exclude_zero=exclude_zero)  # noqa: E731
+        for sa, sb in BROADCAST_PAIRS:
+            yield S(lhs(sa), rhs(sb))
+        if scalars:
+            yield S(lhs((4, 5)), scalar_of(dtype))
+            if dtype is not b8:
+                yield S(lhs((4, 5)), 2 if not int_rhs_nonneg or True else 2)
+        if mixed:
+            # promotion: a dimensioned tensor with another dtype, and a 0-dim tensor of a higher category
+            other = f64 if dtype is not f64 else f32
+            yield S(lhs((4, 5)), rhs((4, 5), other))
+            yield S(lhs((4, 5)), rhs((), f32))
+            if dtype.is_floating_point:
+                yield S(lhs((3,)), rhs((3,), i64))
+        if special and dtype.is_floating_point:
+            v = special_values(dtype)
+            yield S(v.reshape(-1, 1), v.reshape(1, -1))
+
+    return gen
+
+
+def _elementwise_dtype_note():
+    return None
+
+
+ACTIVATION_SAMPLES = unary_samples(-3, 3)
+
+
+def activation(name, dtypes=FLOATS, extra=(), **kw):
+    def gen(dtype):
+        yield from ACTIVATION_SAMPLES(dtype)
+        for kwargs in extra:
+            yield S(make((4, 5), dtype, low=-30, high=30), **kwargs)
+
+    return OpInfo(name, gen, dtypes, **kw)
+
+
+def where_samples(dtype):
+    for sc, sa, sb in (((4, 5), (4, 5), (4, 5)), ((4, 5), (5,), ()), ((4, 1), (1, 5), (4, 5))):
+        yield S(make(sc, b8), make(sa, dtype), make(sb, dtype))
+    yield S(make((4, 5), b8), make((4, 5), dtype), scalar_of(dtype))
+    yield S(make((4, 5), b8), 0.5, make((4, 5), dtype))
+    yield S(make((4, 5), b8), make((4, 5), dtype), make((4, 5), f64))
+
+
+def masked_fill_samples(dtype):
+    yield S(make((4, 5), dtype), make((4, 5), b8), scalar_of(dtype))
+    yield S(make((4, 5), dtype), make((5,), b8), 0)
+    yield S(make((2, 4, 5), dtype), make((4, 1), b8), make((), dtype))
+    if dtype.is_floating_point:
+        yield S(make((4, 5), dtype), make((4, 5), b8), float("-inf"))
+
+
+def clamp_samples(dtype):
+    a = lambda: make((4, 5), dtype, low=-9, high=9)  # noqa: E731
+    yield S(a(), -2, 3)
+    yield S(a(), min=-1)
+    yield S(a(), max=1)
+    yield S(a(), make((5,), dtype, low=-9, high=0), make((4, 1), dtype, low=0, high=9))
+    yield S(a(), min=make((4, 5), dtype))
+    if dtype.is_floating_point:
+        yield S(special_values(dtype), -1.0, 1.0)
+        yield S(a(), 0.5, 0.25)  # min > max: max wins
+    else:
+        yield S(a(), -2.5, 3.5)  # float bounds promote an integer tensor
+
+
+def clamp_one_samples(kw):
+    def gen(dtype):
+        yield S(make((4, 5), dtype, low=-9, high=9), 1)
+        yield S(make((4, 5), dtype), make((5,), dtype))
+        if dtype.is_floating_point:
+            yield S(special_values(dtype), 0.0)
+
+    return gen
+
+
+def lerp_samples(dtype):
+    yield S(make((4, 5), dtype), make((4, 5), dtype), 0.3)
+    yield S(make((4, 5), dtype), make((5,), dtype), make((4, 1), dtype))
+    yield S(make((4, 5), dtype), make((4, 5), dtype), 0.7)
+
+
+def addc_samples(div):
+    def gen(dtype):
+        t2 = lambda s: make(s, dtype, exclude_zero=div, low=0.5 if div else None)  # noqa: E731
+        yield S(make((4, 5), dtype), make((4, 5), dtype), t2((4, 5)))
+        yield S(make((4, 5), dtype), make((5,), dtype), t2((4, 1)), value=0.5)
+        yield S(make((5,), dtype), make((4, 5), dtype), t2((4, 5)), value=2)
+
+    return gen
+
+
+def nan_to_num_samples(dtype):
+    yield S(make((4, 5), dtype))
+    if not dtype.is_floating_point:
+        yield S(make((4, 5), dtype), nan=1.0)
+        return
+    yield S(special_values(dtype))
+    yield S(special_values(dtype), nan=1.5, posinf=100.0, neginf=-100.0)
+
+
+def gelu_samples(dtype):
+    # no infinities: torch's vectorized float32 kernel gives NaN for gelu(inf), its float64 kernel inf
+    yield from unary_samples(-3, 3, special=False)(dtype)
+    yield S(special_values(dtype)[[0, 1, 2, 3, 4, 5, 8]])
+    yield S(make((4, 5), dtype, low=-4, high=4), approximate="tanh")
+
+
+def softplus_samples(dtype):
+    yield from ACTIVATION_SAMPLES(dtype)
+    yield S(make((4, 5), dtype, low=-30, high=30), beta=2.0, threshold=5.0)
+    yield S(make((4, 5), dtype, low=-30, high=30), 0.5, 10.0)
+
+
+# The unary elementwise ops: name -> (dtypes, low, high)
+UNARY = {
+    "abs": (NUMERIC, None, None), "neg": (NUMERIC, None, None), "exp": (ALL, -5, 5), "exp2": (ALL, -5, 5),
+    "expm1": (ALL, -5, 5), "log": (ALL, 0.1, 10), "log1p": (ALL, -0.9, 10), "log2": (ALL, 0.1, 10),
+    "log10": (ALL, 0.1, 10), "sin": (ALL, None, None), "cos": (ALL, None, None), "tan": (ALL, -1.5, 1.5),
+    "asin": (ALL, -1, 1), "acos": (ALL, -1, 1), "atan": (ALL, None, None), "sinh": (ALL, -5, 5),
+    "cosh": (ALL, -5, 5), "tanh": (ALL, None, None), "asinh": (ALL, None, None), "acosh": (ALL, 1, 10),
+    "atanh": (ALL, -0.99, 0.99), "sqrt": (ALL, 0, 10), "rsqrt": (ALL, 0.1, 10), "reciprocal": (ALL, 0.1, 10),
+    "sign": (ALL, None, None), "floor": (NUMERIC, None, None), "ceil": (NUMERIC, None, None),
+    "round": (NUMERIC, None, None), "trunc": (NUMERIC, None, None), "erf": (ALL, None, None),
+    "erfc": (ALL, None, None), "erfinv": (ALL, -0.99, 0.99), "lgamma": (ALL, 0.1, 10),
+    "digamma": (ALL, 0.1, 10), "bitwise_not": ((i64, b8), None, None), "isfinite": (ALL, None, None),
+    "isnan": (ALL, None, None), "isinf": (ALL, None, None), "signbit": (ALL, None, None),
+    "sigmoid": (ALL, None, None), "logical_not": (ALL, None, None), "square": (ALL, None, None),
+    "frac": (FLOATS, None, None), "positive": (NUMERIC, None, None),
+}
+
+# Binary elementwise ops: name -> (dtypes, sample generator)
+BINARY = {
+    "add": (ALL, binary_samples()), "sub": (NUMERIC, binary_samples()), "mul": (ALL, binary_samples()),
+    "div": (ALL, binary_samples(exclude_zero=True)), "true_divide": (ALL, binary_samples(exclude_zero=True)),
+    "floor_divide": (NUMERIC, binary_samples(exclude_zero=True)),
+    "remainder": (NUMERIC, binary_samples(exclude_zero=True)), "fmod": (NUMERIC, binary_samples(exclude_zero=True)),
+    "pow": (NUMERIC, binary_samples(lhs_low=0.5, lhs_high=3, rhs_low=-2, rhs_high=3, int_rhs_nonneg=True)),
+    "float_power": (NUMERIC, binary_samples(lhs_low=0.5, lhs_high=3, rhs_low=-2, rhs_high=3)),
+    "atan2": (ALL, binary_samples()), "maximum": (ALL, binary_samples(scalars=False)),
+    "minimum": (ALL, binary_samples(scalars=False)),
+    "eq": (ALL, binary_samples()), "ne": (ALL, binary_samples()), "lt": (ALL, binary_samples()),
+    "le": (ALL, binary_samples()), "gt": (ALL, binary_samples()), "ge": (ALL, binary_samples()),
+    "bitwise_and": ((i64, b8), binary_samples(mixed=False)), "bitwise_or": ((i64, b8), binary_samples(mixed=False)),
+    "bitwise_xor": ((i64, b8), binary_samples(mixed=False)),
+    "bitwise_left_shift": (INTS, binary_samples(rhs_low=0, rhs_high=5, mixed=False)),
+    "bitwise_right_shift": (INTS, binary_samples(rhs_low=0, rhs_high=5, mixed=False)),
+    "logical_and": (ALL, binary_samples()), "logical_or": (ALL, binary_samples()),
+    "logical_xor": (ALL, binary_samples()), "copysign": (ALL, binary_samples()),
+    "hypot": (FLOATS, binary_samples(scalars=False)), "nextafter": ((f32, f64), binary_samples(scalars=False)),
+}
+
+
+def alpha_samples(dtype):
+    yield from binary_samples()(dtype)
+    if dtype is not b8:
+        yield S(make((4, 5), dtype), make((5,), dtype), alpha=2)
+        if dtype.is_floating_point:
+            yield S(make((4, 5), dtype), make((5,), dtype), alpha=0.5)
+
+
+def rounding_div_samples(dtype):
+    yield from binary_samples(exclude_zero=True)(dtype)
+    for mode in ("trunc", "floor"):
+        yield S(make((4, 5), dtype, low=-9, high=9), make((5,), dtype, low=-3, high=3, exclude_zero=True),
+                rounding_mode=mode)
+        yield S(make((4, 5), dtype, low=-9, high=9), 2, rounding_mode=mode)
+        yield S(make((4, 5), dtype, low=-9, high=9), make((4, 5), f64, low=1, high=3), rounding_mode=mode)
+
+
+def reversed_samples(exclude_zero=False, nonneg=False):
+    """``Tensor.__rsub__(a, b)`` is ``b - a``: a tensor and a Python scalar or tensor."""
+
+    def gen(dtype):
+        low = 0.5 if nonneg else None
+        yield S(make((4, 5), dtype, low=low, high=3 if nonneg else None, exclude_zero=exclude_zero), 2)
+        if dtype is not b8:
+            yield S(make((4, 5), dtype, low=low, high=3 if nonneg else None, exclude_zero=exclude_zero), 1.5)
+        yield S(make((5,), dtype, low=low, high=3 if nonneg else None, exclude_zero=exclude_zero),
+                make((4, 5), dtype, low=0 if nonneg else None, high=3 if nonneg else None))
+
+    return gen
+
+
+def elementwise_opinfos():
+    out = [OpInfo(name, unary_samples(low, high), dtypes) for name, (dtypes, low, high) in UNARY.items()]
+    for name, (dtypes, gen) in BINARY.items():
+        if name in ("add", "sub"):
+            gen = alpha_samples
+        elif name == "div":
+            gen = rounding_div_samples
+        out.append(OpInfo(name, gen, dtypes))
+    out += [
+        OpInfo("rsub", reversed_samples(), NUMERIC),
+        OpInfo("rdiv", reversed_samples(exclude_zero=True), ALL, op=torch.Tensor.__rtruediv__),
+        OpInfo("rfloordiv", reversed_samples(exclude_zero=True), NUMERIC, op=torch.Tensor.__rfloordiv__),
+        OpInfo("rmod", reversed_samples(exclude_zero=True), NUMERIC, op=torch.Tensor.__rmod__),
+        OpInfo("rpow", reversed_samples(nonneg=True), NUMERIC, op=torch.Tensor.__rpow__),
+        OpInfo("where", where_samples, ALL, spellings=(lambda c, a, b: a.where(c, b),)),
+        OpInfo("masked_fill", masked_fill_samples, ALL),
+        OpInfo("clamp", clamp_samples, NUMERIC),
+        OpInfo("clamp_min", clamp_one_samples("min"), NUMERIC),
+        OpInfo("clamp_max", clamp_one_samples("max"), NUMERIC),
+        OpInfo("lerp", lerp_samples, FLOATS),
+        OpInfo("addcmul", addc_samples(False), NUMERIC),
+        OpInfo("addcdiv", addc_samples(True), FLOATS),
+        OpInfo("nan_to_num", nan_to_num_samples, NUMERIC),
+        activation("relu", NUMERIC),
+        activation("relu6", NUMERIC),
+        activation("leaky_relu", extra=({"negative_slope": 0.2},)),
+        activation("elu", extra=({"alpha": 0.5},)),
+        activation("selu"),
+        activation("celu", extra=({"alpha": 2.0},)),
+        activation("hardtanh", NUMERIC, extra=({"min_val": -0.5, "max_val": 2.0},)),
+        OpInfo("gelu", gelu_samples, FLOATS, decomp_tol={bf16: (1.6e-2, 1e-2)}),
+        activation("silu"),
+        activation("mish"),
+        OpInfo("softplus", softplus_samples, FLOATS),
+        activation("logsigmoid"),
+        activation("hardsigmoid"),
+        activation("hardswish"),
+        activation("softsign"),
+        activation("tanhshrink"),
+    ]
+    return out
+
+
+OPINFOS = elementwise_opinfos()
+SKIPPED = {}

@@ -1,0 +1,329 @@
+"""Every operation of the torch language against eager PyTorch, table-driven by ``tests/opinfos.py``.
+
+Two checks per (op, dtype):
+
+* ``test_op``: every torch spelling of the op (function, Tensor method, operator, in-place method)
+  under ``thunder.jit`` against the same call in eager. The torch executor runs torch's own kernels,
+  so results must match bitwise; where eager raises, thunder must raise too.
+* ``test_decomposition``: the trace's torch-language symbols replaced by their decompositions and
+  run as prims only (with the torch executor's prim implementations). Thunder must be right when
+  an op runs as its prims (fusion executors, autodiff), so this must match eager within tolerance,
+  and every value computed must have the shape and dtype its proxy claims.
+"""
+from __future__ import annotations
+
+import operator
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import thunder
+from thunder.core.proxies import TensorProxy, NumberProxy
+from thunder.executors import torchex
+from thunder.torch import INPLACE_TO_SYMBOL, SYMBOLS, TORCH_TO_SYMBOL
+from thunder.torch.fallback import describe
+from tests.opinfos import OPINFOS, SKIPPED, Compare, OpInfo, SampleInput
+
+# ---------------------------------------------------------------------------------------------
+# Spellings: the torch callables that reach a symbol
+# ---------------------------------------------------------------------------------------------
+
+
+def _symbol_name(target):
+    return getattr(target, "name", None) or getattr(target, "__name__", None)
+
+
+def _as_callable(key):
+    """A getset descriptor (``Tensor.T``) is called as ``descriptor.__get__(a)``, which is ``a.T``."""
+    if type(key).__name__ == "getset_descriptor":
+        return lambda a: key.__get__(a)
+    return key
+
+
+def _inplace(method):
+    def call(a, *args, **kwargs):
+        a = a.clone()
+        out = method(a, *args, **kwargs)
+        assert out is a, "an in-place method returns its input"
+        return a
+
+    call.__name__ = f"inplace({describe(method)})"
+    return call
+
+
+def spellings(info: OpInfo) -> list[tuple[str, object]]:
+    out = [(describe(s), s) for s in info.spellings]
+    if info.registered_spellings:
+        out += [(describe(k), _as_callable(k)) for k, s in TORCH_TO_SYMBOL.items() if _symbol_name(s) == info.name]
+        out += [(f"inplace {describe(k)}", _inplace(k)) for k, s in INPLACE_TO_SYMBOL.items() if s.name == info.name]
+    return list(dict(out).items())
+
+
+def primary_op(info: OpInfo):
+    if info.op is not None:
+        return info.op
+    sym = SYMBOLS[info.name]
+    if sym.torch_impl is not None and sym.torch_impl in TORCH_TO_SYMBOL:
+        return _as_callable(sym.torch_impl)
+    return spellings(info)[0][1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparison
+# ---------------------------------------------------------------------------------------------
+
+
+def _leaves(x) -> list:
+    if isinstance(x, (tuple, list)):
+        return [y for item in x for y in _leaves(item)]
+    return [x]
+
+
+def assert_same(actual, expected, *, tol=None, compare=Compare.VALUES, what=""):
+    """``tol`` None: bitwise (NaN equal to NaN); else {dtype: (rtol, atol)} by the result's dtype (bitwise for others)."""
+    if isinstance(expected, (tuple, list)):
+        assert isinstance(actual, (tuple, list)), f"{what}: expected a sequence, got {type(actual)}"
+        if type(expected).__module__ == "torch.return_types":  # values, indices = torch.max(a, 0) keeps its names
+            assert type(actual) is type(expected), f"{what}: expected {type(expected)}, got {type(actual)}"
+    a, e = _leaves(actual), _leaves(expected)
+    assert len(a) == len(e), f"{what}: {len(a)} outputs, eager has {len(e)}"
+    for i, (x, y) in enumerate(zip(a, e)):
+        where = f"{what} output {i}"
+        if not isinstance(y, torch.Tensor):
+            assert x == y or (x != x and y != y), f"{where}: {x!r} != {y!r}"
+            continue
+        assert isinstance(x, torch.Tensor), f"{where}: expected a tensor, got {type(x)}"
+        assert x.shape == y.shape and x.dtype == y.dtype, f"{where}: {x.dtype}{list(x.shape)} != {y.dtype}{list(y.shape)}"
+        if compare == Compare.METADATA:
+            continue
+        rtol, atol = (tol or {}).get(y.dtype, (0, 0))
+        torch.testing.assert_close(x, y, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"{where}: {m}")
+
+
+def _clone(x):
+    if isinstance(x, torch.Tensor):
+        return x.clone()
+    if isinstance(x, (list, tuple)):
+        return type(x)(_clone(y) for y in x)
+    if isinstance(x, dict):
+        return {k: _clone(v) for k, v in x.items()}
+    return x
+
+
+def _call(fn, sample: SampleInput, seed: int | None):
+    args, kwargs = _clone(sample.args), _clone(sample.kwargs)
+    if seed is not None:
+        torch.manual_seed(seed)
+    return fn(*args, **kwargs)
+
+
+def _cases(info_filter=None):
+    cases = []
+    for info in OPINFOS:
+        for dtype in info.dtypes:
+            marks = []
+            if info.requires_cuda:
+                marks.append(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"))
+            cases.append(pytest.param(info, dtype, id=f"{info.name}-{str(dtype).removeprefix('torch.')}", marks=marks))
+    return cases
+
+
+def _samples(info: OpInfo, dtype):
+    torch.manual_seed(0)
+    samples = list(info.sample_inputs(dtype))
+    assert samples, f"{info.name}: no samples for {dtype}"
+    return samples
+
+
+# ---------------------------------------------------------------------------------------------
+# The tests
+# ---------------------------------------------------------------------------------------------
+
+_SEED = 1234
+
+
+@pytest.mark.parametrize("info,dtype", _cases())
+def test_op(info: OpInfo, dtype):
+    names = spellings(info)
+    assert names, f"{info.name}: no torch spelling reaches this symbol; give the OpInfo spellings"
+    for sample in _samples(info, dtype):
+        for label, fn in names:
+            what = f"{label} on {sample}"
+            jfn = thunder.jit(lambda *a, **k: fn(*a, **k))
+            try:
+                expected = _call(fn, sample, _SEED)
+            except Exception as e:  # thunder must reject what eager rejects
+                try:
+                    _call(jfn, sample, _SEED)
+                except Exception:
+                    continue
+                pytest.fail(f"{what}: eager raises {type(e).__name__}({e}), thunder does not")
+            actual = _call(jfn, sample, _SEED)
+            assert_same(actual, expected, compare=info.compare, what=what)
+
+
+@pytest.mark.parametrize("info,dtype", _cases())
+def test_decomposition(info: OpInfo, dtype):
+    op = primary_op(info)
+    for sample in _samples(info, dtype):
+        what = f"{info.name} on {sample}"
+        try:
+            expected = _call(op, sample, _SEED)
+        except Exception:
+            continue  # test_op checks that thunder rejects it too
+        trace, flat = trace_of(op, sample)
+        names = {b.sym.name for b in trace.bound_symbols}
+        assert info.name in names or len(trace.bound_symbols) == 1, f"{what}: {info.name} was not recorded:\n{trace}"
+        torch.manual_seed(_SEED)
+        actual = run_as_prims(trace, flat)
+        compare = Compare.METADATA if info.random else info.compare
+        tol = {**_DEFAULT_TOL, **info.decomp_tol}
+        assert_same(actual, expected, tol=tol, compare=compare, what=f"decomposition of {what}")
+
+
+_DEFAULT_TOL = {torch.float32: (1.3e-6, 1e-5), torch.float64: (1e-7, 1e-7), torch.bfloat16: (1.6e-2, 1e-5)}
+
+# ---------------------------------------------------------------------------------------------
+# Running a trace as prims only
+# ---------------------------------------------------------------------------------------------
+
+
+def _flatten_tensors(x, out):
+    if isinstance(x, torch.Tensor):
+        out.append(x)
+        return lambda it: next(it)
+    if isinstance(x, (list, tuple)):
+        builds = [_flatten_tensors(y, out) for y in x]
+        return lambda it: type(x)(b(it) for b in builds)
+    if isinstance(x, dict):
+        builds = {k: _flatten_tensors(v, out) for k, v in x.items()}
+        return lambda it: {k: b(it) for k, b in builds.items()}
+    return lambda it: x
+
+
+def trace_of(op, sample: SampleInput):
+    """The un-transformed trace of ``op`` on ``sample``, whose parameters are the sample's tensors in order."""
+    flat = []
+    build = _flatten_tensors((_clone(sample.args), _clone(sample.kwargs)), flat)
+
+    def fn(*tensors):
+        args, kwargs = build(iter(tensors))
+        return op(*args, **kwargs)
+
+    jfn = thunder.jit(fn)
+    torch.manual_seed(_SEED)
+    jfn(*flat)
+    trace = thunder.last_traces(jfn)[0]
+    assert [p.name for p in trace.params] == [f"tensors_{i}" for i in range(len(flat))], trace.params
+    return trace, flat
+
+
+def _read(env, x):
+    if isinstance(x, (TensorProxy, NumberProxy)):
+        if x.name not in env:
+            raise AssertionError(f"{x.name} is read before it is defined")
+        return env[x.name]
+    if isinstance(x, (list, tuple)):
+        items = [_read(env, y) for y in x]
+        return type(x)(*items) if hasattr(x, "_fields") else type(x)(items)
+    if isinstance(x, dict):
+        return {k: _read(env, v) for k, v in x.items()}
+    if isinstance(x, slice):
+        return slice(_read(env, x.start), _read(env, x.stop), _read(env, x.step))
+    return x
+
+
+def _write(env, proxy, value, bsym):
+    if isinstance(proxy, TensorProxy):
+        assert isinstance(value, torch.Tensor), f"{bsym.sym.id} produced {type(value)} for {proxy.name}"
+        assert tuple(value.shape) == tuple(proxy.shape) and value.dtype == proxy.dtype, (
+            f"{bsym.sym.id}: {proxy.name} is {proxy.dtype}{list(proxy.shape)} in the trace, but the "
+            f"computed value is {value.dtype}{list(value.shape)}\n{bsym}")
+        env[proxy.name] = value
+    elif isinstance(proxy, NumberProxy):
+        env[proxy.name] = value
+    elif isinstance(proxy, (list, tuple)):
+        assert isinstance(value, (list, tuple)) and len(value) == len(proxy), f"{bsym.sym.id}: output structure differs"
+        for p, v in zip(proxy, value):
+            _write(env, p, v, bsym)
+
+
+def _run_bsym(env, bsym):
+    sym = bsym.sym
+    if getattr(sym, "is_fallback", False):
+        impl = sym.torch_impl  # an op thunder has no definition for is its own decomposition
+    elif sym.is_prim and sym.module == "prims":
+        impl = torchex.ex.implmap[sym.id].op.impl
+    elif sym.is_prim:
+        raise AssertionError(f"unexpected executor symbol {sym.id} in an un-transformed trace")
+    else:
+        if not bsym.subsymbols:
+            undefined = [p.name for p in bsym.flat_outs if p.name not in env]
+            assert not undefined, f"{sym.id} has no decomposition, yet defines {undefined}:\n{bsym}"
+        for sub in bsym.subsymbols:
+            _run_bsym(env, sub)
+        for p in bsym.flat_outs:
+            _write(env, p, _read(env, p), bsym)  # checks the composite's outputs exist and match their metadata
+        return
+    value = impl(*_read(env, bsym.args), **_read(env, bsym.kwargs))
+    _write(env, bsym.output, value, bsym)
+
+
+def run_as_prims(trace, inputs):
+    env = {p.name: v for p, v in zip(trace.params, inputs)}
+    for bsym in trace.bound_symbols:
+        if bsym.sym.id == "python.python_return":
+            return _read(env, bsym.args[0])
+        _run_bsym(env, bsym)
+    raise AssertionError("the trace has no return")
+
+
+# ---------------------------------------------------------------------------------------------
+# Coverage, the generic fallback, and operations that cannot be traced
+# ---------------------------------------------------------------------------------------------
+
+
+def test_every_symbol_has_an_opinfo():
+    covered = {info.name for info in OPINFOS}
+    assert len(covered) == len(OPINFOS), "two OpInfos for one symbol"
+    missing = sorted(set(SYMBOLS) - covered - set(SKIPPED))
+    assert not missing, f"symbols with neither an OpInfo nor a reason to skip: {missing}"
+    stale = sorted((covered | set(SKIPPED)) - set(SYMBOLS))
+    assert not stale, f"OpInfos or skips for symbols that do not exist: {stale}"
+    assert not covered & set(SKIPPED), f"both tested and skipped: {sorted(covered & set(SKIPPED))}"
+
+
+_FALLBACK_CASES = {
+    "special.erfcx": (lambda a: torch.special.erfcx(a) * 2, (3, 4)),
+    "cummax": (lambda a: torch.cummax(a, 1), (3, 4)),
+    "cummax-values": (lambda a: torch.cummax(a, 1).values + 1, (3, 4)),
+    "max_pool2d": (lambda a: F.max_pool2d(a, 2), (1, 2, 6, 6)),
+    "interpolate": (lambda a: F.interpolate(a, scale_factor=2, mode="bilinear"), (1, 2, 4, 4)),
+    "Tensor.cumprod": (lambda a: a.cumprod(0).sin(), (3, 4)),
+}
+
+
+@pytest.mark.parametrize("name", list(_FALLBACK_CASES))
+def test_generic_fallback(name):
+    """An op with no ltorch definition is traced with torch's meta kernel and run as itself."""
+    fn, shape = _FALLBACK_CASES[name]
+    a = torch.randn(shape)
+    jfn = thunder.jit(fn)
+    assert_same(jfn(a), fn(a), what=name)
+    trace = thunder.last_traces(jfn)[0]
+    assert any(getattr(b.sym, "is_fallback", False) for b in trace.bound_symbols), str(trace)
+
+
+@pytest.mark.parametrize("fn,name", [
+    (lambda a: torch.nonzero(a), "nonzero"),
+    (lambda a: a.nonzero(), "nonzero"),
+    (lambda a: a[a > 0], "boolean mask"),
+    (lambda a: torch.masked_select(a, a > 0), "masked_select"),
+    (lambda a: torch.unique(a), "unique"),
+    (lambda a: torch.where(a > 0), "where"),
+], ids=["nonzero", "Tensor.nonzero", "bool-mask-index", "masked_select", "unique", "where-1-arg"])
+def test_untraceable_raises(fn, name):
+    """Ops whose output shape depends on tensor values cannot be traced; the error names the op."""
+    with pytest.raises(NotImplementedError, match=name):
+        thunder.jit(fn)(torch.randn(3, 4))
