@@ -73,6 +73,8 @@ class Printer:
             return f"slice({self.value(x.start)}, {self.value(x.stop)}, {self.value(x.step)})"
         if isinstance(x, list):
             return "[" + ", ".join(self.value(y) for y in x) + "]"
+        if isinstance(x, torch.Size):
+            return f"torch.Size([{', '.join(self.value(y) for y in x)}])"
         if isinstance(x, tuple) and not hasattr(x, "_fields"):
             if len(x) == 1:
                 return f"({self.value(x[0])},)"
@@ -113,6 +115,9 @@ def print_bsym(bsym, printer: Printer, indent: int = 1, comment: bool = False, d
     else:
         for imp in sym.imports:
             printer.imports[imp] = None
+        impl = getattr(sym, "impl", None)
+        if impl is not None and not sym.imports and "." not in sym.print_name:
+            printer.constants.setdefault(sym.print_name, impl)  # an executor's callable, passed as a global
         call = f"{sym.print_name}({printer.call_args(bsym.args, bsym.kwargs)})"
         has_out = bsym.output is not None and flat_proxies(bsym.output) or isinstance(bsym.output, (TensorProxy, NumberProxy))
         code = f"{printer.output(bsym.output)} = {call}" if has_out else call

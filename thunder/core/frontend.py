@@ -189,6 +189,8 @@ class Tracer:
         self.views_of: dict[str, list] = {}
         self.stale: set[str] = set()
         self.writebacks: dict[str, tuple] = {}
+        self.root_of: dict[str, str] = {}  # a version's name -> the name of the tensor it updates
+        self.roots: dict[str, TensorProxy] = {}
         self.checkpoint_depth = 0
 
     # -- inputs --------------------------------------------------------------------------
@@ -255,23 +257,24 @@ class Tracer:
             return iter(self.call(ltorch_shapes.unbind, (self.resolve(args[0]), 0), {}))
         if "out" in kwargs and kwargs["out"] is not None:
             raise NotImplementedError(f"{describe(func)} with out= is not supported by thunder; assign the result instead")
+        first = args[0] if args else None  # the caller's object, for in-place updates
         args = self.resolve(args)
         kwargs = self.resolve(kwargs) if kwargs else kwargs
         if key is _SETITEM:
             target, index, value = args
             out = self.call(ltorch_shapes.setitem, (target, index, value), {})
-            self.inplace(args[0], out)
+            self.inplace(first, out)
             return None
         sym = INPLACE_TO_SYMBOL.get(key)
         if sym is not None:
             out = self.call(sym, args, kwargs)
-            return self.inplace(args[0], out)
+            return self.inplace(first, out)
         sym = TORCH_TO_SYMBOL.get(key)
         if sym is None:
             return self._unknown(func, args, kwargs)
         out = self.call(sym, args, kwargs)
         if getattr(sym, "has_inplace_param", False) and _bound_inplace(sym, args, kwargs):
-            return self.inplace(args[0], out)
+            return self.inplace(first, out)
         return out
 
     def call(self, sym, args, kwargs):
@@ -295,6 +298,11 @@ class Tracer:
 
     # -- in-place updates (see [Note: in-place updates]) -------------------------------------
     def inplace(self, original, new):
+        if not isinstance(original, TensorProxy):
+            original = self.resolve(original)  # a captured real tensor
+        root_name = self.root_of.get(original.name, original.name)
+        root_proxy = self.input_names.get(root_name)
+        original = root_proxy if root_proxy is not None else self.roots.get(root_name, original)
         target = self.latest.get(original.name, original)
         if target.name in self.view_base or original.name in self.view_base:
             raise NotImplementedError(
@@ -318,6 +326,8 @@ class Tracer:
         for v in self.views_of.pop(root, ()):
             self.stale.add(v)
         self.latest[root] = new
+        self.root_of[new.name] = root
+        self.roots[root] = original
         if root in self.input_names:
             self.writebacks[root] = (self.input_names[root], new)
         return original

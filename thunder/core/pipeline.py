@@ -133,7 +133,6 @@ def _needs_custom_resolution(out) -> bool:
 
 def _resolve_any(tracer, out):
     """Maps proxies inside arbitrary output containers (dataclasses, ...) to their latest versions."""
-    comp.params = [p for p, _ in prologue.inputs]
     leaves, rebuild = flatten_output(out)
     return rebuild([tracer.resolve(x) for x in leaves])
 

@@ -171,10 +171,23 @@ def _concrete(x):
     return x._specialize() if isinstance(x, NumberProxy) else x
 
 
+_TENSOR_OPS = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "floor_divide": "floor_divide",
+               "remainder": "remainder", "pow": "pow"}
+
+
 def _number_binary(name: str, reflected: bool = False):
     def method(self, other):
         from thunder.core import prims
 
+        if isinstance(other, TensorProxy):
+            # tensor (op) number: the torch-language op, recorded through the active tracer
+            from thunder.core.frontend import _ACTIVE_TRACERS
+            import thunder.torch as ltorch
+
+            sym = getattr(ltorch, _TENSOR_OPS[name])
+            args = (self, other) if reflected else (self, other)
+            args = (other, self) if reflected else (self, other)
+            return _ACTIVE_TRACERS[-1].call(sym, args, {})
         if not isinstance(other, (int, float, bool, NumberProxy)) or isinstance(other, torch.Tensor):
             return NotImplemented
         fn = getattr(prims, name)

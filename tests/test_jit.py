@@ -1,0 +1,660 @@
+"""The core JIT: tracing, trace printing, caching and prologues, the public query API, ThunderModule."""
+from __future__ import annotations
+
+import dataclasses
+import dis
+import random
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import thunder
+from thunder.core.interpreter import InterpreterError
+from thunder.core.proxies import DataDependentError
+from thunder.core.trace_checker import check_trace
+
+
+def _check_all_traces(jfn):
+    for t in thunder.last_traces(jfn) + thunder.last_backward_traces(jfn) + thunder.last_prologue_traces(jfn):
+        check_trace(t)
+
+
+# ---------------------------------------------------------------------------------------------
+# The seed notebook's cells
+# ---------------------------------------------------------------------------------------------
+
+
+def foo(a, b):
+    return a + b
+
+
+def test_seed_simple_add_and_its_trace():
+    from thunder.functional import jit
+
+    jfoo = jit(foo)
+    a = torch.randn((2, 2))
+    b = torch.randn((2, 2))
+    assert torch.equal(jfoo(a, b), foo(a, b))
+    traces = thunder.last_traces(jfoo)
+    expected = '''# Constructed by Delete Last Used (took 0 milliseconds)
+import torch
+from thunder.executors.torchex import no_autocast
+
+def computation(a, b):
+  # a: "cpu f32[2, 2]"
+  # b: "cpu f32[2, 2]"
+  t0 = torch.add(a, b)  # t0: "cpu f32[2, 2]"
+    # t0 = ltorch.add(a, b, alpha=None)  # t0: "cpu f32[2, 2]"
+      # t0 = prims.add(a, b)  # t0: "cpu f32[2, 2]"
+  del a, b
+  return t0
+'''
+    printed = str(traces[-1])
+    assert printed.split("\n", 1)[1] == expected.split("\n", 1)[1]
+    assert printed.startswith("# Constructed by Delete Last Used (took ")
+    _check_all_traces(jfoo)
+
+
+def test_seed_torch_function_is_translated():
+    from thunder.functional import jit
+
+    def foo_torch(a, b):
+        return torch.add(a, b)
+
+    jfoo_torch = jit(foo_torch)
+    a, b = torch.randn(2, 2), torch.randn(2, 2)
+    assert torch.equal(jfoo_torch(a, b), foo(a, b))
+    assert "ltorch.add(a, b, alpha=None)" in str(thunder.last_traces(jfoo_torch)[-1])
+
+
+class TensorPair:
+    def __init__(self, a, b):
+        self.a = a
+        self.b = b
+
+
+def test_seed_unsupported_input_type():
+    from thunder.functional import jit
+
+    def bar(tp):
+        return tp.a + tp.b
+
+    jbar = jit(bar)
+    tp = TensorPair(torch.randn(2, 2), torch.randn(2, 2))
+    with pytest.raises(ValueError) as e:
+        jbar(tp)
+    assert str(e.value) == f"Cannot unpack object of type {TensorPair}. Please file an issue requesting support."
+
+    jfoo = jit(foo)
+
+    def tensorpair_wrapper(tp):
+        return jfoo(tp.a, tp.b)
+
+    assert torch.equal(tensorpair_wrapper(tp), tp.a + tp.b)
+
+
+def test_seed_inputs_not_from_the_signature():
+    from thunder.functional import jit
+
+    b = torch.randn(2, 2)
+
+    def partial_add(a):
+        return a + b
+
+    jpartial_add = jit(partial_add)
+    with pytest.raises(InterpreterError) as e:
+        jpartial_add(torch.randn(2, 2))
+    msg = str(e.value)
+    assert "had an unexpected type <class 'torch.Tensor'>" in msg
+    assert msg.startswith("Encountered exception ValueError: tensor(")
+    assert "Supported types are (<class 'thunder.core.proxies.TensorProxy'>, <class 'numbers.Number'>)" in msg
+    assert "while tracing <function" in msg
+
+
+def test_seed_modifying_inputs():
+    from thunder.functional import jit
+
+    def list_sum(lst):
+        accum = lst[0]
+        for x in lst[1:]:
+            accum = accum + x
+        lst.append(accum)
+
+    jlist_sum = jit(list_sum)
+    a, b = torch.randn(2, 2), torch.randn(2, 2)
+    with pytest.raises(NotImplementedError, match="^Appending to an input list is not yet supported$"):
+        jlist_sum([a, b])
+
+
+@pytest.mark.parametrize("mutate,message", [
+    (lambda lst: lst.extend([1]), "Extending an input list is not yet supported"),
+    (lambda lst: lst.insert(0, 1), "Inserting into an input list is not yet supported"),
+    (lambda lst: lst.pop(), "Popping from an input list is not yet supported"),
+    (lambda lst: lst.__setitem__(0, 1), "Setting an item of an input list is not yet supported"),
+    (lambda lst: lst.clear(), "Clearing an input list is not yet supported"),
+])
+def test_other_input_list_mutations(mutate, message):
+    from thunder.functional import jit
+
+    def f(lst):
+        mutate(lst)
+        return lst[0]
+
+    with pytest.raises(NotImplementedError, match=message):
+        jit(f)([torch.randn(2)])
+
+
+def test_input_dict_mutation():
+    from thunder.functional import jit
+
+    def f(d):
+        d["c"] = d["a"]
+        return d["a"]
+
+    with pytest.raises(NotImplementedError, match="Setting an item of an input dict is not yet supported"):
+        jit(f)({"a": torch.randn(2)})
+
+
+def test_seed_random_random_is_a_trace_constant():
+    from thunder.functional import jit
+
+    def add_random(a):
+        return a + random.random()
+
+    jadd_random = jit(add_random)
+    a = torch.randn(2, 2)
+    first = jadd_random(a)
+    assert torch.equal(jadd_random(a), first)  # the same constant on every call
+    trace = str(thunder.last_traces(jadd_random)[-1])
+    constant = float(trace.split("torch.add(a, ")[1].split(")")[0])
+    assert torch.allclose(first, a + constant)
+    assert f"prims.add(a, {constant})" in trace
+
+
+@pytest.mark.parametrize("value", [
+    3, 2.5, True, "mean", torch.float16, torch.device("cpu"), None, slice(1, None), Ellipsis, torch.Size([2, 3]),
+    (1, 2), [3, 4], {"k": 5},
+])
+def test_functional_jit_accepts_the_documented_input_types(value):
+    from thunder.functional import jit
+
+    def f(x, v):
+        return x * 2, v
+
+    jf = jit(f)
+    x = torch.randn(3)
+    out, v = jf(x, value)
+    assert torch.equal(out, x * 2)
+    assert v == value or (v is value)
+
+
+def test_functional_jit_nested_collections_of_tensors():
+    from thunder.functional import jit
+
+    def f(d, seq):
+        return d["a"] * seq[0] + seq[1][0]
+
+    d = {"a": torch.randn(2)}
+    seq = [torch.randn(2), (torch.randn(2),)]
+    assert torch.equal(jit(f)(d, seq), f(d, seq))
+
+
+# ---------------------------------------------------------------------------------------------
+# thunder.jit: captured tensors, control flow, errors
+# ---------------------------------------------------------------------------------------------
+
+G = torch.ones(3)
+
+
+def uses_global(x):
+    return x + G
+
+
+def test_jit_captures_globals_and_sees_rebinding():
+    global G
+    jf = thunder.jit(uses_global)
+    x = torch.randn(3)
+    assert torch.equal(jf(x), x + G)
+    old = G
+    try:
+        G = torch.full((3,), 5.0)
+        assert torch.equal(jf(x), x + 5)
+        G.add_(1)  # in-place changes of the captured tensor are seen too
+        assert torch.equal(jf(x), x + 6)
+    finally:
+        G = old
+    assert "G" in str(thunder.last_prologue_traces(jf)[-1])
+
+
+def test_jit_captures_closures():
+    scale = torch.tensor([2.0, 3.0])
+
+    def f(x):
+        return x * scale
+
+    jf = thunder.jit(f)
+    x = torch.randn(2)
+    assert torch.equal(jf(x), x * scale)
+    scale.mul_(10)
+    assert torch.equal(jf(x), x * scale)
+
+
+def test_python_control_flow_on_shapes_is_specialized():
+    def f(x):
+        if x.shape[0] > 2:
+            return x * 2
+        n = x.size(-1) // 2
+        return x[..., :n].sum(-1)
+
+    jf = thunder.jit(f)
+    a, b = torch.randn(4, 6), torch.randn(2, 6)
+    assert torch.equal(jf(a), f(a))
+    assert torch.equal(jf(b), f(b))
+    assert thunder.cache_misses(jf) == 2
+    assert torch.equal(jf(a), f(a)) and thunder.cache_hits(jf) == 1
+
+
+@pytest.mark.parametrize("fn,op", [
+    (lambda x: x * 2 if x.sum() > 0 else x, "Tensor.__bool__"),
+    (lambda x: x * x.sum().item(), "Tensor.item()"),
+    (lambda x: x[: int(x.max())], "int(tensor)"),
+    (lambda x: x.tolist(), "Tensor.tolist()"),
+])
+def test_control_flow_on_tensor_values_raises_naming_the_operation(fn, op):
+    with pytest.raises(DataDependentError, match=op.replace("(", r"\(").replace(")", r"\)")):
+        thunder.jit(fn)(torch.randn(4))
+
+
+def test_untraceable_op_raises_not_implemented_naming_it():
+    with pytest.raises(NotImplementedError, match="nonzero"):
+        thunder.jit(lambda x: torch.nonzero(x))(torch.randn(4))
+
+
+# ---------------------------------------------------------------------------------------------
+# In-place operations
+# ---------------------------------------------------------------------------------------------
+
+
+def test_inplace_on_intermediates_is_functionalized():
+    def f(x):
+        y = x * 2
+        y.add_(1)
+        y[0] = 0.0
+        y.mul_(3).relu_()
+        return y
+
+    jf = thunder.jit(f)
+    x = torch.randn(4, 3)
+    assert torch.equal(jf(x), f(x))
+    trace = thunder.last_traces(jf)[-1]
+    check_trace(trace)
+    assert "add_(" not in str(trace)
+
+
+def test_inplace_on_inputs_reaches_the_caller():
+    def f(x, y):
+        x.add_(y)
+        return x * 2
+
+    jf = thunder.jit(f)
+    x1, y = torch.randn(3), torch.randn(3)
+    x2 = x1.clone()
+    out = jf(x1, y)
+    expected = f(x2, y)
+    assert torch.equal(out, expected) and torch.equal(x1, x2)
+    out = jf(x1, y)  # cache hit: updates again
+    assert torch.equal(out, f(x2, y)) and torch.equal(x1, x2)
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_batchnorm_running_stats_like_eager(train):
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+    ref = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+    ref.load_state_dict(m.state_dict())
+    m.train(train)
+    ref.train(train)
+    jm = thunder.jit(m)
+    for _ in range(3):
+        x = torch.randn(2, 3, 6, 6)
+        with torch.no_grad():
+            assert torch.equal(jm(x), ref(x))
+    for (n, a), b in zip(ref.named_buffers(), m.buffers()):
+        assert torch.equal(a, b), n
+
+
+def test_inplace_update_of_a_view_raises():
+    def f(x):
+        y = x * 1
+        z = y[0]
+        z.add_(1)
+        return y
+
+    with pytest.raises(NotImplementedError, match="view"):
+        thunder.jit(f)(torch.randn(2, 2))
+
+
+# ---------------------------------------------------------------------------------------------
+# Caching and prologues
+# ---------------------------------------------------------------------------------------------
+
+
+def test_cache_option_strings_and_enum():
+    assert thunder.cache_option(thunder.jit(foo)) is thunder.CACHE_OPTIONS.CONSTANT_VALUES
+    for opt in ("no caching", "same input", "constant values", "symbolic values"):
+        assert thunder.cache_option(thunder.jit(foo, cache=opt)).value == opt
+    with pytest.raises(ValueError, match="cache option"):
+        thunder.jit(foo, cache="sometimes")
+
+
+def test_constant_values_recompile_for_new_numbers():
+    def f(x, n):
+        return x * n
+
+    jf = thunder.jit(f)
+    x = torch.randn(3)
+    for n in (2, 3, 2, 3):
+        assert torch.equal(jf(x, n), x * n)
+    assert (thunder.cache_misses(jf), thunder.cache_hits(jf)) == (2, 2)
+    assert "check_literal(n, " in str(thunder.last_prologue_traces(jf)[-1])
+
+
+def test_symbolic_values_do_not_recompile_for_new_numbers():
+    def f(x, n):
+        return x * n + n
+
+    jf = thunder.jit(f, cache="symbolic values")
+    x = torch.randn(3)
+    for n in (2, 3, 7):
+        assert torch.equal(jf(x, n), x * n + n)
+    assert thunder.cache_misses(jf) == 1 and thunder.cache_hits(jf) == 2
+    trace = str(thunder.last_traces(jf)[-1])
+    assert "def computation(x, n):" in trace
+
+
+def test_symbolic_values_specialize_when_used_for_control_flow():
+    def f(x, n):
+        return x * 2 if n > 2 else x * 3
+
+    jf = thunder.jit(f, cache="symbolic values")
+    x = torch.randn(3)
+    assert torch.equal(jf(x, 5), x * 2) and torch.equal(jf(x, 1), x * 3)
+    assert thunder.cache_misses(jf) == 2
+
+
+def test_no_caching_retraces_every_call():
+    jf = thunder.jit(foo, cache="no caching")
+    a = torch.randn(2)
+    for _ in range(3):
+        jf(a, a)
+    assert thunder.cache_misses(jf) == 3 and thunder.cache_hits(jf) == 0
+
+
+def test_same_input_skips_checks():
+    jf = thunder.jit(foo, cache="same input")
+    a = torch.randn(2)
+    jf(a, a)
+    jf(a, a)
+    assert thunder.cache_hits(jf) == 1
+    assert "check_tensor" not in str(thunder.last_prologue_traces(jf)[-1])
+
+
+@pytest.mark.parametrize("change", ["shape", "dtype", "requires_grad", "grad_mode", "default_dtype", "autocast"])
+def test_prologue_checks_metadata_and_global_state(change):
+    def f(x):
+        return x * 2 + torch.ones(1)
+
+    jf = thunder.jit(f)
+    x = torch.randn(3)
+    jf(x)
+    misses = thunder.cache_misses(jf)
+    if change == "shape":
+        out = jf(torch.randn(4))
+    elif change == "dtype":
+        out = jf(torch.randn(3, dtype=torch.float64))
+    elif change == "requires_grad":
+        out = jf(torch.randn(3, requires_grad=True))
+    elif change == "grad_mode":
+        with torch.no_grad():
+            out = jf(x)
+    elif change == "default_dtype":
+        old = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+        try:
+            out = jf(x)
+            assert out.dtype is torch.float64  # torch.ones follows the default dtype
+        finally:
+            torch.set_default_dtype(old)
+    else:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = jf(x)
+    assert thunder.cache_misses(jf) == misses + 1
+    jf(x)
+    assert thunder.cache_misses(jf) == misses + 1  # the first specialization is still cached
+
+
+def test_module_train_eval_gives_new_cached_trace():
+    m = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+    jm = thunder.jit(m)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        m.eval()
+        assert torch.equal(jm(x), m(x))
+        m.train()
+        torch.manual_seed(0)
+        a = jm(x)
+        torch.manual_seed(0)
+        assert torch.equal(a, m(x))
+        m.eval()
+        assert torch.equal(jm(x), m(x))
+    assert thunder.cache_misses(jm) == 2 and thunder.cache_hits(jm) == 1
+    assert "check_training" in str(thunder.last_prologue_traces(jm)[-1])
+
+
+# ---------------------------------------------------------------------------------------------
+# Query API
+# ---------------------------------------------------------------------------------------------
+
+
+def test_queries_reject_functions_that_are_not_jitted():
+    for query in (thunder.compile_data, thunder.compile_stats, thunder.last_traces, thunder.cache_hits,
+                  thunder.cache_option, thunder.list_transforms):
+        with pytest.raises(TypeError, match="not a thunder-jitted"):
+            query(foo)
+
+
+def test_queries_before_first_call():
+    jf = thunder.jit(foo)
+    for query in (thunder.last_traces, thunder.last_backward_traces, thunder.last_prologue_traces,
+                  thunder.last_interpreted_instructions, thunder.last_interpreter_log):
+        with pytest.raises(TypeError, match="after the jitted function has been called"):
+            query(jf)
+    assert thunder.cache_hits(jf) == 0 and thunder.cache_misses(jf) == 0
+
+
+def test_compile_data_stats_and_transforms():
+    jf = thunder.jit(foo, executors=["torch"], my_option=1)
+    a = torch.randn(2)
+    jf(a, a)
+    cd = thunder.compile_data(jf)
+    assert cd.fn is foo and [e.name for e in cd.executors][0] == "torch"
+    assert thunder.compile_stats(jf).calls == 1
+    assert thunder.list_transforms(jf) == []
+    assert len(thunder.last_prologue_traces(jf)) == 1
+
+
+def test_last_compile_options_prints(capsys):
+    jf = thunder.jit(foo, my_option=1)
+    thunder.last_compile_options(jf)
+    out = capsys.readouterr().out
+    assert "my_option" in out and "Unused" in out
+
+
+def helper(x):
+    y = x * 2
+    return y + 1
+
+
+def test_last_interpreted_instructions_and_log():
+    def f(x):
+        return helper(x).sum()
+
+    jf = thunder.jit(f)
+    jf(torch.randn(3))
+    instructions = thunder.last_interpreted_instructions(jf)
+    assert instructions and all(isinstance(i, dis.Instruction) for i in instructions)
+    names = {i.opname for i in instructions}
+    assert "RETURN_VALUE" in names and any("BINARY_OP" == n or n.startswith("CALL") for n in names)
+    log = thunder.last_interpreter_log(jf)
+    calls = [str(e) for e in log if not isinstance(e, dis.Instruction)]
+    assert any("helper" in c for c in calls)
+    assert len(log) > len(instructions)
+    # no new instructions on a cache hit
+    jf(torch.randn(3))
+    assert thunder.last_interpreted_instructions(jf) == instructions
+
+
+# ---------------------------------------------------------------------------------------------
+# ThunderModule
+# ---------------------------------------------------------------------------------------------
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net_b = nn.Module()
+        self.net_b.linear = nn.Linear(4, 3)
+        self.register_buffer("scale", torch.tensor(2.0))
+
+    def forward(self, x):
+        return self.net_b.linear(x) * self.scale
+
+
+def test_thunder_module_shares_parameters_both_ways():
+    m = Net()
+    jm = thunder.jit(m)
+    assert isinstance(jm, thunder.ThunderModule) and isinstance(jm, nn.Module)
+    x = torch.randn(2, 4)
+    assert torch.equal(jm(x), m(x))
+    with torch.no_grad():
+        m.net_b.linear.weight.mul_(2)  # the original changes: the jitted sees it
+    assert torch.equal(jm(x), m(x))
+    with torch.no_grad():
+        jm.get_parameter("net_b.linear.bias").add_(1)  # the jitted's parameter is the original's
+    assert torch.equal(m.net_b.linear.bias, jm.get_parameter("net_b.linear.bias"))
+    assert torch.equal(jm(x), m(x))
+    assert [n for n, _ in jm.named_parameters()] == [n for n, _ in m.named_parameters()]
+    assert [n for n, _ in jm.named_buffers()] == ["scale"]
+    assert jm.get_buffer("scale") is m.scale
+    assert jm.get_submodule("net_b.linear") is m.net_b.linear
+    assert list(jm.parameters())[0] is m.net_b.linear.weight
+    assert list(jm.state_dict()) == list(m.state_dict())
+
+
+def test_thunder_module_errors_match_nn_module():
+    m = Net()
+    jm = thunder.jit(m)
+    for query, name in ((lambda t, n: t.get_parameter(n), "net_b.nope"), (lambda t, n: t.get_buffer(n), "nope"),
+                        (lambda t, n: t.get_submodule(n), "net_b.zzz"), (lambda t, n: t.get_parameter(n), "scale")):
+        with pytest.raises(AttributeError) as theirs:
+            query(m, name)
+        with pytest.raises(AttributeError) as ours:
+            query(jm, name)
+        assert str(ours.value) == str(theirs.value)
+
+
+def test_thunder_module_load_state_dict():
+    m, other = Net(), Net()
+    jm = thunder.jit(m)
+    x = torch.randn(2, 4)
+    jm(x)
+    jm.load_state_dict(other.state_dict())
+    assert torch.equal(jm(x), other(x))
+    with pytest.raises(RuntimeError) as ours:
+        jm.load_state_dict({"bogus": torch.zeros(1)})
+    with pytest.raises(RuntimeError) as theirs:
+        m.load_state_dict({"bogus": torch.zeros(1)})
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_no_sync_is_a_noop_context_manager():
+    m = Net()
+    jm = thunder.jit(m)
+    x = torch.randn(2, 4)
+    with jm.no_sync():
+        jm(x).sum().backward()
+    g = m.net_b.linear.weight.grad.clone()
+    jm(x).sum().backward()
+    torch.testing.assert_close(m.net_b.linear.weight.grad, 2 * g)
+
+
+def test_dataclass_dict_and_namedtuple_outputs():
+    @dataclasses.dataclass
+    class Out:
+        logits: torch.Tensor
+        aux: dict
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.Linear(3, 3)
+
+        def forward(self, x, *, scale=1.0):
+            y = self.l(x) * scale
+            return Out(y, {"mean": y.mean(), "n": x.shape[0]})
+
+    m = M()
+    jm = thunder.jit(m)
+    x = torch.randn(2, 3)
+    out = jm(x, scale=2.0)
+    ref = m(x, scale=2.0)
+    assert isinstance(out, Out) and torch.equal(out.logits, ref.logits)
+    assert torch.equal(out.aux["mean"], ref.aux["mean"]) and out.aux["n"] == 2
+    out.logits.sum().backward()
+    assert m.l.weight.grad is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# Executors
+# ---------------------------------------------------------------------------------------------
+
+
+def test_executors_by_name_and_unknown_name():
+    jf = thunder.jit(foo, executors=["torch"])
+    a = torch.randn(2)
+    assert torch.equal(jf(a, a), a + a)
+    with pytest.raises(ValueError, match="Unknown executor"):
+        thunder.jit(foo, executors=["nope"])
+
+
+def test_custom_operator_executor_claims_a_symbol():
+    from thunder.extend import OperatorExecutor, register_executor
+    import thunder.torch as ltorch
+
+    ex = OperatorExecutor("my_executor")
+    register_executor(ex)
+    calls = []
+
+    def my_add(a, b, *, alpha=None):
+        calls.append(1)
+        return torch.add(a, b)
+
+    op = ex.register_operator("my_add", fn=my_add, meta=lambda a, b, *, alpha=None: None)
+    ex.register_implementation(ltorch.add, op, checker=lambda a, b, *, alpha=None: alpha is None)
+    jf = thunder.jit(foo, executors=[ex, "torch"])
+    a = torch.randn(2)
+    assert torch.equal(jf(a, a), a + a)
+    assert calls == [1]
+    trace = str(thunder.last_traces(jf)[-1])
+    assert "t0 = my_add(a, b, alpha=None)" in trace and "# t0 = ltorch.add(a, b, alpha=None)" in trace
+
+
+def test_cache_hit_does_not_retrace():
+    jf = thunder.jit(foo)
+    a = torch.randn(2)
+    jf(a, a)
+    traces = thunder.last_traces(jf)
+    jf(a, a)
+    assert thunder.last_traces(jf) is traces

@@ -1,0 +1,36 @@
+"""A consistency check for traces, run by the tests on the traces they produce.
+
+Checks that every value is defined once (SSA) before it is used, is not used after it is deleted,
+and that the printed program compiles.
+"""
+from __future__ import annotations
+
+from thunder.core.proxies import TensorProxy, NumberProxy, Var
+
+
+class TraceCheckError(AssertionError):
+    pass
+
+
+def check_trace(trace) -> None:
+    defined: set[str] = set()
+    deleted: set[str] = set()
+    for p in trace.params:
+        defined.add(p.name if isinstance(p, (TensorProxy, NumberProxy, Var)) else p)
+    constants = set(trace.constants)
+    for i, bsym in enumerate(trace.bound_symbols):
+        for a in bsym.flat_args:
+            if a.name in constants:
+                continue
+            if a.name in deleted:
+                raise TraceCheckError(f"{trace.name}: {a.name} is used by {bsym.sym.id} (line {i}) after it was deleted")
+            if a.name not in defined:
+                raise TraceCheckError(f"{trace.name}: {a.name} is used by {bsym.sym.id} (line {i}) before it is defined")
+        if bsym.sym.name == "python_del":
+            deleted.update(a.name for a in bsym.args)
+            continue
+        for o in bsym.flat_outs:
+            if o.name in defined:
+                raise TraceCheckError(f"{trace.name}: {o.name} is defined twice (second time by {bsym.sym.id}, line {i})")
+            defined.add(o.name)
+    compile(trace.python(), f"<{trace.name}>", "exec")
