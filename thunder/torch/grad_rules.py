@@ -101,6 +101,20 @@ def native_batch_norm_rule(a, weight, bias, running_mean, running_var, training,
     return (out, save_mean, save_invstd, new_rm, new_rv), backward
 
 
+@register_vjp(tnn.linear)
+def linear_rule(input, weight, bias=None):
+    from thunder.transforms.grad_rules import linear_backward
+
+    return tnn.linear(input, weight, bias), linear_backward(input, weight, bias)
+
+
+@register_vjp(tnn.matmul)
+def matmul_rule(a, b):
+    from thunder.transforms.grad_rules import matmul_backward
+
+    return tnn.matmul(a, b), matmul_backward(a, b)
+
+
 @register_vjp(ew.gelu)
 def gelu_rule(a, *, approximate="none"):
     out = ew.gelu(a, approximate=approximate)

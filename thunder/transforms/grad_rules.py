@@ -370,8 +370,10 @@ def cumsum_rule(a, dim):
 
 @register_vjp(prims.matmul)
 def matmul_rule(a, b):
-    out = prims.matmul(a, b)
+    return prims.matmul(a, b), matmul_backward(a, b)
 
+
+def matmul_backward(a, b):
     def backward(g):
         from thunder.torch import matmul, unsqueeze, squeeze, transpose
 
@@ -392,13 +394,15 @@ def matmul_rule(a, b):
             gb = prims.reshape(gb, tuple(b.shape))
         return ga, gb
 
-    return out, backward
+    return backward
 
 
 @register_vjp(prims.linear)
 def linear_rule(a, w, bias):
-    out = prims.linear(a, w, bias)
+    return prims.linear(a, w, bias), linear_backward(a, w, bias)
 
+
+def linear_backward(a, w, bias):
     def backward(g):
         from thunder.torch import matmul, reshape, transpose
 
@@ -409,7 +413,7 @@ def linear_rule(a, w, bias):
         gb = prims.sum(g2, (0,)) if bias is not None else None
         return ga, gw, gb
 
-    return out, backward
+    return backward
 
 
 @register_vjp(prims.convolution)
