@@ -1,0 +1,1 @@
+"""Lightning integration (a ``ThunderStrategy`` for the Trainer and Fabric). Not implemented yet."""
