@@ -129,9 +129,9 @@ for _name in ("shape", "dtype", "device", "ndim", "requires_grad", "is_cuda", "i
               "grad_fn", "_base", "is_complex", "is_floating_point", "dim", "size", "numel", "nelement", "ndimension",
               "element_size", "get_device", "is_signed", "stride", "has_names", "is_inference", "is_conj", "is_neg",
               "storage_offset", "__len__", "__hash__", "__format__", "__repr__", "_is_view", "is_sparse_csr"):
-    _obj = _TB.get(_name) if _name in _TB else torch.Tensor.__dict__.get(_name)
-    if _obj is not None:
-        _PASSTHROUGH.add(_obj)
+    for _obj in (_TB.get(_name), torch.Tensor.__dict__.get(_name)):
+        if _obj is not None:
+            _PASSTHROUGH.add(_obj)
 _PASSTHROUGH |= {torch.is_tensor, torch.is_floating_point, torch.is_complex, torch.numel, torch.Tensor.__format__,
                  torch.result_type, torch.is_nonzero if False else torch.is_tensor}
 
@@ -267,6 +267,9 @@ class Tracer:
             return None
         sym = INPLACE_TO_SYMBOL.get(key)
         if sym is not None:
+            if kwargs.get("dtype") not in (None, getattr(args[0], "dtype", None)):  # x.cumsum_(0, dtype=...)
+                raise RuntimeError(f"Bad in-place call: input tensor dtype {args[0].dtype} and output tensor dtype "
+                                   f"{kwargs['dtype']} should match")
             out = self.call(sym, args, kwargs)
             return self.inplace(first, out)
         sym = TORCH_TO_SYMBOL.get(key)

@@ -89,6 +89,10 @@ def meta_outputs(fn, args, kwargs, *, device=None):
         if "meta" in msg.lower() or "data-dependent" in msg or "Cannot" in msg and "meta" in msg:
             raise NotImplementedError(f"thunder cannot trace {describe(fn)}: its output depends on tensor values ({msg})") from e
         raise
+    if proxies and not any(isinstance(x, torch.Tensor) for x in tree_flatten(out)[0]):
+        raise NotImplementedError(
+            f"thunder cannot trace {describe(fn)}: it returns a Python value ({type(out).__name__}) computed from "
+            "tensor data, which is not known while tracing")
     requires_grad = torch.is_grad_enabled() and any(p.requires_grad for p in proxies)
     trace = get_tracectx()
 
