@@ -13,8 +13,6 @@ import os
 import sys
 import sysconfig
 
-import torch
-
 
 class InterpreterError(RuntimeError):
     """An error raised while tracing a program, such as a value of a type the functional jit cannot proxy."""
@@ -43,10 +41,9 @@ class ReturnEvent:
 
 
 def _skipped_prefixes() -> tuple:
-    import thunder
-
-    roots = [os.path.dirname(torch.__file__), os.path.dirname(thunder.__file__), sysconfig.get_paths()["stdlib"]]
-    for mod in ("pytest", "_pytest", "pluggy", "lightning", "lightning_utilities"):
+    thunder_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    roots = [thunder_root, sysconfig.get_paths()["stdlib"]]
+    for mod in ("torch", "pytest", "_pytest", "pluggy", "lightning", "lightning_utilities"):
         m = sys.modules.get(mod)
         if m is not None and getattr(m, "__file__", None):
             roots.append(os.path.dirname(m.__file__))
