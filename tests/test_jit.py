@@ -658,3 +658,39 @@ def test_cache_hit_does_not_retrace():
     traces = thunder.last_traces(jf)
     jf(a, a)
     assert thunder.last_traces(jf) is traces
+
+
+def test_fusion_executor_claims_regions():
+    from thunder.extend import FusionExecutor
+    from thunder.executors.passes import transform_for_execution
+    from thunder.executors.torchex import ex as torch_ex
+
+    class ElementwiseFusion(FusionExecutor):
+        """A toy fusion executor: fuses elementwise primitives, runs a region as one Python function."""
+
+        fusion_name = "toyFusion"
+
+        def can_fuse(self, bsym):
+            return bsym.sym.module == "prims" and bsym.sym.name in ("add", "mul", "exp", "tanh", "sub", "neg")
+
+        def compile_region(self, region):
+            runs.append(region)
+            return transform_for_execution(region, (torch_ex,)).python_callable()
+
+    runs = []
+    fex = ElementwiseFusion("toy")
+
+    def f(x, w):
+        y = (x * 2 + 1).tanh()
+        z = y @ w
+        return z.exp() - y.sum()
+
+    jf = thunder.jit(f, executors=[fex, "torch"])
+    x, w = torch.randn(3, 3), torch.randn(3, 3)
+    torch.testing.assert_close(jf(x, w), f(x, w))
+    trace = str(thunder.last_traces(jf)[-1])
+    assert "[t2] = toyFusion0(x)" in trace or "toyFusion0(x)" in trace
+    assert "# t0 = prims.mul(x, 2" in trace  # the fused primitives print below the fusion
+    assert "torch.matmul(" in trace
+    assert len(runs) == 2  # two regions: before and after the matmul
+    check_trace(thunder.last_traces(jf)[-1])

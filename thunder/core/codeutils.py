@@ -91,6 +91,8 @@ class Printer:
     def output(self, out) -> str:
         if out is None:
             return "_"  # an output slot that holds no value (e.g. a gradient that was not asked for)
+        if isinstance(out, list):
+            return "[" + ", ".join(self.output(o) for o in out) + "]"
         if isinstance(out, (tuple, list)):
             names = ", ".join(self.output(o) for o in out)
             return f"({names},)" if len(out) == 1 else f"({names})"

@@ -25,6 +25,17 @@ _ALWAYS_EXECUTORS: list["Executor"] = []
 class Executor:
     def __init__(self, name: str):
         self.name = name
+        self.opmap: dict[str, Symbol] = {}
+
+    def register_operator(self, name: str, *, fn: Callable, meta: Callable | None = None, print_name: str | None = None,
+                          imports: tuple = (), tags=(), printer=None) -> Symbol:
+        """An executor symbol that runs ``fn``; ``meta`` gives its outputs when it is traced directly."""
+        sym = Symbol(name, meta if meta is not None else fn, module=self.name, is_prim=True, tags=tags,
+                     print_name=print_name or name, imports=imports, executor=self, printer=printer)
+        sym.impl = fn
+        self.opmap[name] = sym
+        return sym
+
 
     def __repr__(self):
         return f"thunder.extend.{type(self).__name__}('{self.name}')"
@@ -45,16 +56,6 @@ class OperatorExecutor(Executor):
     def __init__(self, name: str):
         super().__init__(name)
         self.implmap: dict[str, ImplInfo] = {}
-        self.opmap: dict[str, Symbol] = {}
-
-    def register_operator(self, name: str, *, fn: Callable, meta: Callable | None = None, print_name: str | None = None,
-                          imports: tuple = (), tags=(), printer=None) -> Symbol:
-        """An executor symbol that runs ``fn``; ``meta`` gives its outputs when it is traced directly."""
-        sym = Symbol(name, meta if meta is not None else fn, module=self.name, is_prim=True, tags=tags,
-                     print_name=print_name or name, imports=imports, executor=self, printer=printer)
-        sym.impl = fn
-        self.opmap[name] = sym
-        return sym
 
     def register_implementation(self, sym: Symbol, op: Symbol | None = None, *, checker=None, execution_transform=None,
                                 args_transform=None):
@@ -84,8 +85,92 @@ class OperatorExecutor(Executor):
 
 
 class FusionExecutor(Executor):
-    def fusion_pass(self, trace):
+    """Claims regions of a trace and runs each as one fused callable.
+
+    Subclasses say which primitives they can fuse (``can_fuse``) and how to compile a region
+    (``compile_region``: a trace of primitives, its parameters the region's inputs and its return
+    the region's outputs, to a callable). The default ``fusion_pass`` fuses maximal runs of
+    consecutive bound symbols whose primitives are all fusible; a fused region prints as
+    ``[t1, t2] = myFusion0(t0)`` with the primitives it runs as comments. Override ``fusion_pass``
+    for other strategies.
+    """
+
+    fusion_name = "Fusion"
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self._count = 0
+
+    def can_fuse(self, bsym: BoundSymbol) -> bool:
         raise NotImplementedError
+
+    def compile_region(self, region) -> Callable:
+        raise NotImplementedError
+
+    def _fusible(self, bsym) -> bool:
+        if bsym.sym.name == "python_return" or bsym.sym.executor is not None:
+            return False
+        if not bsym.subsymbols:
+            return bsym.sym.is_prim and self.can_fuse(bsym)
+        return all(self._fusible(s) for s in bsym.subsymbols)
+
+    def fusion_pass(self, trace):
+        import time
+
+        start = time.perf_counter_ns()
+        bsyms = trace.bound_symbols
+        out, run = [], []
+        for i, bsym in enumerate(bsyms):
+            if self._fusible(bsym):
+                run.append(i)
+                continue
+            if run:
+                out.append(self._fuse(trace, run))
+                run = []
+            out.append(bsym)
+        if run:
+            out.append(self._fuse(trace, run))
+        new = trace.from_trace(out)
+        return new.set_provenance(f"Fusion ({self.name})", start)
+
+    def _fuse(self, trace, indices):
+        from thunder.core.trace import TraceCtx
+        from thunder.executors import pythonex
+
+        members = [trace.bound_symbols[i] for i in indices]
+        later = trace.bound_symbols[indices[-1] + 1:]
+        prims_ = []
+        for m in members:
+            prims_ += _leaf_prims(m)
+        defined, inputs = set(), []
+        for b in prims_:
+            for a in b.flat_args:
+                if a.name not in defined and all(a is not x for x in inputs):
+                    inputs.append(a)
+            defined.update(o.name for o in b.flat_outs)
+        used_later = {a.name for b in later for a in b.flat_args}
+        outputs, seen = [], set()
+        for b in prims_:
+            for o in b.flat_outs:
+                if o.name in used_later and o.name not in seen:
+                    seen.add(o.name)
+                    outputs.append(o)
+        region = TraceCtx(f"{self.name}_region", params=list(inputs))
+        region.bound_symbols = list(prims_) + [BoundSymbol(pythonex.python_return, (tuple(outputs),), {}, None)]
+        fn = self.compile_region(region)
+        name = f"{self.fusion_name}{self._count}"
+        self._count += 1
+        op = self.register_operator(name, fn=fn)
+        return BoundSymbol(op, tuple(inputs), {}, list(outputs), tuple(prims_))
+
+
+def _leaf_prims(bsym) -> list:
+    if not bsym.subsymbols:
+        return [bsym]
+    out = []
+    for s in bsym.subsymbols:
+        out += _leaf_prims(s)
+    return out
 
 
 def register_executor(ex: Executor, *, default: bool = False, always: bool = False) -> Executor:
