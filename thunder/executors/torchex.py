@@ -79,10 +79,18 @@ def _trim_defaults(sym):
         n = min(len(args), len(positional))
         while n > 0 and is_default(args[n - 1], positional[n - 1].default):
             n -= 1
+        # A None default followed by given arguments (torch.var(a, None, None, True) is rejected by torch):
+        # the given ones after it go by keyword.
+        first_none = next((i for i in range(n) if args[i] is None and positional[i].default is None), n)
+        moved = {}
+        if len(args) <= len(positional):
+            moved = {positional[i].name: args[i] for i in range(first_none, n)
+                     if not is_default(args[i], positional[i].default)}
+            n = min(n, first_none)
         args = args[:n] + args[len(positional):]
         kwargs = {k: v for k, v in kwargs.items()
                   if k not in sig.parameters or not is_default(v, sig.parameters[k].default)}
-        return tuple(args), kwargs
+        return tuple(args), {**moved, **kwargs}
 
     return transform
 

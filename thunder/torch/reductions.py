@@ -13,9 +13,11 @@ from thunder.torch import shapes
 
 
 def _dims(a, dim):
+    """The dims a reduction reduces: all for ``None`` or ``()``; none for a 0-dim tensor (dim 0 or -1 is allowed)."""
     if dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0):
         return tuple(range(a.ndim))
-    return canonicalize_dims(a.ndim, dim)
+    dims = canonicalize_dims(a.ndim, dim)
+    return dims if a.ndim else ()
 
 
 def _keepdim(out, a, dims, keepdim):
@@ -84,7 +86,7 @@ def _max_min(a, dim_or_other, keepdim, reduce, arg, binary):
     if isinstance(dim_or_other, TensorProxy):
         return binary(a, dim_or_other)
     values = reduce(a, dim_or_other, keepdim)
-    indices = arg(a, dim_or_other, keepdim)
+    indices = arg(convert(a, torch.uint8) if a.dtype is torch.bool else a, dim_or_other, keepdim)  # argmax rejects bool
     return torch.return_types.max((values, indices)) if reduce is amax else torch.return_types.min((values, indices))
 
 
@@ -100,20 +102,25 @@ def min(a, dim=None, keepdim=False):
     return _max_min(a, dim, keepdim, amin, argmin, minimum)
 
 
+def _arg_reduction(prim, a, dim, keepdim):
+    check(a.dtype is not torch.bool, lambda: f"{prim.name}(): does not support bool input")
+    if dim is None:
+        out = prim(shapes.flatten(a), 0)
+        return shapes.reshape(out, (1,) * a.ndim) if keepdim else out  # keepdim keeps every dim as size 1
+    dims = _dims(a, dim)
+    if not dims:  # a 0-dim tensor
+        return prim(shapes.flatten(a), 0)
+    return _keepdim(prim(a, dims[0]), a, dims, keepdim)
+
+
 @torchsymbol(torch.argmax, methods=("argmax",))
 def argmax(a, dim=None, keepdim=False):
-    if dim is None:
-        return prims.argmax(shapes.flatten(a), 0)
-    d = _dims(a, dim)[0]
-    return _keepdim(prims.argmax(a, d), a, (d,), keepdim)
+    return _arg_reduction(prims.argmax, a, dim, keepdim)
 
 
 @torchsymbol(torch.argmin, methods=("argmin",))
 def argmin(a, dim=None, keepdim=False):
-    if dim is None:
-        return prims.argmin(shapes.flatten(a), 0)
-    d = _dims(a, dim)[0]
-    return _keepdim(prims.argmin(a, d), a, (d,), keepdim)
+    return _arg_reduction(prims.argmin, a, dim, keepdim)
 
 
 def _correction(unbiased, correction):
@@ -183,16 +190,38 @@ def cumsum(a, dim, *, dtype=None):
     return prims.cumsum(convert(a, out_dtype), d) if a.ndim else convert(a, out_dtype)
 
 
+def _vector_norm(a, ord, dim, keepdim, dtype):
+    """The vector ``ord``-norm over ``dim``, computed in float32 for low-precision inputs as torch's kernels do."""
+    from thunder.torch.elementwise import abs as abs_, mul, ne, pow, sqrt
+
+    check(a.dtype.is_floating_point or a.dtype.is_complex,
+          lambda: f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got {a.dtype}")
+    result = dtype or (a.dtype if not a.dtype.is_complex else {torch.complex64: torch.float32}.get(a.dtype, torch.float64))
+    compute = torch.float32 if result in (torch.float16, torch.bfloat16) else result
+    x = abs_(convert(a, dtype)) if dtype is not None else abs_(a)
+    x = convert(x, compute)
+    if ord == float("inf"):
+        out = amax(x, dim if dim is not None else (), keepdim)
+    elif ord == -float("inf"):
+        out = amin(x, dim if dim is not None else (), keepdim)
+    elif ord == 0:
+        out = sum(convert(ne(x, 0), compute), dim, keepdim)
+    elif ord == 1:
+        out = sum(x, dim, keepdim)
+    elif ord == 2:
+        out = sqrt(sum(mul(x, x), dim, keepdim))
+    else:
+        out = pow(sum(pow(x, ord), dim, keepdim), 1.0 / ord)
+    return convert(out, result)
+
+
 @torchsymbol(torch.norm, methods=("norm",))
-def norm(a, p="fro", dim=None, keepdim=False, dtype=None):
-    from thunder.torch.elementwise import abs as abs_, pow, sqrt, mul
-    if p in ("fro", 2, 2.0):
-        return sqrt(sum(mul(a, a) if not a.dtype.is_complex else mul(abs_(a), abs_(a)), dim, keepdim))
-    if p in (float("inf"),):
-        return amax(abs_(a), dim if dim is not None else (), keepdim)
-    return pow(sum(pow(abs_(a), p), dim, keepdim), 1.0 / p)
+def norm(a, p="fro", dim=None, keepdim=False, out=None, dtype=None):
+    check(p != "nuc", "norm(p='nuc') needs a singular value decomposition, which thunder does not define", NotImplementedError)
+    ord = 2 if p in ("fro", None) else p
+    return _vector_norm(a, ord, dim, keepdim, dtype)
 
 
 @torchsymbol(torch.linalg.vector_norm)
-def vector_norm(a, ord=2, dim=None, keepdim=False, *, dtype=None):
-    return norm(a, ord if ord != 2 else "fro", dim, keepdim)
+def vector_norm(a, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):
+    return _vector_norm(a, ord, dim, keepdim, dtype)
