@@ -23,26 +23,55 @@ from thunder.transforms.grad_rules import register_vjp, _reduce_to
 aten = torch.ops.aten
 
 
-def _aten_symbol(op, name):
-    """An opaque torch-language symbol for an aten kernel: metadata from its meta kernel, run by torch."""
+def _aten_symbol(op, name, meta):
+    """An opaque torch-language symbol for an aten backward kernel, run by torch.
 
-    def meta(*args, **kwargs):
-        return fallback.meta_outputs(op, args, kwargs)
+    ``meta`` gives its outputs' metadata as (shape, dtype, device) triples (None for outputs not
+    computed), without running torch's meta kernels (whose decompositions import torch._dynamo).
+    """
 
-    meta.__name__ = name
-    return torchsymbol(name=name, torch_impl=op)(meta)
+    def fn(*args, **kwargs):
+        trace = get_tracectx()
+        described = meta(*args, **kwargs)
+
+        def make(d):
+            return None if d is None else trace.tensor(tuple(d[0]), d[1], d[2])
+
+        return tuple(make(d) for d in described) if isinstance(described, list) else make(described)
+
+    fn.__name__ = name
+    return torchsymbol(name=name, torch_impl=op)(fn)
 
 
-softmax_backward = _aten_symbol(aten._softmax_backward_data.default, "softmax_backward")
-log_softmax_backward = _aten_symbol(aten._log_softmax_backward_data.default, "log_softmax_backward")
-native_layer_norm_backward = _aten_symbol(aten.native_layer_norm_backward.default, "native_layer_norm_backward")
-native_batch_norm_backward = _aten_symbol(aten.native_batch_norm_backward.default, "native_batch_norm_backward")
-gelu_backward = _aten_symbol(aten.gelu_backward.default, "gelu_backward")
-threshold_backward = _aten_symbol(aten.threshold_backward.default, "threshold_backward")
-silu_backward = _aten_symbol(aten.silu_backward.default, "silu_backward")
-convolution_backward = _aten_symbol(aten.convolution_backward.default, "convolution_backward")
-embedding_dense_backward = _aten_symbol(aten.embedding_dense_backward.default, "embedding_dense_backward")
-slice_backward = _aten_symbol(aten.slice_backward.default, "slice_backward")
+def _like(t, dtype=None):
+    return (tuple(t.shape), dtype or t.dtype, t.device)
+
+
+softmax_backward = _aten_symbol(aten._softmax_backward_data.default, "softmax_backward",
+                                lambda g, out, dim, input_dtype: _like(g, input_dtype))
+log_softmax_backward = _aten_symbol(aten._log_softmax_backward_data.default, "log_softmax_backward",
+                                    lambda g, out, dim, input_dtype: _like(g, input_dtype))
+native_layer_norm_backward = _aten_symbol(
+    aten.native_layer_norm_backward.default, "native_layer_norm_backward",
+    lambda g, a, shape, mean, rstd, w, b, mask: [_like(a) if mask[0] else None, _like(w) if mask[1] else None,
+                                                  _like(b) if mask[2] else None])
+native_batch_norm_backward = _aten_symbol(
+    aten.native_batch_norm_backward.default, "native_batch_norm_backward",
+    lambda g, a, w, rm, rv, sm, si, train, eps, mask: [_like(a) if mask[0] else None, _like(w) if mask[1] else None,
+                                                        _like(w) if mask[2] else None])
+gelu_backward = _aten_symbol(aten.gelu_backward.default, "gelu_backward", lambda g, a, approximate="none": _like(a))
+threshold_backward = _aten_symbol(aten.threshold_backward.default, "threshold_backward", lambda g, a, t: _like(g))
+silu_backward = _aten_symbol(aten.silu_backward.default, "silu_backward", lambda g, a: _like(a))
+convolution_backward = _aten_symbol(
+    aten.convolution_backward.default, "convolution_backward",
+    lambda g, a, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, mask: [
+        _like(a) if mask[0] else None, _like(w) if mask[1] else None,
+        (tuple(bias_sizes), g.dtype, g.device) if mask[2] else None])
+embedding_dense_backward = _aten_symbol(
+    aten.embedding_dense_backward.default, "embedding_dense_backward",
+    lambda g, indices, num_weights, padding_idx, scale_grad_by_freq: ((num_weights, g.shape[-1]), g.dtype, g.device))
+slice_backward = _aten_symbol(aten.slice_backward.default, "slice_backward",
+                              lambda g, input_sizes, dim, start, end, step: (tuple(input_sizes), g.dtype, g.device))
 
 from thunder.torch import nn as tnn, elementwise as ew  # noqa: E402
 
@@ -154,7 +183,7 @@ class AutogradGraph:
         self.outputs = outputs
 
 
-def torch_autograd_forward(fn, args, kwargs, diff_positions):
+def torch_autograd_forward(fn, args, kwargs, diff_positions, out_like=None):
     """Runs ``fn`` with autograd enabled; returns its outputs and the graph for ``torch_autograd_backward``."""
     args = list(args)
     inputs = []
@@ -182,8 +211,15 @@ def torch_autograd_backward(graph, *cotangents):
     return tuple(result)
 
 
-def _forward_meta(fn, args, kwargs, diff_positions):
-    out = fallback.meta_outputs(fn, args, kwargs)
+def _forward_meta(fn, args, kwargs, diff_positions, out_like=None):
+    """``out_like``: the outputs' metadata, when known without running torch's meta kernel."""
+    if out_like is None:
+        out = fallback.meta_outputs(fn, args, kwargs)
+    else:
+        trace = get_tracectx()
+        out = tuple(trace.tensor(s, d, dev, any(a.requires_grad for a in args if isinstance(a, TensorProxy)))
+                    for s, d, dev in out_like)
+        out = out[0] if len(out) == 1 else out
     return out, Var(get_tracectx().make_name("graph"))
 
 
@@ -209,12 +245,17 @@ _SYMBOLS["torch_autograd_forward"] = torch_autograd_forward_sym
 _SYMBOLS["torch_autograd_backward"] = torch_autograd_backward_sym
 
 
-def torch_autograd_rule(fn):
-    """A rule that differentiates ``fn`` (a torch callable) with torch's autograd."""
+def torch_autograd_rule(fn, out_meta=None):
+    """A rule that differentiates ``fn`` (a torch callable) with torch's autograd.
+
+    ``out_meta(*args, **kwargs)`` gives the outputs' (shape, dtype, device); without it torch's meta
+    kernel is run.
+    """
 
     def rule(*args, **kwargs):
         diff = tuple(i for i, a in enumerate(args) if isinstance(a, TensorProxy) and a.requires_grad)
-        out, graph = torch_autograd_forward_sym(fn, args, kwargs, diff)
+        out_like = out_meta(*args, **kwargs) if out_meta is not None else None
+        out, graph = torch_autograd_forward_sym(fn, args, kwargs, diff, out_like)
         flat_out = out if isinstance(out, (tuple, list)) else (out,)
         diff_outs = [o for o in flat_out if isinstance(o, TensorProxy) and o.requires_grad]
         like = tuple((tuple(args[i].shape), args[i].dtype, args[i].device) for i in diff)
@@ -233,4 +274,8 @@ def torch_autograd_rule(fn):
     return rule
 
 
-register_vjp(tnn.scaled_dot_product_attention)(torch_autograd_rule(F.scaled_dot_product_attention))
+def _sdpa_meta(query, key, value, *args, **kwargs):
+    return ((tuple(query.shape[:-1]) + (value.shape[-1],), query.dtype, query.device),)
+
+
+register_vjp(tnn.scaled_dot_product_attention)(torch_autograd_rule(F.scaled_dot_product_attention, _sdpa_meta))
