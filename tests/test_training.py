@@ -382,3 +382,38 @@ def test_checkpoint_with_dropout_uses_the_forward_mask():
     torch.manual_seed(5)
     jm(x).backward()
     torch.testing.assert_close(x.grad, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("where", ["outside", "inside"])
+def test_autocast_casting_rules_match_eager(dtype, where):
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l1 = nn.Linear(8, 16)
+            self.ln = nn.LayerNorm(16)
+            self.l2 = nn.Linear(16, 4)
+
+        def forward(self, x, y):
+            if where == "inside":
+                with torch.autocast("cpu", dtype=dtype):
+                    h = self.l2(F.gelu(self.ln(self.l1(x))))
+                    return F.cross_entropy(h, y), h.softmax(-1)
+            h = self.l2(F.gelu(self.ln(self.l1(x))))
+            return F.cross_entropy(h, y), h.softmax(-1)
+
+    torch.manual_seed(0)
+    m = M()
+    jm = thunder.jit(copy.deepcopy(m))
+    x, y = torch.randn(4, 8), torch.randint(0, 4, (4,))
+    ctx = torch.autocast("cpu", dtype=dtype) if where == "outside" else torch.autocast("cpu", enabled=False)
+    with ctx:
+        ref = m(x, y)
+        out = jm(x, y)
+    for a, b in zip(ref, out):
+        assert a.dtype == b.dtype
+        torch.testing.assert_close(b, a, atol=0, rtol=0)
+    ref[0].backward()
+    out[0].backward()
+    for p_ref, p in zip(m.parameters(), jm.parameters()):
+        torch.testing.assert_close(p.grad, p_ref.grad, atol=1e-3, rtol=1e-3)
