@@ -279,3 +279,149 @@ def _sdpa_meta(query, key, value, *args, **kwargs):
 
 
 register_vjp(tnn.scaled_dot_product_attention)(torch_autograd_rule(F.scaled_dot_product_attention, _sdpa_meta))
+
+
+# ---------------------------------------------------------------------------------------------
+# Activations and clamping: torch's own backward kernels, so kinks, saturation and non-finite
+# inputs get exactly eager's gradients.
+# ---------------------------------------------------------------------------------------------
+
+hardtanh_backward = _aten_symbol(aten.hardtanh_backward.default, "hardtanh_backward", lambda g, a, lo, hi: _like(a))
+elu_backward = _aten_symbol(aten.elu_backward.default, "elu_backward",
+                            lambda g, alpha, scale, input_scale, is_result, a: _like(a))
+softplus_backward = _aten_symbol(aten.softplus_backward.default, "softplus_backward", lambda g, a, beta, t: _like(a))
+hardswish_backward = _aten_symbol(aten.hardswish_backward.default, "hardswish_backward", lambda g, a: _like(a))
+hardsigmoid_backward = _aten_symbol(aten.hardsigmoid_backward.default, "hardsigmoid_backward", lambda g, a: _like(a))
+leaky_relu_backward = _aten_symbol(aten.leaky_relu_backward.default, "leaky_relu_backward",
+                                   lambda g, a, slope, is_result: _like(a))
+mish_backward = _aten_symbol(aten.mish_backward.default, "mish_backward", lambda g, a: _like(a))
+
+
+def _activation_rule(sym, backward_of):
+    """A rule for ``sym(a, ...)`` whose gradient is ``backward_of(g, a, *rest)``."""
+
+    def rule(a, *args, **kwargs):
+        out = sym(a, *args, **kwargs)
+        return out, lambda g: (backward_of(g, a, *args, **kwargs),) + (None,) * len(args)
+
+    register_vjp(sym)(rule)
+
+
+_SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+_activation_rule(ew.hardtanh, lambda g, a, min_val=-1.0, max_val=1.0, inplace=False: hardtanh_backward(g, a, min_val, max_val))
+_activation_rule(ew.relu6, lambda g, a, inplace=False: hardtanh_backward(g, a, 0.0, 6.0))
+_activation_rule(ew.elu, lambda g, a, alpha=1.0, inplace=False: elu_backward(g, alpha, 1.0, 1.0, False, a))
+_activation_rule(ew.selu, lambda g, a, inplace=False: elu_backward(g, _SELU_ALPHA, _SELU_SCALE, 1.0, False, a))
+_activation_rule(ew.celu, lambda g, a, alpha=1.0, inplace=False: elu_backward(g, alpha, 1.0, 1.0 / alpha, False, a))
+_activation_rule(ew.softplus, lambda g, a, beta=1.0, threshold=20.0: softplus_backward(g, a, beta, threshold))
+_activation_rule(ew.hardswish, lambda g, a, inplace=False: hardswish_backward(g, a))
+_activation_rule(ew.hardsigmoid, lambda g, a, inplace=False: hardsigmoid_backward(g, a))
+_activation_rule(ew.leaky_relu, lambda g, a, negative_slope=0.01, inplace=False: leaky_relu_backward(g, a, negative_slope, False))
+_activation_rule(ew.mish, lambda g, a, inplace=False: mish_backward(g, a))
+register_vjp(ew.logsigmoid)(torch_autograd_rule(F.logsigmoid, lambda a: (_like(a),)))
+
+
+def _clamp_grads(g, a, min, max):
+    from thunder.torch.grad_rules_helpers import reduce_like
+
+    keep = None
+    if min is not None:
+        keep = ew.ge(a, min)
+    if max is not None:
+        le = ew.le(a, max)
+        keep = le if keep is None else ew.logical_and(keep, le)
+    ga = ew.where(keep, g, 0.0)
+    gmin = reduce_like(ew.where(ew.lt(a, min), g, 0.0), min) if isinstance(min, TensorProxy) else None
+    gmax = reduce_like(ew.where(ew.gt(a, max), g, 0.0), max) if isinstance(max, TensorProxy) else None
+    return ga, gmin, gmax
+
+
+@register_vjp(ew.clamp)
+def clamp_rule(a, min=None, max=None):
+    return ew.clamp(a, min, max), lambda g: _clamp_grads(g, a, min, max)
+
+
+@register_vjp(ew.clamp_min)
+def clamp_min_rule(a, min):
+    return ew.clamp_min(a, min), lambda g: _clamp_grads(g, a, min, None)[:2]
+
+
+@register_vjp(ew.clamp_max)
+def clamp_max_rule(a, max):
+    return ew.clamp_max(a, max), lambda g: (_clamp_grads(g, a, None, max)[0], _clamp_grads(g, a, None, max)[2])
+
+
+# ---------------------------------------------------------------------------------------------
+# Reductions whose gradients select (max/min over a dim) or need care at zero (norms)
+# ---------------------------------------------------------------------------------------------
+
+from thunder.torch import reductions as red, shapes as shp  # noqa: E402
+
+
+def _max_min_rule(sym):
+    """max/min over a dim: the gradient goes to the selected element only (as torch's), not split among ties."""
+
+    def rule(a, dim=None, keepdim=False):
+        if dim is None or isinstance(dim, TensorProxy):
+            return NotImplemented  # through the decomposition: amax/amin split ties, maximum/minimum
+        out = sym(a, dim, keepdim)
+        values, indices = out
+
+        def backward(g_values, g_indices=None):
+            if a.ndim == 0:
+                return (g_values,)
+            d = dim % a.ndim
+            gv = g_values if keepdim else shp.unsqueeze(g_values, d)
+            idx = indices if keepdim else shp.unsqueeze(indices, d)
+            zeros = prims.full(tuple(a.shape), 0.0, device=a.device, dtype=a.dtype)
+            return (prims.scatter_add(zeros, idx, gv, d),)
+
+        return out, backward
+
+    return rule
+
+
+register_vjp(red.max)(_max_min_rule(red.max))
+register_vjp(red.min)(_max_min_rule(red.min))
+
+
+def _norm_meta(a, ord_or_p=2, dim=None, keepdim=False, *rest, dtype=None, **kwargs):
+    dims = tuple(range(a.ndim)) if dim is None else tuple(d % max(a.ndim, 1) for d in ((dim,) if isinstance(dim, int) else dim))
+    shape = tuple(1 if i in dims else s for i, s in enumerate(a.shape)) if keepdim else tuple(
+        s for i, s in enumerate(a.shape) if i not in dims)
+    from thunder.core.dtypes import to_real
+
+    return ((shape, dtype or to_real(a.dtype), a.device),)
+
+
+register_vjp(red.vector_norm)(torch_autograd_rule(torch.linalg.vector_norm, _norm_meta))
+register_vjp(red.norm)(torch_autograd_rule(torch.norm, _norm_meta))
+
+
+def _var_meta_fn(two_outputs):
+    def meta(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        ((shape, dtype, device),) = _norm_meta(a, 2, dim, keepdim)
+        out = ((shape, dtype, device),)
+        return out + ((shape, a.dtype, device),) if two_outputs else out
+
+    return meta
+
+
+# Variance and standard deviation: torch's autograd, for eager's handling of degenerate cases
+# (a single sample, corrections larger than the sample count, a zero standard deviation).
+def _with_correction(torch_fn):
+    """``torch_fn`` called with the torch language's normalized arguments (unbiased=None is not accepted by torch)."""
+
+    def call(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        if correction is None and unbiased is not None:
+            correction = 1 if unbiased else 0
+        kwargs = {} if correction is None else {"correction": correction}
+        return torch_fn(a, dim, keepdim=keepdim, **kwargs)
+
+    call.__name__ = torch_fn.__name__
+    return call
+
+
+for _sym, _fn, _two in ((red.var, torch.var, False), (red.std, torch.std, False), (red.var_mean, torch.var_mean, True),
+                        (red.std_mean, torch.std_mean, True)):
+    register_vjp(_sym)(torch_autograd_rule(_with_correction(_fn), _var_meta_fn(_two)))

@@ -111,7 +111,7 @@ class _ForwardBuilder:
             self.fwd.record(new)
             if recompute:
                 self.recomputable.update(o.name for o in new.flat_outs)
-            inputs = tuple(a for a in new.flat_args if isinstance(a, TensorProxy))
+            inputs = tuple({a.name: a for a in new.flat_args if isinstance(a, TensorProxy)}.values())
             self.tape.append(_TapeEntry(inputs, list(new.flat_outs), _decomposition_backward(new, inputs),
                                         len(new.flat_outs)))
             return
@@ -123,7 +123,12 @@ class _ForwardBuilder:
             return
         start = len(self.fwd.bound_symbols)
         with self.fwd.tagged(*bsym.tags):
-            out, backward = rule(*args, **kwargs)
+            result = rule(*args, **kwargs)
+        if result is NotImplemented:  # the rule declines these arguments: use the decomposition
+            for sub in bsym.subsymbols:
+                self.process(sub.replace(tags=sub.tags | bsym.tags))
+            return
+        out, backward = result
         if recompute:
             for b in self.fwd.bound_symbols[start:]:
                 if not has_effects(b):

@@ -94,6 +94,15 @@ _unary(prims.erf, lambda g, a, out: prims.mul(g, prims.mul(prims.exp(prims.neg(p
 _unary(prims.erfc, lambda g, a, out: prims.mul(g, prims.mul(prims.exp(prims.neg(prims.mul(a, a))), -2 / math.sqrt(math.pi))))
 _unary(prims.erfinv, lambda g, a, out: prims.mul(g, prims.mul(prims.exp(prims.mul(out, out)), math.sqrt(math.pi) / 2)))
 _unary(prims.lgamma, lambda g, a, out: prims.mul(g, prims.digamma(a)))
+
+
+def _polygamma1(a):
+    from thunder.torch.fallback import fallback_symbol
+
+    return fallback_symbol(torch.polygamma)(1, a)
+
+
+_unary(prims.digamma, lambda g, a, out: prims.mul(g, _polygamma1(a)))
 for _zero_grad in (prims.floor, prims.ceil, prims.round, prims.trunc, prims.sign):
     _unary(_zero_grad, lambda g, a, out: _zeros_like(a))
 _unary(prims.shallow_copy, lambda g, a, out: g)
@@ -117,10 +126,18 @@ _binary(prims.div, lambda g, a, b, out: (prims.div(g, b), prims.neg(prims.div(pr
 
 def _pow_grads(g, a, b, out):
     ga = prims.mul(g, prims.mul(b, prims.pow(a, prims.sub(b, 1.0) if _t(b) else b - 1))) if _t(a) else None
-    gb = prims.mul(g, prims.mul(out, prims.log(a))) if _t(b) else None
-    if _t(b) and _t(a):
-        # d/db a**b at a == 0 is 0 (torch masks the log there)
-        gb = prims.where(prims.eq(a, 0.0), 0.0, gb)
+    if _t(a) and not _t(b) and b == 0:
+        ga = prims.mul(g, 0.0)
+    gb = None
+    if _t(b):
+        log_a = prims.log(a) if _t(a) else (math.log(a) if a > 0 else (-math.inf if a == 0 else math.nan))
+        gb = prims.mul(g, prims.mul(out, log_a))
+        # as torch: where the base is 0 and the exponent >= 0, the exponent's gradient is 0
+        zero_base = prims.eq(a, 0.0) if _t(a) else a == 0
+        if _t(a):
+            gb = prims.where(prims.logical_and(zero_base, prims.ge(b, 0.0)), 0.0, gb)
+        elif zero_base:
+            gb = prims.where(prims.ge(b, 0.0), 0.0, gb)
     return ga, gb
 
 
@@ -131,22 +148,24 @@ _binary(prims.atan2, lambda g, a, b, out: (
 _binary(prims.fmod, lambda g, a, b, out: (g, prims.neg(prims.mul(g, prims.trunc(prims.div(a, b)))) if _t(b) else None))
 _binary(prims.remainder, lambda g, a, b, out: (g, prims.neg(prims.mul(g, prims.floor(prims.div(a, b)))) if _t(b) else None))
 _binary(prims.hypot, lambda g, a, b, out: (prims.mul(g, prims.div(a, out)), prims.mul(g, prims.div(b, out))))
-_binary(prims.copysign, lambda g, a, b, out: (prims.mul(g, prims.mul(prims.sign(a), prims.sign(out))), None))
+_binary(prims.copysign, lambda g, a, b, out: (prims.mul(g, prims.where(prims.eq(a, 0.0), 0.0, prims.div(out, a))), None))
+_binary(prims.nextafter, lambda g, a, b, out: (prims.where(prims.ne(a, b), g, 0.0), None))  # as torch
+_binary(prims.floor_divide, lambda g, a, b, out: (prims.mul(g, 0.0), prims.mul(g, 0.0) if _t(b) else None))
 
 
-def _max_min_grads(cmp):
+def _max_min_grads(loses):
     def grads(g, a, b, out):
-        # torch splits the gradient evenly where the inputs tie
-        half = prims.mul(g, 0.5)
-        ga = prims.where(cmp(a, b), g, prims.where(prims.eq(a, b), half, 0.0))
-        gb = prims.where(cmp(b, a), g, prims.where(prims.eq(a, b), half, 0.0)) if _t(b) else None
+        # as torch: ties split the gradient evenly; the input that loses gets none (NaN loses nothing)
+        half = prims.where(prims.eq(a, b), prims.mul(g, 0.5), g)
+        ga = prims.where(loses(a, b), 0.0, half)
+        gb = prims.where(loses(b, a), 0.0, half) if _t(b) else None
         return ga, gb
 
     return grads
 
 
-_binary(prims.maximum, _max_min_grads(prims.gt))
-_binary(prims.minimum, _max_min_grads(prims.lt))
+_binary(prims.maximum, _max_min_grads(prims.lt))
+_binary(prims.minimum, _max_min_grads(prims.gt))
 
 
 @register_vjp(prims.where)
@@ -248,9 +267,8 @@ def pad_rule(a, padding_value, padding_config):
 
     def backward(g):
         assert all(d == 0 for _, _, d in padding_config), "interior padding has no gradient rule"
-        starts = [lo for lo, _, _ in padding_config]
-        ends = [lo + s for (lo, _, _), s in zip(padding_config, a.shape)]
-        return (prims.slice_prim(g, starts, ends, [1] * g.ndim), None, None)
+        # padding by the negated amounts crops what was added and restores (as zeros) what was cropped
+        return (prims.pad(g, 0.0, [(-lo, -hi, 0) for lo, hi, _ in padding_config]), None, None)
 
     return out, backward
 
@@ -325,7 +343,8 @@ _amax_amin(prims.amin)
 def _var_grad(g, a, dims, correction, mean):
     n = math.prod(a.shape[d] for d in dims)
     centered = prims.sub(a, _unreduce(mean, a, dims))
-    return prims.mul(prims.mul(_unreduce(g, a, dims), centered), 2.0 / max(n - correction, 0))
+    scale = 2.0 / (n - correction) if n != correction else math.inf  # as torch: inf (then nan) without samples
+    return prims.mul(prims.mul(_unreduce(g, a, dims), centered), scale)
 
 
 @register_vjp(prims.var)
