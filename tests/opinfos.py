@@ -477,5 +477,249 @@ def reduction_opinfos():
     ]
 
 
-OPINFOS = elementwise_opinfos() + reduction_opinfos()
+# ---------------------------------------------------------------------------------------------
+# Shapes, views and indexing
+# ---------------------------------------------------------------------------------------------
+
+
+def samples(*cases):
+    """A generator from cases ``(arg, ..., {kwargs})`` in which ``T(shape)`` stands for a tensor of the dtype."""
+
+    def gen(dtype):
+        for case in cases:
+            kwargs = case[-1] if case and isinstance(case[-1], dict) else {}
+            args = case[:-1] if kwargs else case
+            yield S(*(_materialize(x, dtype) for x in args), **kwargs)
+
+    return gen
+
+
+@dataclasses.dataclass(frozen=True)
+class T:
+    """A tensor argument of a ``samples`` case: its shape, and a dtype other than the test's."""
+
+    shape: tuple
+    dtype: torch.dtype | None = None
+
+    def __init__(self, *shape, dtype=None):
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "dtype", dtype)
+
+
+def _materialize(x, dtype):
+    if isinstance(x, T):
+        return make(x.shape, x.dtype or dtype)
+    if isinstance(x, list):
+        return [_materialize(y, dtype) for y in x]
+    return x
+
+
+def shape_opinfo(name, *cases, dtypes=ALL, **kw):
+    return OpInfo(name, samples(*cases), dtypes, **kw)
+
+
+def view_spellings(method):
+    """``a.view(2, 3)``: the varargs spelling of a method that also takes a shape tuple."""
+    return (lambda a, shape: getattr(a, method)(*shape),)
+
+
+def getitem_samples(dtype):
+    a = lambda: make((4, 5, 6), dtype)  # noqa: E731
+    keys = [0, -1, slice(1, 3), slice(None, None, 2), (1, 2), (slice(None), 3), (Ellipsis, 1), (None, 0),
+            (slice(1, None), None, slice(None, 4, 3)), (Ellipsis, None), (1, Ellipsis, slice(-3, None)),
+            slice(10, 20), slice(-100, 2), (slice(3, 1),), ()]
+    for key in keys:
+        yield S(a(), key)
+    yield S(a(), torch.tensor([2, 0, 3]))  # integer tensor: gathers rows
+    yield S(a(), torch.tensor(1))
+    yield S(a(), (slice(None), torch.tensor([[0, 1], [2, 4]])))  # advanced indexing: the generic fallback
+    yield S(a(), (torch.tensor([0, 1]), slice(None), torch.tensor([1, 2])))
+    yield S(make((), dtype), ())
+    yield S(make((), dtype), None)
+
+
+def setitem(a, key, value):
+    """``a[key] = value`` on a copy (``Tensor.__setitem__`` returns nothing)."""
+    a = a.clone()
+    a[key] = value
+    return a
+
+
+def setitem_samples(dtype):
+    a = lambda: make((4, 5), dtype)  # noqa: E731
+    yield S(a(), 0, make((5,), dtype))
+    yield S(a(), (slice(1, 3), 2), scalar_of(dtype))
+    yield S(a(), (Ellipsis, slice(None, None, 2)), make((1,), dtype))
+    yield S(a(), torch.tensor([0, 2]), make((2, 5), f64 if dtype is not f64 else f32))  # value of another dtype
+    yield S(a(), make((4, 5), b8), 0)  # boolean mask assignment: no data-dependent shape
+
+
+def to_samples(dtype):
+    yield S(make((4, 5), dtype), f64)
+    yield S(make((4, 5), dtype), dtype)  # no change: returns the input itself
+    yield S(make((4, 5), dtype), "cpu")
+    yield S(make((4, 5), dtype), "cpu", i64)
+    yield S(make((4, 5), dtype), torch.device("cpu"), dtype=b8)
+    yield S(make((4, 5), dtype), make((2,), f32))
+    yield S(make((4, 5), dtype), dtype=bf16, copy=True)
+
+
+def type_samples(dtype):
+    yield S(make((4, 5), dtype), f64)
+    yield S(make((4, 5), dtype), "torch.IntTensor")
+    yield S(make((4, 5), dtype), dtype=b8)
+
+
+def dtype_method(name):
+    return OpInfo(name, samples((T(4, 5),), (T(),)), ALL)
+
+
+def pad_samples(dtype):
+    yield S(make((4, 5), dtype), (1, 2))
+    yield S(make((2, 4, 5), dtype), (1, 1, 0, 2), value=scalar_of(dtype))
+    yield S(make((4, 5), dtype), (-1, 2, 1, -2))
+    yield S(make((4, 5), dtype), (0, 0))
+    if dtype.is_floating_point:
+        yield S(make((1, 4, 5), dtype), (2, 1), mode="reflect")
+        yield S(make((1, 4, 5), dtype), (1, 1, 2, 0), "replicate")
+
+
+def scatter_add_samples(dtype):
+    yield S(make((4, 5), dtype), 1, torch.randint(0, 5, (4, 3)), make((4, 3), dtype))
+    yield S(make((4, 5), dtype), 0, torch.randint(0, 4, (2, 5)), make((3, 6), dtype))  # src larger than index
+    yield S(make((4, 5), dtype), -1, torch.randint(0, 5, (4, 5)), make((4, 5), dtype))
+
+
+def index_add_samples(dtype):
+    yield S(make((4, 5), dtype), 1, torch.tensor([0, 4, 0]), make((4, 3), dtype))
+    yield S(make((4, 5), dtype), 0, torch.tensor([3, 1]), make((2, 5), dtype), alpha=scalar_of(dtype))
+    yield S(make((5,), dtype), 0, torch.tensor(2), make((), dtype))
+
+
+def cat_samples(dtype):
+    yield S([make((2, 3), dtype), make((4, 3), dtype)])
+    yield S([make((2, 3), dtype), make((2, 1), dtype), make((2, 4), dtype)], 1)
+    yield S([make((2, 3), dtype), make((2, 3), f64)], -1)  # type promotion
+    yield S([make((2, 3), dtype)], dim=0)
+    yield S([make((2, 3), dtype), make((0,), dtype)])  # legacy: a 1-D empty tensor is skipped
+    yield S((make((3,), dtype), make((2,), dtype)))
+
+
+def stack_samples(dtype):
+    yield S([make((2, 3), dtype), make((2, 3), dtype)])
+    yield S([make((2, 3), dtype), make((2, 3), dtype), make((2, 3), dtype)], -1)
+    yield S((make((), dtype), make((), dtype)), 0)
+    yield S([make((2, 3), dtype), make((2, 3), i64)], 1)
+
+
+def split_samples(dtype):
+    yield S(make((4, 5), dtype), 2)
+    yield S(make((4, 5), dtype), 2, 1)
+    yield S(make((4, 5), dtype), [1, 4], -1)
+    yield S(make((4, 5), dtype), 5, 1)
+    yield S(make((4, 5), dtype), 7, 1)
+
+
+def tensor_split_samples(dtype):
+    yield S(make((4, 5), dtype), 3, 1)
+    yield S(make((4, 5), dtype), 2)
+    yield S(make((4, 5), dtype), [1, 3], 1)
+    yield S(make((4, 5), dtype), (2, 7), -1)
+    yield S(make((7,), dtype), 3)
+
+
+def gather_samples(dtype):
+    yield S(make((4, 5), dtype), 1, torch.randint(0, 5, (4, 3)))
+    yield S(make((4, 5), dtype), 0, torch.randint(0, 4, (2, 5)))
+    yield S(make((4, 5), dtype), -1, torch.randint(0, 5, (2, 2)))
+
+
+def take_along_dim_samples(dtype):
+    yield S(make((4, 5), dtype), torch.randint(0, 5, (4, 3)), 1)
+    yield S(make((4, 5), dtype), torch.randint(0, 4, (1, 5)), 0)  # broadcasts the other dims
+    yield S(make((4, 5), dtype), torch.randint(0, 20, (6,)))  # no dim: the flattened input
+    yield S(make((2, 4, 5), dtype), torch.randint(0, 5, (4, 2)), -1)
+
+
+def index_select_samples(dtype):
+    yield S(make((4, 5), dtype), 1, torch.tensor([0, 4, 4, 2]))
+    yield S(make((4, 5), dtype), 0, torch.tensor(2))
+    yield S(make((5,), dtype), 0, torch.tensor([1, 3]))
+    yield S(make((), dtype), 0, torch.tensor([0]))
+
+
+def shape_opinfos():
+    return [
+        shape_opinfo("reshape", (T(4, 5), (5, 4)), (T(4, 5), (-1,)), (T(2, 3, 4), (4, -1, 2)), (T(), (1, 1)),
+                     (T(1), ()), (T(4, 5), (4, 5)), spellings=view_spellings("reshape")),
+        shape_opinfo("view", (T(4, 5), (5, 4)), (T(4, 5), (-1,)), (T(2, 3, 4), (6, 4)), (T(), (1,)),
+                     spellings=view_spellings("view") + (lambda a, shape: a.view(a.dtype),)),
+        shape_opinfo("view_as", (T(4, 5), T(2, 10)), (T(4, 5), T(4, 5))),
+        shape_opinfo("reshape_as", (T(4, 5), T(2, 10)), (T(4, 5), T(20))),
+        shape_opinfo("flatten", (T(2, 3, 4),), (T(2, 3, 4), 1), (T(2, 3, 4), 0, 1), (T(2, 3, 4), -2, -1), (T(),),
+                     (T(5), 0, 0)),
+        shape_opinfo("unflatten", (T(4, 6), 1, (2, 3)), (T(4, 6), -1, (3, -1)), (T(4, 6), 0, (4,))),
+        shape_opinfo("squeeze", (T(4, 1, 5, 1),), (T(4, 1, 5, 1), 1), (T(4, 1, 5, 1), 0), (T(4, 1, 5, 1), (1, -1)),
+                     (T(1),), (T(), 0), (T(1, 1), -2)),
+        shape_opinfo("unsqueeze", (T(4, 5), 0), (T(4, 5), -1), (T(4, 5), 1), (T(), 0), (T(), -1)),
+        shape_opinfo("permute", (T(2, 3, 4), (2, 0, 1)), (T(2, 3, 4), (0, 1, 2)), (T(2, 3, 4), (-1, 0, -2)),
+                     (T(), ()), spellings=view_spellings("permute")),
+        shape_opinfo("transpose", (T(2, 3, 4), 0, 1), (T(2, 3, 4), -1, 0), (T(4, 5), 1, 1), (T(), 0, -1)),
+        shape_opinfo("t", (T(4, 5),), (T(5),), (T(),)),
+        shape_opinfo("T", (T(4, 5),), (T(5),), (T(),)),
+        shape_opinfo("mT", (T(4, 5),), (T(2, 3, 4),)),
+        shape_opinfo("movedim", (T(2, 3, 4), 0, 2), (T(2, 3, 4), (0, 1), (2, 0)), (T(2, 3, 4), -1, 0),
+                     (T(2, 3, 4), [2], [0])),
+        shape_opinfo("expand", (T(1, 5), (4, 5)), (T(4, 1), (2, 4, 3)), (T(4, 1), (-1, 5)), (T(), (2, 3)),
+                     (T(4, 5), (4, 5)), spellings=view_spellings("expand")),
+        shape_opinfo("expand_as", (T(1, 5), T(4, 5)), (T(5), T(2, 3, 5))),
+        shape_opinfo("broadcast_to", (T(1, 5), (4, 5)), (T(4, 1), (2, 4, 3)), (T(), (2,))),
+        shape_opinfo("broadcast_tensors", (T(1, 5), T(4, 1)), (T(3), T(2, 1), T()), (T(2, 3),)),
+        shape_opinfo("repeat", (T(2, 3), (2, 1)), (T(2, 3), (1, 2, 2)), (T(), (3,)), (T(3), (2, 2)),
+                     spellings=view_spellings("repeat")),
+        shape_opinfo("tile", (T(2, 3), (2,)), (T(2, 3), (2, 1, 2)), (T(2, 3), (1, 2)), (T(3), (2, 2))),
+        OpInfo("cat", cat_samples, ALL),
+        OpInfo("stack", stack_samples, ALL),
+        shape_opinfo("hstack", ([T(2, 3), T(2, 1)],), ([T(3), T(2)],), ([T(), T()],)),
+        shape_opinfo("vstack", ([T(2, 3), T(1, 3)],), ([T(3), T(3)],), ([T(3), T(2, 3)],)),
+        shape_opinfo("narrow", (T(4, 5), 1, 1, 2), (T(4, 5), 0, -2, 2), (T(4, 5), -1, 0, 5), (T(4, 5), 0, 4, 0)),
+        shape_opinfo("select", (T(4, 5), 0, 1), (T(4, 5), 1, -1), (T(2, 3, 4), -1, 3)),
+        OpInfo("split", split_samples, ALL),
+        OpInfo("tensor_split", tensor_split_samples, ALL),
+        shape_opinfo("chunk", (T(4, 5), 2), (T(4, 5), 3, 1), (T(4, 5), 4, 1), (T(4, 5), 6, -1)),
+        shape_opinfo("unbind", (T(4, 5),), (T(4, 5), 1), (T(2, 3, 4), -1)),
+        shape_opinfo("flip", (T(4, 5), (0,)), (T(2, 3, 4), (0, 2)), (T(2, 3, 4), [-1]), (T(4, 5), ()),
+                     spellings=view_spellings("flip")),
+        shape_opinfo("roll", (T(4, 5), 2), (T(4, 5), (1, -2), (0, 1)), (T(4, 5), 3, -1), (T(4, 5), -7, 1),
+                     (T(2, 3, 4), 5)),
+        shape_opinfo("tril", (T(4, 5),), (T(4, 5), 1), (T(4, 5), -2), (T(2, 3, 4), 0)),
+        shape_opinfo("triu", (T(4, 5),), (T(4, 5), 1), (T(4, 5), -2), (T(2, 3, 4), 0)),
+        OpInfo("index_select", index_select_samples, ALL),
+        OpInfo("gather", gather_samples, ALL),
+        OpInfo("take_along_dim", take_along_dim_samples, ALL),
+        OpInfo("scatter_add", scatter_add_samples, NUMERIC),
+        OpInfo("index_add", index_add_samples, NUMERIC),
+        OpInfo("pad", pad_samples, NUMERIC),
+        OpInfo("getitem", getitem_samples, ALL),
+        OpInfo("setitem", setitem_samples, ALL, op=setitem, spellings=(setitem,), registered_spellings=False),
+        OpInfo("to", to_samples, ALL),
+        *(dtype_method(name) for name in ("float", "double", "half", "bfloat16", "int", "long", "bool")),
+        shape_opinfo("type_as", (T(4, 5), T(2, dtype=f64)), (T(4, 5), T(2, dtype=i64))),
+        OpInfo("type_", type_samples, ALL),
+        shape_opinfo("cpu", (T(4, 5),)),
+        shape_opinfo("cuda", (T(4, 5),), requires_cuda=True),
+        shape_opinfo("contiguous", (T(4, 5),)),
+        shape_opinfo("clone", (T(4, 5),), (T(),)),
+        shape_opinfo("detach", (T(4, 5),)),
+        shape_opinfo("data", (T(4, 5),)),
+        shape_opinfo("requires_grad_", (T(4, 5), False), dtypes=FLOATS),
+        shape_opinfo("diagonal", (T(4, 5),), (T(4, 5), 1), (T(2, 3, 4), -1, -1, 0), (T(2, 3, 4), 0, 0, 2)),
+        shape_opinfo("einsum", ("ij,jk->ik", T(2, 3), T(3, 4)), ("bij->bji", T(2, 3, 4)), ("i,i->", T(3), T(3)),
+                     ("ij,j", [T(2, 3), T(3)]), dtypes=FLOATS),
+        shape_opinfo("outer", (T(4), T(5)), (T(3), T(2, dtype=f64))),
+        shape_opinfo("repeat_interleave", (T(2, 3), 2), (T(2, 3), 2, 1), (T(2, 3), 3, -2), (T(), 2)),
+    ]
+
+
+OPINFOS = elementwise_opinfos() + reduction_opinfos() + shape_opinfos()
 SKIPPED = {}

@@ -25,6 +25,13 @@ def _method(name: str):
     return torch._C.TensorBase.__dict__.get(name) or getattr(torch.Tensor, name, None)
 
 
+def _methods(name: str) -> list:
+    """The C method and, where ``torch.Tensor`` overrides it in Python (``norm``, ``split``), the override too."""
+    found = [torch._C.TensorBase.__dict__.get(name), torch.Tensor.__dict__.get(name)]
+    found = [m for m in found if m is not None] or [getattr(torch.Tensor, name, None)]
+    return [m for i, m in enumerate(found) if m is not None and m not in found[:i]]
+
+
 def torchsymbol(*torch_fns, methods: tuple = (), inplace_methods: tuple = (), name: str | None = None, tags=(),
                 torch_impl: Callable | None = None, view: bool = False):
     """Defines an ltorch symbol from its decomposition.
@@ -43,12 +50,10 @@ def torchsymbol(*torch_fns, methods: tuple = (), inplace_methods: tuple = (), na
         for tf in torch_fns:
             TORCH_TO_SYMBOL[tf] = sym
         for m in methods:
-            attr = _method(m)
-            if attr is not None:
+            for attr in _methods(m):
                 TORCH_TO_SYMBOL[attr] = sym
         for m in inplace_methods:
-            attr = _method(m)
-            if attr is not None:
+            for attr in _methods(m):
                 INPLACE_TO_SYMBOL[attr] = sym
         SYMBOLS[sym.name] = sym
         return sym

@@ -78,6 +78,8 @@ def unflatten(a, dim, sizes):
 @torchsymbol(torch.squeeze, methods=("squeeze",), view=True)
 def squeeze(a, dim=None):
     dims = canonicalize_dims(a.ndim, dim) if dim is not None else tuple(range(a.ndim))
+    if a.ndim == 0:
+        return a
     dims = tuple(d for d in dims if a.shape[d] == 1)
     return prims.squeeze(a, dims) if dims else a
 
@@ -200,14 +202,22 @@ def stack(tensors, dim=0):
     return cat([unsqueeze(t, dim) for t in tensors], dim)
 
 
+def _atleast(a, ndim):
+    """``torch.atleast_1d``/``atleast_2d``: a 0-dim tensor becomes (1,) or (1, 1), a vector (1, n)."""
+    if a.ndim >= ndim:
+        return a
+    return reshape(a, (1,) * (ndim - a.ndim) + tuple(a.shape))
+
+
 @torchsymbol(torch.hstack)
 def hstack(tensors):
+    tensors = [_atleast(t, 1) for t in tensors]
     return cat(tensors, 0 if tensors[0].ndim == 1 else 1)
 
 
 @torchsymbol(torch.vstack)
 def vstack(tensors):
-    return cat([reshape(t, (1, -1)) if t.ndim == 1 else t for t in tensors], 0)
+    return cat([_atleast(t, 2) for t in tensors], 0)
 
 
 @torchsymbol(torch.narrow, methods=("narrow",), view=True)
@@ -330,6 +340,8 @@ def index_select(a, dim, index):
     dim = canonicalize_dim(a.ndim, dim)
     if index.ndim == 0:
         index = reshape(index, (1,))
+    if a.ndim == 0:  # a 0-dim input is indexed as a 1-element vector and stays 0-dim
+        return reshape(prims.take(reshape(a, (1,)), index, 0), ())
     return prims.take(a, index, dim)
 
 
@@ -461,8 +473,62 @@ def _setitem_impl(a, key, value):
 
 @torchsymbol(name="setitem", torch_impl=_setitem_impl)
 def setitem(a, key, value):
-    """Functional ``a[key] = value``: a new tensor; the frontend rebinds ``a`` to it."""
-    return fallback.meta_outputs(_setitem_impl, (a, key, value), {})
+    """Functional ``a[key] = value``: a new tensor; the frontend rebinds ``a`` to it.
+
+    A boolean mask, and basic indexing by integers and unit-step slices, decompose into a
+    ``where`` over the input; other keys (advanced indexing, strided slices) run torch's own.
+    """
+    if isinstance(key, TensorProxy) and key.dtype is torch.bool:
+        one_value = isinstance(value, Number) or isinstance(value, TensorProxy) and value.numel() == 1
+        if not one_value or tuple(key.shape) != tuple(a.shape[:key.ndim]):
+            return fallback.fallback_call(_setitem_impl, (a, key, value), {})
+        value = convert(value, a.dtype)
+        value = expand_to(reshape(value, ()), tuple(a.shape)) if isinstance(value, TensorProxy) else value
+        mask = prims.broadcast_in_dim(key, tuple(a.shape), tuple(range(key.ndim)))
+        return prims.where(mask, value, a)
+    bounds = _unit_step_bounds(a, key) if _is_basic_index(key) else None
+    if bounds is None:
+        return fallback.fallback_call(_setitem_impl, (a, key, value), {})
+    starts, stops = bounds
+    region = tuple(e - s for s, e in zip(starts, stops))
+    value = convert(value, a.dtype)
+    if isinstance(value, TensorProxy):
+        # broadcast to the indexed view's shape (integer-indexed dims dropped), then give those dims back
+        view_shape = _basic_getitem_shape(a, key)
+        value = reshape(expand_to(value, view_shape), region)
+    else:
+        value = prims.full(region, value, device=a.device, dtype=a.dtype)
+    config = [(s, size - e, 0) for s, e, size in zip(starts, stops, a.shape)]
+    mask = prims.pad(prims.full(region, True, device=a.device, dtype=torch.bool), False, config)
+    return prims.where(mask, prims.pad(value, convert(0, a.dtype), config), a)
+
+
+def _unit_step_bounds(a, key):
+    """(starts, stops) of a basic index without ``None`` and with unit steps; ``None`` otherwise."""
+    items = list(key) if isinstance(key, tuple) else [key]
+    if any(x is None for x in items) or sum(1 for x in items if x is not Ellipsis) > a.ndim:
+        return None
+    if Ellipsis in items:
+        i = items.index(Ellipsis)
+        items[i:i + 1] = [slice(None)] * (a.ndim - len(items) + 1)
+    items += [slice(None)] * (a.ndim - len(items))
+    starts, stops = [], []
+    for x, size in zip(items, a.shape):
+        if isinstance(x, int):
+            if not -size <= x < size:
+                return None  # torch raises the IndexError
+            starts.append(x % size), stops.append(x % size + 1)
+            continue
+        s, e, st = x.indices(size)
+        if st != 1:
+            return None
+        starts.append(s), stops.append(max(s, e))
+    return starts, stops
+
+
+def _basic_getitem_shape(a, key) -> tuple:
+    with torch._C.DisableTorchFunction():
+        return tuple(torch.empty(tuple(a.shape), device="meta")[key].shape)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -524,6 +590,11 @@ def type_as(a, other):
 def type_(a, dtype=None, non_blocking=False):
     check(dtype is not None, "Tensor.type() without a dtype returns a string and is not supported while tracing",
           NotImplementedError)
+    if isinstance(dtype, str):  # a.type("torch.IntTensor")
+        legacy = getattr(torch, dtype.removeprefix("torch."), None)
+        check(isinstance(getattr(legacy, "dtype", None), torch.dtype) and not dtype.startswith("torch.cuda"),
+              lambda: f"Tensor.type({dtype!r}) is not supported while tracing", NotImplementedError)
+        dtype = legacy.dtype
     return convert(a, dtype)
 
 
