@@ -23,10 +23,6 @@ from tests.models import TorchvisionMLP
 pytestmark = pytest.mark.usefixtures("no_grad")
 
 # Known thunder bugs these tests expose (see the reasons); strict, so a fix shows up as XPASS.
-XFAIL_DATACLASS_OUTPUT = pytest.mark.xfail(
-    strict=True, raises=NameError,
-    reason="pipeline._resolve_any refers to undefined `comp`/`prologue`: any output that is not a tuple/list/dict/"
-           "proxy/constant (e.g. a dataclass) fails with NameError")
 XFAIL_DICT_SUBCLASS_OUTPUT = pytest.mark.xfail(
     strict=True, raises=AssertionError,
     reason="frontend.Tracer.resolve rebuilds every dict as a plain dict, so an OrderedDict (or HF ModelOutput) "
@@ -135,8 +131,7 @@ HF_CALLS = {
 }
 
 
-@pytest.mark.parametrize("call", [pytest.param(c, marks=XFAIL_DATACLASS_OUTPUT) if c == "dataclass_output" else c
-                                  for c in HF_CALLS])
+@pytest.mark.parametrize("call", list(HF_CALLS))
 def test_keyword_heavy_forward(call):
     torch.manual_seed(0)
     model = HFStyleEncoder().eval()
@@ -210,7 +205,7 @@ class StructuredOutputs(nn.Module):
 
 
 @pytest.mark.parametrize("with_targets", [False, True], ids=["no_targets", "targets"])
-@pytest.mark.parametrize("kind", ["namedtuple", "dict", pytest.param("dataclass", marks=XFAIL_DATACLASS_OUTPUT),
+@pytest.mark.parametrize("kind", ["namedtuple", "dict", "dataclass",
                                   "list_of_tuples", pytest.param("ordered_dict", marks=XFAIL_DICT_SUBCLASS_OUTPUT)])
 def test_structured_outputs(kind, with_targets):
     torch.manual_seed(0)

@@ -20,11 +20,8 @@ from tests.models import MODEL_CASES, ModelCase, GPT, GPTConfig, CNN
 _HAS_AUTODIFF = importlib.util.find_spec("thunder.transforms.autodiff") is not None
 
 # Known thunder bugs, keyed by (case name, train, grad): reason. Strict xfails, so a fix shows up as XPASS.
-REPEATED_INPUT_GRAD = ("gradient of an op whose decomposition reads one tensor twice is double-counted: "
-                       "autodiff._decomposition_backward returns the accumulated grads[x] once per occurrence of x in "
-                       "the inputs (F.rms_norm computes mul(x, x)), and _run_tape accumulates each again")
 KNOWN_FAILURES: dict[tuple[str, bool, bool], str] = {}
-KNOWN_BACKWARD_FAILURES: dict[str, str] = {"llama_builtin_rmsnorm_expand_kv": REPEATED_INPUT_GRAD}
+KNOWN_BACKWARD_FAILURES: dict[str, str] = {}
 
 
 def _cases(grad: bool):
