@@ -182,6 +182,28 @@ class ModelOutput:
     n_tokens: int = 0
 
 
+class HFModelOutput(collections.OrderedDict):
+    """transformers' ModelOutput: a dataclass that is also an OrderedDict of its non-None fields."""
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if v is not None:
+                self[f.name] = v
+
+    def __getitem__(self, k):
+        return dict(self.items())[k] if isinstance(k, str) else tuple(self.values())[k]
+
+    def to_tuple(self):
+        return tuple(self[k] for k in self.keys())
+
+
+@dataclasses.dataclass
+class BaseModelOutput(HFModelOutput):
+    last_hidden_state: torch.Tensor = None
+    pooler_output: Optional[torch.Tensor] = None
+
+
 class StructuredOutputs(nn.Module):
     def __init__(self, kind: str):
         super().__init__()
@@ -201,12 +223,15 @@ class StructuredOutputs(nn.Module):
             return [(logits, loss), (logits.argmax(-1),)]
         if self.kind == "ordered_dict":
             return collections.OrderedDict(logits=logits, loss=loss)
+        if self.kind == "hf_model_output":
+            return BaseModelOutput(last_hidden_state=logits, pooler_output=loss)
         raise ValueError(self.kind)
 
 
 @pytest.mark.parametrize("with_targets", [False, True], ids=["no_targets", "targets"])
 @pytest.mark.parametrize("kind", ["namedtuple", "dict", "dataclass",
-                                  "list_of_tuples", pytest.param("ordered_dict", marks=XFAIL_DICT_SUBCLASS_OUTPUT)])
+                                  "list_of_tuples", pytest.param("ordered_dict", marks=XFAIL_DICT_SUBCLASS_OUTPUT),
+                                  pytest.param("hf_model_output", marks=XFAIL_DICT_SUBCLASS_OUTPUT)])
 def test_structured_outputs(kind, with_targets):
     torch.manual_seed(0)
     model = StructuredOutputs(kind)
@@ -390,6 +415,127 @@ def test_tied_weights_are_one_input():
     with torch.no_grad():
         model.emb.weight.mul_(2)  # parameters are fetched on every call: the update is seen
     assert_equal_tree(jmodel(idx), model(idx))
+
+
+# ---------------------------------------------------------------------------------------------
+# Calling conventions: *args/**kwargs wrappers, properties reading parameters, batches as dicts
+# ---------------------------------------------------------------------------------------------
+
+
+class PassThroughWrapper(nn.Module):
+    """A wrapper forwarding ``*args, **kwargs``, with HF's ``device`` / ``dtype`` properties."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Linear(4, 4)
+
+    @property
+    def device(self):
+        return next(self.parameters()).device
+
+    @property
+    def dtype(self):
+        return next(self.parameters()).dtype
+
+    def forward(self, *args, **kwargs):
+        assert self.device == args[0].device
+        return self.inner(*args, **kwargs).to(self.dtype)
+
+
+class BatchDictModel(nn.Module):
+    """Takes the data loader's batch dict, returns a dict with the loss (Lightning / HF Trainer style)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+
+    def forward(self, batch, *, label_smoothing: float = 0.0):
+        logits = self.lin(batch["x"])
+        return {"loss": F.cross_entropy(logits, batch["labels"], label_smoothing=label_smoothing), "logits": logits}
+
+
+class KeywordOnly(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+
+    def forward(self, *, x, scale=2.0):
+        return self.lin(x) * scale
+
+
+CALLING_CONVENTIONS = {
+    "pass_through_wrapper": (PassThroughWrapper, lambda: ((torch.randn(2, 4),), {})),
+    "batch_dict": (BatchDictModel, lambda: (({"x": torch.randn(2, 4), "labels": torch.tensor([0, 2])},),
+                                            {"label_smoothing": 0.1})),
+    "keyword_only": (KeywordOnly, lambda: ((), {"x": torch.randn(2, 4), "scale": 3.0})),
+}
+
+
+@pytest.mark.parametrize("name", list(CALLING_CONVENTIONS))
+def test_calling_conventions(name):
+    make_model, make_inputs = CALLING_CONVENTIONS[name]
+    torch.manual_seed(0)
+    model = make_model()
+    args, kwargs = make_inputs()
+    jmodel = thunder.jit(model)
+    assert_equal_tree(jmodel(*args, **kwargs), model(*args, **kwargs))
+    assert_equal_tree(jmodel(*args, **kwargs), model(*args, **kwargs))
+    assert thunder.cache_hits(jmodel) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# torch.nn's own composite modules, as libraries use them
+# ---------------------------------------------------------------------------------------------
+
+NN_MODULES = {
+    "multihead_attention": (lambda: nn.MultiheadAttention(8, 2, batch_first=True),
+                            lambda: ((torch.randn(2, 5, 8),) * 3, {"need_weights": False})),
+    "multihead_attention_weights_padding": (
+        lambda: nn.MultiheadAttention(8, 2, batch_first=True),
+        lambda: ((torch.randn(2, 5, 8),) * 3, {"key_padding_mask": torch.tensor([[False] * 5, [False] * 3 + [True] * 2])})),
+    "transformer_encoder_layer": (lambda: nn.TransformerEncoderLayer(8, 2, 16, dropout=0.1, batch_first=True),
+                                  lambda: ((torch.randn(2, 5, 8),), {})),
+    "transformer_encoder_causal": (
+        lambda: nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True, norm_first=True),
+                                      2, enable_nested_tensor=False),
+        lambda: ((torch.randn(2, 5, 8),), {"mask": nn.Transformer.generate_square_subsequent_mask(5), "is_causal": True})),
+    "gru": (lambda: nn.GRU(4, 6, num_layers=2, batch_first=True), lambda: ((torch.randn(2, 3, 4),), {})),
+    "lstm": (lambda: nn.LSTM(4, 6, batch_first=True, bidirectional=True), lambda: ((torch.randn(2, 3, 4),), {})),
+    "embedding_padding_idx": (lambda: nn.Embedding(10, 4, padding_idx=0), lambda: ((torch.tensor([[0, 3, 4]]),), {})),
+    "group_norm": (lambda: nn.GroupNorm(2, 4), lambda: ((torch.randn(2, 4, 3, 3),), {})),
+    "instance_norm": (lambda: nn.InstanceNorm2d(4, affine=True), lambda: ((torch.randn(2, 4, 3, 3),), {})),
+    "upsample_nearest": (lambda: nn.Upsample(scale_factor=2, mode="nearest"), lambda: ((torch.randn(2, 4, 3, 3),), {})),
+    "adaptive_avg_pool": (lambda: nn.AdaptiveAvgPool2d(1), lambda: ((torch.randn(2, 4, 3, 3),), {})),
+    "conv_transpose": (lambda: nn.ConvTranspose2d(4, 2, 3, stride=2), lambda: ((torch.randn(2, 4, 3, 3),), {})),
+    "conv1d_same_padding": (lambda: nn.Conv1d(4, 2, 3, padding="same"), lambda: ((torch.randn(2, 4, 7),), {})),
+}
+
+
+def _tensors(x) -> list:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (tuple, list)):
+        return [t for y in x for t in _tensors(y)]
+    return []
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+@pytest.mark.parametrize("name", list(NN_MODULES))
+def test_torch_nn_modules(name, train):
+    """Float tolerance: e.g. eval-mode MultiheadAttention takes a fused fast path in eager that thunder decomposes."""
+    make_model, make_inputs = NN_MODULES[name]
+    torch.manual_seed(0)
+    model = make_model().train(train)
+    args, kwargs = make_inputs()
+    torch.manual_seed(1)
+    expected = model(*args, **kwargs)
+    torch.manual_seed(1)
+    actual = thunder.jit(model)(*args, **kwargs)
+    assert type(actual) is type(expected)
+    actual, expected = _tensors(actual), _tensors(expected)
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e, atol=1e-6, rtol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------
