@@ -211,7 +211,9 @@ def test_decomposition(info: OpInfo, dtype):
         assert_same(actual, expected, tol=tol, compare=compare, what=f"decomposition of {what}", check_type=False)
 
 
-_DEFAULT_TOL = {torch.float32: (1.3e-6, 1e-5), torch.float64: (1e-7, 1e-7), torch.bfloat16: (1.6e-2, 1e-5)}
+# bfloat16: a decomposition rounds where the fused kernel does not (and vice versa), which near a cancellation
+# (log_softmax of the largest logit, a loss near 0) is off by an ulp of the inputs, not of the result
+_DEFAULT_TOL = {torch.float32: (1.3e-6, 1e-5), torch.float64: (1e-7, 1e-7), torch.bfloat16: (1.6e-2, 1e-2)}
 
 # ---------------------------------------------------------------------------------------------
 # Running a trace as prims only
@@ -242,7 +244,7 @@ def trace_of(op, sample: SampleInput):
 
     jfn = thunder.jit(fn)
     _seed(_SEED)
-    jfn(*flat)
+    jfn(*_clone(flat))  # on copies: the trace may update its inputs in place (batch norm's running statistics)
     trace = thunder.last_traces(jfn)[0]
     assert [p.name for p in trace.params] == [f"tensors_{i}" for i in range(len(flat))], trace.params
     return trace, flat
@@ -313,10 +315,15 @@ def run_as_prims(trace, inputs):
 # ---------------------------------------------------------------------------------------------
 
 
+def _grad_rule_kernels() -> set:
+    """Backward kernels the gradient rules define as symbols: no torch spelling reaches them (see SKIPPED)."""
+    return {name for name, sym in SYMBOLS.items() if getattr(sym.fn, "__module__", "") == "thunder.torch.grad_rules"}
+
+
 def test_every_symbol_has_an_opinfo():
     covered = {info.name for info in OPINFOS}
     assert len(covered) == len(OPINFOS), "two OpInfos for one symbol"
-    missing = sorted(set(SYMBOLS) - covered - set(SKIPPED))
+    missing = sorted(set(SYMBOLS) - covered - set(SKIPPED) - _grad_rule_kernels())
     assert not missing, f"symbols with neither an OpInfo nor a reason to skip: {missing}"
     stale = sorted((covered | set(SKIPPED)) - set(SYMBOLS))
     assert not stale, f"OpInfos or skips for symbols that do not exist: {stale}"

@@ -116,8 +116,22 @@ def arange(start, end=None, step=1, *, out=None, dtype=None, layout=None, device
 
 @torchsymbol(torch.linspace)
 def linspace(start, end, steps, *, out=None, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False):
-    return fallback.meta_outputs(torch.linspace, (start, end, steps), dict(dtype=dtype, device="meta"),
-                                 device=_device(device))
+    """torch's formula: ``start + step * i`` in the first half, ``end - step * (steps - 1 - i)`` in the second."""
+    check(not any(isinstance(x, TensorProxy) for x in (start, end)), "linspace with tensor bounds is not supported",
+          NotImplementedError)
+    check(steps >= 0, "linspace: number of steps must be non-negative")
+    dtype, device = _float_dtype(dtype), _device(device)
+    integral = not (dtype.is_floating_point or dtype.is_complex)
+    if integral:  # the bounds are converted to the dtype first
+        start, end = int(start), int(end)
+    if steps <= 1:
+        return prims.full((steps,), convert(start, dtype), device=device, dtype=dtype)
+    compute = torch.float64 if integral else (torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype)
+    step = (end - start) / (steps - 1)
+    i = prims.iota(steps, start=0, step=1, device=device, dtype=compute)
+    low = prims.add(prims.mul(i, step), float(start))
+    high = prims.sub(float(end), prims.mul(prims.sub(float(steps - 1), i), step))
+    return convert(prims.where(prims.lt(i, float(steps // 2)), low, high), dtype)
 
 
 @torchsymbol(torch.eye)
@@ -141,7 +155,7 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
           "torch.tensor() of traced values is not supported; use torch.stack or torch.as_tensor", NotImplementedError)
     with torch._C.DisableTorchFunction():
         ref = torch.tensor(data, dtype=dtype, device="meta")
-    return fallback.meta_outputs(torch.tensor, (data,), dict(dtype=ref.dtype, device="meta"), device=_device(device))
+    return fallback.fallback_call(torch.tensor, (data,), dict(dtype=ref.dtype, device=_device(device)))
 
 
 def _flat(x):
@@ -188,9 +202,11 @@ def randn_like(a, *, dtype=None, layout=None, device=None, pin_memory=None, requ
 
 @torchsymbol(torch.randint, tags=(Tag.RANDOM,))
 def randint(*args, generator=None, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, out=None):
+    check(generator is None, "thunder does not support explicit generators yet", NotImplementedError)
     low, high, size = (0, args[0], args[1]) if len(args) == 2 else args
-    return fallback.meta_outputs(torch.randint, (low, high, tuple(size)), dict(dtype=dtype or torch.int64, device="meta"),
-                                 device=_device(device))
+    # floor of a uniform draw in [low, high): the torch executor runs torch.randint itself
+    u = prims.uniform(_size((size,)), float(low), float(high), device=_device(device), dtype=torch.float64)
+    return convert(prims.floor(u), dtype or torch.int64)
 
 
 @torchsymbol(torch.bernoulli, methods=("bernoulli",), tags=(Tag.RANDOM,))
@@ -203,9 +219,11 @@ def bernoulli(a, p=None, *, generator=None):
 
 @torchsymbol(torch.multinomial, methods=("multinomial",), tags=(Tag.RANDOM,))
 def multinomial(a, num_samples, replacement=False, *, generator=None):
-    return fallback.meta_outputs(torch.multinomial, (a, num_samples, replacement), {})
+    check(generator is None, "thunder does not support explicit generators yet", NotImplementedError)
+    return fallback.fallback_call(torch.multinomial, (a, num_samples, replacement), {})
 
 
 @torchsymbol(torch.randperm, tags=(Tag.RANDOM,))
 def randperm(n, *, generator=None, out=None, dtype=torch.int64, layout=None, device=None, pin_memory=False, requires_grad=False):
-    return fallback.meta_outputs(torch.randperm, (n,), dict(dtype=dtype, device="meta"), device=_device(device))
+    check(generator is None, "thunder does not support explicit generators yet", NotImplementedError)
+    return fallback.fallback_call(torch.randperm, (n,), dict(dtype=dtype, device=_device(device)))

@@ -57,17 +57,29 @@ def dot(a, b):
     return prims.matmul(a, b)
 
 
+def _addmm(input, a, b, beta, alpha):
+    """``beta * input + alpha * (a @ b)``, rounded once for low-precision dtypes as torch's kernels do;
+    ``input`` is ignored (NaN included) when ``beta`` is 0."""
+    dtype = a.dtype
+    compute = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    out = prims.matmul(convert(a, compute), convert(b, compute))
+    out = ew.mul(out, alpha) if alpha != 1 else out
+    if beta != 0:
+        inp = convert(input, compute)
+        out = ew.add(ew.mul(inp, beta) if beta != 1 else inp, out)
+    return convert(out, dtype)
+
+
 @torchsymbol(torch.addmm, methods=("addmm",))
 def addmm(input, mat1, mat2, *, beta=1, alpha=1):
-    prod = prims.matmul(mat1, mat2)
-    prod = ew.mul(prod, alpha) if alpha != 1 else prod
-    inp = ew.mul(input, beta) if beta != 1 else input
-    return ew.add(inp, prod)
+    check(mat1.ndim == 2 and mat2.ndim == 2, "addmm: mat1 and mat2 must be matrices")
+    return _addmm(input, mat1, mat2, beta, alpha)
 
 
 @torchsymbol(torch.baddbmm, methods=("baddbmm",))
 def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
-    return addmm.fn(input, batch1, batch2, beta=beta, alpha=alpha)
+    check(batch1.ndim == 3 and batch2.ndim == 3, "baddbmm: batch1 and batch2 must be 3-D tensors")
+    return _addmm(input, batch1, batch2, beta, alpha)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -91,6 +103,10 @@ def _conv(n):
                 check(all(t % 2 == 0 for t in total), "padding='same' with asymmetric padding is not supported",
                       NotImplementedError)
                 padding = tuple(t // 2 for t in total)
+        if input.ndim == n + 1:  # unbatched: the convolution primitive takes a batch dimension
+            out = prims.convolution(shapes.unsqueeze(input, 0), weight, bias, stride, _tuple(padding, n), dilation,
+                                    False, (0,) * n, groups)
+            return shapes.squeeze(out, 0)
         return prims.convolution(input, weight, bias, stride, _tuple(padding, n), dilation, False, (0,) * n, groups)
 
     conv.__name__ = f"conv{n}d"
@@ -154,7 +170,9 @@ def native_layer_norm(a, normalized_shape, weight, bias, eps):
         out = ew.mul(out, weight)
     if bias is not None:
         out = ew.add(out, bias)
-    return convert(out, a.dtype), mean, rstd
+    # torch's CPU kernel returns the statistics in the input's dtype, its CUDA kernel (and meta) in float32
+    stat_dtype = a.dtype if a.device.type == "cpu" else compute
+    return convert(out, a.dtype), convert(mean, stat_dtype), convert(rstd, stat_dtype)
 
 
 @torchsymbol(F.layer_norm, torch.layer_norm)
@@ -290,6 +308,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     from thunder.torch.creation import ones
     L, S, E = query.shape[-2], key.shape[-2], query.shape[-1]
     scale = 1 / math.sqrt(E) if scale is None else scale
+    result_dtype = query.dtype
+    if result_dtype in (torch.float16, torch.bfloat16):  # as torch's fused kernels: scores and softmax in float32
+        query, key, value = (convert(x, torch.float32) for x in (query, key, value))
+        if attn_mask is not None and attn_mask.dtype is not torch.bool:
+            attn_mask = convert(attn_mask, torch.float32)
     if enable_gqa and key.shape[-3] != query.shape[-3]:
         rep = query.shape[-3] // key.shape[-3]
         key = shapes.repeat_interleave(key, rep, -3)
@@ -306,7 +329,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     attn = softmax(scores, -1)
     if dropout_p > 0:
         attn = dropout(attn, dropout_p, True)
-    return matmul(attn, value)
+    return convert(matmul(attn, value), result_dtype)
 
 
 # ---------------------------------------------------------------------------------------------
