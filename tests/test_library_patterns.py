@@ -22,13 +22,6 @@ from tests.models import TorchvisionMLP
 
 pytestmark = pytest.mark.usefixtures("no_grad")
 
-# Known thunder bugs these tests expose (see the reasons); strict, so a fix shows up as XPASS.
-XFAIL_DICT_SUBCLASS_OUTPUT = pytest.mark.xfail(
-    strict=True, raises=AssertionError,
-    reason="frontend.Tracer.resolve rebuilds every dict as a plain dict, so an OrderedDict (or HF ModelOutput) "
-           "output comes back as dict")
-
-
 @pytest.fixture
 def no_grad():
     with torch.no_grad():
@@ -230,8 +223,8 @@ class StructuredOutputs(nn.Module):
 
 @pytest.mark.parametrize("with_targets", [False, True], ids=["no_targets", "targets"])
 @pytest.mark.parametrize("kind", ["namedtuple", "dict", "dataclass",
-                                  "list_of_tuples", pytest.param("ordered_dict", marks=XFAIL_DICT_SUBCLASS_OUTPUT),
-                                  pytest.param("hf_model_output", marks=XFAIL_DICT_SUBCLASS_OUTPUT)])
+                                  "list_of_tuples", "ordered_dict",
+                                  "hf_model_output"])
 def test_structured_outputs(kind, with_targets):
     torch.manual_seed(0)
     model = StructuredOutputs(kind)

@@ -14,6 +14,7 @@ the functional trace cannot express.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 import types
@@ -241,7 +242,12 @@ class Tracer:
                 return type(x)(items)
             return list(items) if isinstance(x, list) else tuple(items)
         if isinstance(x, dict):
-            return {k: self.resolve(v) for k, v in x.items()}
+            if type(x) is dict:
+                return {k: self.resolve(v) for k, v in x.items()}
+            out = copy.copy(x)  # OrderedDict, HF ModelOutput, ...: keep the type
+            for k, v in x.items():
+                out[k] = self.resolve(v)
+            return out
         return x
 
     # -- the interception point --------------------------------------------------------------

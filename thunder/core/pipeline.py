@@ -128,7 +128,8 @@ def trace_program(cd: CompileData, args, kwargs) -> TraceResult:
 
 
 def _needs_custom_resolution(out) -> bool:
-    return not isinstance(out, (TensorProxy, NumberProxy, tuple, list, dict, type(None), int, float, bool, str))
+    """Containers other than plain tuples, lists and dicts (namedtuples, OrderedDicts, dataclasses, ...)."""
+    return type(out) not in (TensorProxy, NumberProxy, tuple, list, dict, type(None), int, float, bool, str)
 
 
 def _resolve_any(tracer, out):

@@ -425,3 +425,31 @@ def _with_correction(torch_fn):
 for _sym, _fn, _two in ((red.var, torch.var, False), (red.std, torch.std, False), (red.var_mean, torch.var_mean, True),
                         (red.std_mean, torch.std_mean, True)):
     register_vjp(_sym)(torch_autograd_rule(_with_correction(_fn), _var_meta_fn(_two)))
+
+
+@register_vjp(tnn.embedding)
+def embedding_rule(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
+                   sparse=False):
+    out = tnn.embedding(input, weight, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse)
+    pad = -1 if padding_idx is None else padding_idx % weight.shape[0]
+
+    def backward(g):
+        return None, embedding_dense_backward(g, input, weight.shape[0], pad, scale_grad_by_freq)
+
+    return out, backward
+
+
+def _loss_meta(input, target, *args, reduction="mean", **kwargs):
+    return ((tuple(input.shape) if reduction == "none" else (), input.dtype, input.device),)
+
+
+def _bce(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
+    return F.binary_cross_entropy(input, target, weight, size_average, reduce, reduction)
+
+
+# binary cross entropy: torch's clamping of probabilities at 0 and 1 is part of its gradient
+def _bce_meta(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
+    return _loss_meta(input, target, reduction=tnn._legacy_reduction(size_average, reduce, reduction))
+
+
+register_vjp(tnn.binary_cross_entropy)(torch_autograd_rule(_bce, _bce_meta))

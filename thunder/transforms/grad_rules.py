@@ -394,19 +394,17 @@ def matmul_rule(a, b):
 
 def matmul_backward(a, b):
     def backward(g):
-        from thunder.torch import matmul, unsqueeze, squeeze, transpose
+        from thunder.torch import matmul, unsqueeze, transpose
 
+        if a.ndim == 1 and b.ndim == 1:  # dot product: g is a scalar
+            return prims.mul(prims.broadcast_in_dim(g, tuple(b.shape), ()), b), prims.mul(
+                prims.broadcast_in_dim(g, tuple(a.shape), ()), a)
         a2 = unsqueeze(a, 0) if a.ndim == 1 else a
         b2 = unsqueeze(b, 1) if b.ndim == 1 else b
-        g2 = g
-        if a.ndim == 1:
-            g2 = unsqueeze(g2, -2)
-        if b.ndim == 1:
-            g2 = unsqueeze(g2, -1)
-        ga = matmul(g2, transpose(b2, -1, -2))
-        gb = matmul(transpose(a2, -1, -2), g2)
-        ga = _reduce_to(ga, a2.shape)
-        gb = _reduce_to(gb, b2.shape)
+        g2 = unsqueeze(g, -2) if a.ndim == 1 else g
+        g2 = unsqueeze(g2, -1) if b.ndim == 1 else g2
+        ga = _reduce_to(matmul(g2, transpose(b2, -1, -2)), a2.shape)
+        gb = _reduce_to(matmul(transpose(a2, -1, -2), g2), b2.shape)
         if a.ndim == 1:
             ga = prims.reshape(ga, tuple(a.shape))
         if b.ndim == 1:
@@ -423,13 +421,18 @@ def linear_rule(a, w, bias):
 
 def linear_backward(a, w, bias):
     def backward(g):
-        from thunder.torch import matmul, reshape, transpose
+        from thunder.torch import matmul, reshape, transpose, unsqueeze, mul
 
-        ga = matmul(g, w) if w.ndim == 2 else prims.mul(prims.broadcast_in_dim(g, tuple(a.shape), tuple(range(g.ndim))), w)
+        if w.ndim == 1:  # out = a @ w (the last dimension is contracted away)
+            ga = mul(unsqueeze(g, -1), w)
+            gw = matmul(reshape(g, (-1,)), reshape(a, (-1, a.shape[-1])))
+            gb = _reduce_to(g, tuple(bias.shape)) if bias is not None else None
+            return ga, gw, gb
+        ga = matmul(g, w)
         g2 = reshape(g, (-1, w.shape[0]))
         a2 = reshape(a, (-1, a.shape[-1]))
         gw = matmul(transpose(g2, 0, 1), a2)
-        gb = prims.sum(g2, (0,)) if bias is not None else None
+        gb = _reduce_to(prims.sum(g2, (0,)), tuple(bias.shape)) if bias is not None else None
         return ga, gw, gb
 
     return backward
