@@ -187,8 +187,9 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     traces.append(trace)
     trace = delete_last_used(trace)
     traces.append(trace)
+    finish_start = time.perf_counter_ns()
     prologue_trace = result.prologue.finish(params)
-    prologue_trace.set_provenance("Prologue", result.prologue.start_ns)
+    prologue_trace.set_provenance("Prologue", finish_start)
     return CacheEntry(
         prologue=prologue_trace.python_callable(),
         computation=trace.python_callable(),

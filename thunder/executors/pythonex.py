@@ -122,9 +122,16 @@ def check_type(x, typ: type):
         raise CacheMiss
 
 
+_any_autocast = torch._C._is_any_autocast_enabled
+
+
 def check_global_state(grad_enabled: bool, default_dtype, autocast_state: tuple):
-    if (torch.is_grad_enabled() is not grad_enabled or torch.get_default_dtype() is not default_dtype
-            or _autocast_state() != autocast_state):
+    if torch.is_grad_enabled() is not grad_enabled or torch.get_default_dtype() is not default_dtype:
+        raise CacheMiss
+    if autocast_state[0] or autocast_state[2]:
+        if _autocast_state() != autocast_state:
+            raise CacheMiss
+    elif _any_autocast():
         raise CacheMiss
 
 

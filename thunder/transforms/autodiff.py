@@ -340,8 +340,9 @@ def split_forward_backward(cd, result, candidates, start_ns) -> CacheEntry:
     b = delete_last_used(b)
     bwd_traces.append(b)
 
+    finish_start = time.perf_counter_ns()
     prologue_trace = result.prologue.finish(params)
-    prologue_trace.set_provenance("Prologue", result.prologue.start_ns)
+    prologue_trace.set_provenance("Prologue", finish_start)
     nondiff = tuple(i for i, o in enumerate(flat_outputs) if not (isinstance(o, TensorProxy) and o.requires_grad))
     return CacheEntry(
         prologue=prologue_trace.python_callable(),
