@@ -7,8 +7,8 @@ spelling registered for a symbol is always tested. ``tests/test_ops.py`` runs ev
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
-import operator
 from typing import Callable, Iterable
 
 import torch
@@ -44,11 +44,11 @@ def S(*args, **kwargs) -> SampleInput:
     return SampleInput(args, kwargs)
 
 
-class Compare:
+class Compare(enum.Enum):
     """How a result is compared with eager's (see ``OpInfo.compare``)."""
 
-    VALUES = "values"  # values (bitwise for the torch executor)
-    METADATA = "metadata"  # shape and dtype only: uninitialized memory (``torch.empty``)
+    VALUES = enum.auto()  # values (bitwise for the torch executor)
+    METADATA = enum.auto()  # shape and dtype only: uninitialized memory (``torch.empty``)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +57,9 @@ class OpInfo:
 
     ``op`` is the spelling the decomposition test traces (default: the symbol's torch callable);
     ``spellings`` adds callables to the ones registered for the symbol (``operator.add`` style
-    lambdas, or the only way to reach an internal symbol). ``random`` ops are compared under one
+    lambdas, or the only way to reach an internal symbol), and ``registered_spellings=False`` leaves
+    out the registered ones (``Tensor.__setitem__`` returns nothing: ``setitem`` is spelled by a
+    function that assigns into a copy). ``random`` ops are compared under one
     seed (the torch executor makes eager's RNG calls) and their decompositions by metadata only,
     as a decomposition may draw differently. ``decomp_tol`` maps dtype to (rtol, atol) for the
     decomposition test, where the prims legitimately round differently from the fused kernel.
@@ -70,7 +72,7 @@ class OpInfo:
     spellings: tuple = ()
     registered_spellings: bool = True
     random: bool = False
-    compare: str = Compare.VALUES
+    compare: Compare = Compare.VALUES
     decomp_tol: dict = dataclasses.field(default_factory=dict)
     requires_cuda: bool = False
 
@@ -150,11 +152,13 @@ def binary_samples(rhs_low=None, rhs_high=None, lhs_low=None, lhs_high=None, exc
 ACTIVATION_SAMPLES = unary_samples(-3, 3)
 
 
-def activation(name, dtypes=FLOATS, extra=(), **kw):
+def activation(name, dtypes=FLOATS, extra=(), inplace=True, **kw):
     def gen(dtype):
         yield from ACTIVATION_SAMPLES(dtype)
         for kwargs in extra:
             yield S(make((4, 5), dtype, low=-30, high=30), **kwargs)
+        if inplace:  # F.relu(a, inplace=True): updates (a copy of) the input and returns it
+            yield S(make((4, 5), dtype, low=-3, high=3), inplace=True)
 
     return OpInfo(name, gen, dtypes, **kw)
 
@@ -173,6 +177,8 @@ def masked_fill_samples(dtype):
     yield S(make((2, 4, 5), dtype), make((4, 1), b8), make((), dtype))
     if dtype.is_floating_point:
         yield S(make((4, 5), dtype), make((4, 5), b8), float("-inf"))
+    elif dtype is i64:
+        yield S(make((4, 5), dtype), make((4, 5), b8), 2.7)  # the value is cast to the tensor's dtype
 
 
 def clamp_samples(dtype):
@@ -189,7 +195,7 @@ def clamp_samples(dtype):
         yield S(a(), -2.5, 3.5)  # float bounds promote an integer tensor
 
 
-def clamp_one_samples(kw):
+def clamp_one_samples():
     def gen(dtype):
         yield S(make((4, 5), dtype, low=-9, high=9), 1)
         yield S(make((4, 5), dtype), make((5,), dtype))
@@ -324,8 +330,8 @@ def elementwise_opinfos():
         OpInfo("where", where_samples, ALL, spellings=(lambda c, a, b: a.where(c, b),)),
         OpInfo("masked_fill", masked_fill_samples, ALL),
         OpInfo("clamp", clamp_samples, NUMERIC),
-        OpInfo("clamp_min", clamp_one_samples("min"), NUMERIC),
-        OpInfo("clamp_max", clamp_one_samples("max"), NUMERIC),
+        OpInfo("clamp_min", clamp_one_samples(), NUMERIC),
+        OpInfo("clamp_max", clamp_one_samples(), NUMERIC),
         OpInfo("lerp", lerp_samples, FLOATS),
         OpInfo("addcmul", addc_samples(False), NUMERIC),
         OpInfo("addcdiv", addc_samples(True), FLOATS),
@@ -341,11 +347,11 @@ def elementwise_opinfos():
         activation("silu"),
         activation("mish"),
         OpInfo("softplus", softplus_samples, FLOATS),
-        activation("logsigmoid"),
+        activation("logsigmoid", inplace=False),
         activation("hardsigmoid"),
         activation("hardswish"),
-        activation("softsign"),
-        activation("tanhshrink"),
+        activation("softsign", inplace=False),
+        activation("tanhshrink", inplace=False),
     ]
     return out
 
@@ -737,6 +743,7 @@ def factory_samples(dtype):
 
 def full_samples(dtype):
     yield S((2, 3), scalar_of(dtype), dtype=dtype)
+    yield S((2, 3), -2.7, dtype=dtype)
     yield S([4], 1.5, dtype=dtype)
     yield S((), scalar_of(dtype))  # dtype inferred from the fill value
     yield S((2, 1), True)
@@ -986,6 +993,7 @@ def dropout_samples(dtype):
     yield S(make((4, 5), dtype), 0.3, False)
     yield S(make((4, 5), dtype), 0.0)
     yield S(make((4, 5), dtype), 1.0)
+    yield S(make((4, 5), dtype), 0.5, True, True)  # in place
 
 
 def sdpa_samples(dtype):
