@@ -242,7 +242,7 @@ class Tracer:
                 return type(x)(items)
             return list(items) if isinstance(x, list) else tuple(items)
         if isinstance(x, dict):
-            if type(x) is dict:
+            if type(x) is dict or type(x) is InputDict:
                 return {k: self.resolve(v) for k, v in x.items()}
             out = copy.copy(x)  # OrderedDict, HF ModelOutput, ...: keep the type
             for k, v in x.items():
