@@ -694,3 +694,66 @@ def test_fusion_executor_claims_regions():
     assert "torch.matmul(" in trace
     assert len(runs) == 2  # two regions: before and after the matmul
     check_trace(thunder.last_traces(jf)[-1])
+
+
+def test_transforms_are_applied_and_listed():
+    from thunder.transforms.base import Transform
+    from thunder.core.symbol import BoundSymbol
+    import thunder.torch as ltorch
+
+    class DoubleOutput(Transform):
+        """Multiplies the program's (single tensor) output by 2, in inference and training alike."""
+
+        def __init__(self):
+            self.seen = []
+
+        def transform_module(self, compile_data):
+            self.seen.append("module")
+
+        def transform_computation(self, trace, compile_data):
+            from thunder.core.trace import tracectx
+            from thunder.executors.pythonex import python_return
+
+            self.seen.append("computation")
+            body = list(trace.bound_symbols)
+            ret = body.pop()
+            new = trace.from_trace(body)
+            with tracectx(new):
+                doubled = ltorch.mul(ret.args[0], 2)
+                python_return(doubled)
+            return new
+
+        def transform_forward_backward(self, fwd, bwd, compile_data):
+            self.seen.append("forward_backward")
+            return fwd, bwd
+
+    t = DoubleOutput()
+    jf = thunder.jit(lambda x: x.sin(), transforms=[t])
+    assert thunder.list_transforms(jf) == [t]
+    x = torch.randn(3, requires_grad=True)
+    out = jf(x)
+    torch.testing.assert_close(out, 2 * x.sin())
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, 2 * x.detach().cos())
+    with torch.no_grad():
+        torch.testing.assert_close(jf(x), 2 * x.sin())
+    assert t.seen == ["module", "computation", "forward_backward", "computation"]
+    with pytest.raises(TypeError, match="Transform objects"):
+        thunder.jit(foo, transforms=[object()])
+
+
+@pytest.mark.parametrize("mode", ["allow", "warn", "error"])
+def test_sharp_edges_option_for_tensors_outside_the_arguments(mode):
+    from thunder.core.frontend import ThunderSharpEdgeError
+    import warnings
+
+    jf = thunder.jit(uses_global, sharp_edges=mode)
+    x = torch.randn(3)
+    if mode == "error":
+        with pytest.raises(ThunderSharpEdgeError, match="'G'"):
+            jf(x)
+        return
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        assert torch.equal(jf(x), x + G)
+    assert any("Sharp edge" in str(m.message) for m in w) == (mode == "warn")

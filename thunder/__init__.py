@@ -66,14 +66,17 @@ def jit(fn: Callable, /, *, langctx=None, executors=None, sharp_edges=None, cach
         fn: a function or ``torch.nn.Module``. A module gives a ``ThunderModule``.
         langctx: the language context; only torch (the default) is supported.
         executors: executors (objects or names such as ``"torch"``) tried in order.
-        sharp_edges: reserved; thunder.jit reports sharp edges as errors where it detects them.
+        sharp_edges: ``None``/``"allow"`` (default), ``"warn"`` or ``"error"``: what to do when the program
+            reads tensors that are not its arguments (globals, closures, module attributes).
         cache: ``"no caching"``, ``"same input"``, ``"constant values"`` (default) or ``"symbolic values"``.
         disable_torch_autograd: trace for inference only, never connecting outputs to torch.autograd.
-        transforms: trace transforms (objects with ``transform_trace(trace, compile_data=...)``),
-            applied in order; the data-parallel transforms are among them.
+        transforms: ``thunder.transforms.base.Transform`` objects, applied in order at the points
+            that class documents; the data-parallel transforms are among them.
     """
     if langctx not in (None, "torch"):
         raise ValueError(f"Unsupported langctx {langctx!r}; thunder.jit supports the torch language")
+    if sharp_edges not in (None, "allow", "warn", "error"):
+        raise ValueError(f"sharp_edges must be None, 'allow', 'warn' or 'error', got {sharp_edges!r}")
     if isinstance(fn, ThunderModule):
         raise TypeError("thunder.jit was given a ThunderModule; jit the original module instead")
     module = fn if isinstance(fn, pytorch.nn.Module) else None
@@ -81,9 +84,12 @@ def jit(fn: Callable, /, *, langctx=None, executors=None, sharp_edges=None, cach
         fn=fn, module=module, executors=resolve_executors(executors), cache_option=CACHE_OPTIONS.resolve(cache),
         sharp_edges=sharp_edges, disable_torch_autograd=disable_torch_autograd, transforms=tuple(transforms or ()),
         compile_options=dict(compile_options), langctx=langctx)
+    from thunder.transforms.base import Transform
+
     for t in cd.transforms:
-        if hasattr(t, "transform_module"):
-            t.transform_module(cd)
+        if not isinstance(t, Transform):
+            raise TypeError(f"transforms must be thunder.transforms.base.Transform objects, got {t!r}")
+        t.transform_module(cd)
     jitted = _make_jitted(cd)
     if module is not None:
         tm = ThunderModule(module, jitted)

@@ -93,6 +93,10 @@ def _unsupported(what):
     return method
 
 
+class ThunderSharpEdgeError(RuntimeError):
+    """Raised with ``thunder.jit(..., sharp_edges="error")`` when the program reads state outside its arguments."""
+
+
 class InputList(list):
     append = _unsupported("Appending to an input list")
     extend = _unsupported("Extending an input list")
@@ -176,8 +180,9 @@ def rebind(original: TensorProxy, new: TensorProxy):
 class Tracer:
     """Records one trace of ``fn``. Create one per cache miss."""
 
-    def __init__(self, fn: Callable, *, functional: bool, trace: TraceCtx, known_sources: dict):
+    def __init__(self, fn: Callable, *, functional: bool, trace: TraceCtx, known_sources: dict, sharp_edges=None):
         self.fn = fn
+        self.sharp_edges = sharp_edges
         self.functional = functional
         self.trace = trace
         self.known_sources = known_sources  # id(real tensor) -> source
@@ -211,6 +216,15 @@ class Tracer:
                 f"({TensorProxy}, <class 'numbers.Number'>) while tracing {self.fn!r}:")
         check_tensor_type(t)
         source = self.known_sources.get(id(t)) or ConstantSource(t)
+        if self.sharp_edges in ("warn", "error"):
+            what = getattr(source, "name", None) or "a tensor reached outside the function's arguments"
+            msg = (f"Sharp edge: {self.fn!r} reads the tensor {what!r}, which is not an argument; thunder fetches it "
+                   "again on every call (a new tensor bound to that name is seen), but it is not part of the signature")
+            if self.sharp_edges == "error":
+                raise ThunderSharpEdgeError(msg)
+            import warnings
+
+            warnings.warn(msg, stacklevel=2)
         name = getattr(source, "name", None)
         proxy = self.trace.tensor(tuple(t.shape), t.dtype, t.device, t.requires_grad,
                                   name=_sanitize(name) if name else None)

@@ -92,7 +92,8 @@ def trace_program(cd: CompileData, args, kwargs) -> TraceResult:
         frontend.scan_module_sources(cd.module, known)
     else:
         frontend.scan_function_sources(cd.fn, known)
-    tracer = frontend.Tracer(cd.fn, functional=cd.functional, trace=comp, known_sources=known)
+    tracer = frontend.Tracer(cd.fn, functional=cd.functional, trace=comp, known_sources=known,
+                             sharp_edges=cd.sharp_edges)
     recorder = InstructionRecorder()
     autocast_state = ltorch_autocast.state()
     with module_tensors_as_proxies(cd.module, comp, prologue) as modules:
@@ -171,18 +172,20 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     candidates = [p for p, _ in result.prologue.inputs]
     needs_grad = (not cd.disable_torch_autograd and torch.is_grad_enabled()
                   and any(isinstance(p, TensorProxy) and p.requires_grad for p in candidates))
+    traces = [comp]
+    trace = dce(comp)
+    traces.append(trace)
+    for transform in cd.transforms:
+        new = transform.transform_computation(trace, cd)
+        if new is not trace:
+            trace = new
+            traces.append(trace)
     if needs_grad:
         from thunder.transforms.autodiff import split_forward_backward
 
-        return split_forward_backward(cd, result, candidates, start)
-    traces = [comp]
-    trace = dce(comp)
+        return split_forward_backward(cd, result, trace, traces, candidates)
     params = used_params(trace, candidates)
     trace.params = params
-    traces.append(trace)
-    for transform in cd.transforms:
-        trace = transform.transform_trace(trace, compile_data=cd)
-        traces.append(trace)
     trace = transform_for_execution(trace, cd.executors)
     traces.append(trace)
     trace = delete_last_used(trace)

@@ -289,11 +289,8 @@ def _unpack_backward_inputs(bwd: TraceCtx, saved_tensors, saved_others, cotangen
     return bwd.from_trace(pre + list(bwd.bound_symbols))
 
 
-def split_forward_backward(cd, result, candidates, start_ns) -> CacheEntry:
-    comp = result.computation
-    traces = [comp]
-    trace = dce(comp)
-    traces.append(trace)
+def split_forward_backward(cd, result, trace, traces, candidates) -> CacheEntry:
+    """Forward and backward traces of ``trace`` (the computation after DCE and computation transforms)."""
     params = list(candidates)
 
     # Forward
@@ -329,12 +326,20 @@ def split_forward_backward(cd, result, candidates, start_ns) -> CacheEntry:
     traces.append(fwd)
     fwd_final = dce(fwd)
     traces.append(fwd_final)
+    bwd_traces = [bwd]
+    for transform in cd.transforms:
+        new_fwd, new_bwd = transform.transform_forward_backward(fwd_final, bwd, cd)
+        if new_fwd is not fwd_final:
+            fwd_final = new_fwd
+            traces.append(fwd_final)
+        if new_bwd is not bwd:
+            bwd = new_bwd
+            bwd_traces.append(bwd)
     fwd_final = transform_for_execution(fwd_final, cd.executors)
     traces.append(fwd_final)
     fwd_final = delete_last_used(fwd_final)
     traces.append(fwd_final)
 
-    bwd_traces = [bwd]
     b = transform_for_execution(bwd, cd.executors)
     bwd_traces.append(b)
     b = delete_last_used(b)
