@@ -117,6 +117,7 @@ def unary_samples(low=None, high=None, special=True):
             yield S(make(shape, dtype, low=low, high=high, noncontiguous=i == 2))
         if special and dtype.is_floating_point:
             yield S(special_values(dtype))
+        yield S(make((0, 3), dtype, low=low, high=high))
 
     return gen
 
@@ -377,6 +378,7 @@ def reduction_samples(*, tuple_dims=True, dim_required=False, dtype_kwarg=None, 
                     yield S(a, **kw) if dim is None else S(a, dim, **kw)
                     if keepdim and dim is not None:
                         yield S(values(shape, dtype), dim, True, **kw)
+        yield S(values((0, 3), dtype), 0)  # an empty reduction: the op's identity, or an error
         if dtype_kwarg is not None:
             yield S(values((4, 5), dtype), 1, dtype=dtype_kwarg)
             if not dim_required:
@@ -426,6 +428,7 @@ def logsumexp_samples(dtype):
     if dtype.is_floating_point:
         yield S(special_values(dtype)[:8].reshape(2, 4), 1)  # rows with infinities
         yield S(torch.full((3, 2), -float("inf"), dtype=dtype), 1)
+    yield S(make((0, 3), dtype), 0)
 
 
 def cumsum_samples(dtype):

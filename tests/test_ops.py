@@ -23,6 +23,9 @@ from thunder.torch import INPLACE_TO_SYMBOL, SYMBOLS, TORCH_TO_SYMBOL
 from thunder.torch.fallback import describe
 from tests.opinfos import OPINFOS, SKIPPED, Compare, OpInfo, SampleInput
 
+# Tensor.T of a tensor that is not 2-D is deprecated, but still thunder's to match
+pytestmark = pytest.mark.filterwarnings("ignore:The use of `x.T`", "ignore:Tensor.T is deprecated")
+
 # ---------------------------------------------------------------------------------------------
 # Spellings: the torch callables that reach a symbol
 # ---------------------------------------------------------------------------------------------

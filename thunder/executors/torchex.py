@@ -74,8 +74,15 @@ def _trim_defaults(sym):
 
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
+    inplace_at = next((i for i, p in enumerate(positional) if p.name == "inplace"), None)
+
     def transform(args, kwargs):
         args = list(args)
+        # Traces are functional: ``F.relu(x, inplace=True)`` is recorded as relu plus a rebinding of ``x``
+        # (see [Note: in-place updates] in thunder/core/frontend.py), so the kernel runs out of place.
+        if inplace_at is not None and len(args) > inplace_at:
+            args[inplace_at] = False
+        kwargs = {k: (False if k == "inplace" else v) for k, v in kwargs.items()}
         n = min(len(args), len(positional))
         while n > 0 and is_default(args[n - 1], positional[n - 1].default):
             n -= 1

@@ -159,11 +159,19 @@ def all(a, dim=None, keepdim=False):
     return logical_not(any(logical_not(a), dim, keepdim))
 
 
+def _reduces_nothing(a, dims) -> bool:
+    """Whether a reduction over ``dims`` reduces empty extents (where max-like reductions have no value)."""
+    return a.numel() == 0 and math.prod(a.shape[d] for d in dims) == 0
+
+
 @torchsymbol(torch.any, methods=("any",))
 def any(a, dim=None, keepdim=False):
     dims = _dims(a, dim)
+    if _reduces_nothing(a, dims):
+        shape = tuple(s for i, s in enumerate(a.shape) if i not in dims)
+        return _keepdim(prims.full(shape, False, device=a.device, dtype=torch.bool), a, dims, keepdim)
     b = convert(a, torch.bool) if a.dtype is not torch.bool else a
-    out = prims.amax(convert(b, torch.int32) if True else b, dims)
+    out = prims.amax(convert(b, torch.int32), dims)
     return _keepdim(convert(out, torch.bool), a, dims, keepdim)
 
 
@@ -177,6 +185,8 @@ def count_nonzero(a, dim=None):
 def logsumexp(a, dim, keepdim=False):
     from thunder.torch.elementwise import add, exp, log, sub, where, isinf, abs as abs_
     dims = _dims(a, dim)
+    if _reduces_nothing(a, dims):  # log(0)
+        return log(sum(exp(a), dims, keepdim))
     m = amax(a, dims, True)
     m = where(isinf(m), 0.0, m)
     out = add(log(sum(exp(sub(a, m)), dims, True)), m)
