@@ -82,7 +82,7 @@ class OpInfo:
 # ---------------------------------------------------------------------------------------------
 
 SHAPES = ((), (5,), (4, 5), (2, 3, 4))
-BROADCAST_PAIRS = (((4, 5), (4, 5)), ((4, 5), (5,)), ((4, 1, 6), (5, 1)), ((), (3, 4)), ((2, 3), ()))
+BROADCAST_PAIRS = (((4, 5), (4, 5)), ((4, 5), (5,)), ((4, 1, 6), (5, 1)), ((), (3, 4)), ((2, 3), ()), ((0, 5), (1, 5)))
 
 
 def make(shape, dtype, *, low=None, high=None, exclude_zero=False, noncontiguous=False):
@@ -136,6 +136,8 @@ def binary_samples(rhs_low=None, rhs_high=None, lhs_low=None, lhs_high=None, exc
             yield S(lhs((4, 5)), scalar_of(dtype))
             if dtype is not b8:
                 yield S(lhs((4, 5)), 2)
+            if dtype.is_floating_point:
+                yield S(lhs((4, 5)), 0.7)  # not representable in bfloat16
         if mixed:
             # promotion: a dimensioned tensor with another dtype, and a 0-dim tensor of a higher category
             other = f64 if dtype is not f64 else f32

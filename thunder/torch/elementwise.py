@@ -144,9 +144,23 @@ def rfloordiv(a, b):
     return floor_divide(b, a)
 
 
+def _in_result_dtype(a, b):
+    """Operands rounded to the result dtype first, as torch's kernels without a full-precision scalar path
+    see them (which matters for a discontinuous op: ``bf16_tensor % 0.7`` divides by bfloat16's 0.69921875)."""
+    _, result = promote(a, b)
+    return tuple(convert(x, result) if isinstance(x, TensorProxy) else _round_number(x, result) for x in (a, b))
+
+
+def _round_number(x, dtype):
+    if isinstance(x, float) and dtype in (torch.float16, torch.bfloat16):
+        with torch._C.DisableTorchFunction():  # a constant, not a traced operation
+            return torch.tensor(x, dtype=dtype).item()
+    return x
+
+
 @torchsymbol(torch.remainder, methods=("remainder", "__mod__"), inplace_methods=("remainder_",))
 def remainder(a, b):
-    return elementwise_binary(prims.remainder, a, b)
+    return elementwise_binary(prims.remainder, *_in_result_dtype(a, b))
 
 
 @torchsymbol(methods=("__rmod__",), torch_impl=torch.Tensor.__rmod__)
@@ -156,7 +170,7 @@ def rmod(a, b):
 
 @torchsymbol(torch.fmod, methods=("fmod",))
 def fmod(a, b):
-    return elementwise_binary(prims.fmod, a, b)
+    return elementwise_binary(prims.fmod, *_in_result_dtype(a, b))
 
 
 @torchsymbol(torch.pow, methods=("pow", "__pow__"), inplace_methods=("pow_",))
