@@ -378,7 +378,7 @@ def reduction_samples(*, tuple_dims=True, dim_required=False, dtype_kwarg=None, 
                 for kw in kwargs:
                     a = values(shape, dtype)
                     yield S(a, **kw) if dim is None else S(a, dim, **kw)
-                    if keepdim and dim is not None:
+                    if keepdim and (dim is not None or not dim_required):
                         yield S(values(shape, dtype), dim, True, **kw)
         yield S(values((0, 3), dtype), 0)  # an empty reduction: the op's identity, or an error
         if dtype_kwarg is not None:

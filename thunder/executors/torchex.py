@@ -60,6 +60,9 @@ def _print_constant_call(fn, hint, bsym, printer):
     return f"{printer.output(bsym.output)} = {call}" if has_out else call
 
 
+_NO_NONE = frozenset({"unbiased"})  # parameters torch declares Optional in thunder's signatures only
+
+
 def _trim_defaults(sym):
     """Drops arguments equal to the symbol's defaults, so ``ltorch.add(a, b, alpha=None)`` runs as ``torch.add(a, b)``."""
     sig = sym.signature
@@ -86,9 +89,9 @@ def _trim_defaults(sym):
         n = min(len(args), len(positional))
         while n > 0 and is_default(args[n - 1], positional[n - 1].default):
             n -= 1
-        # A None default followed by given arguments (torch.var(a, None, None, True) is rejected by torch):
-        # the given ones after it go by keyword.
-        first_none = next((i for i in range(n) if args[i] is None and positional[i].default is None), n)
+        # torch.var(a, None, None, True) is rejected (``unbiased`` takes no None): such a None is left out
+        # and the given arguments after it go by keyword.
+        first_none = next((i for i in range(n) if args[i] is None and positional[i].name in _NO_NONE), n)
         moved = {}
         if len(args) <= len(positional):
             moved = {positional[i].name: args[i] for i in range(first_none, n)
