@@ -166,8 +166,10 @@ def elementwise_unary(prim, a, kind=Kind.DEFAULT):
 
 def elementwise_binary(prim, a, b, kind=Kind.DEFAULT):
     computation, result = promote(a, b, kind=kind)
-    a, b = broadcast(a, b)
-    out = prim(convert(a, computation), convert(b, computation))
+    # Convert before broadcasting: the gradient of a broadcast input is then summed in the
+    # computation dtype and cast once, as eager autograd does (and the cast touches fewer elements).
+    a, b = broadcast(convert(a, computation), convert(b, computation))
+    out = prim(a, b)
     return convert(out, result)
 
 
