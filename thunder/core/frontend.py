@@ -138,7 +138,7 @@ for _name in ("shape", "dtype", "device", "ndim", "requires_grad", "is_cuda", "i
         if _obj is not None:
             _PASSTHROUGH.add(_obj)
 _PASSTHROUGH |= {torch.is_tensor, torch.is_floating_point, torch.is_complex, torch.numel, torch.Tensor.__format__,
-                 torch.result_type, torch.is_nonzero if False else torch.is_tensor}
+                 torch.result_type}
 
 _CONTIGUOUS = {_TB.get("is_contiguous")}
 _ITER = torch.Tensor.__iter__

@@ -59,6 +59,3 @@ class ThunderModule(torch.nn.Module):
         Without a data-parallel transform this has no effect.
         """
         yield
-
-    def __repr__(self):
-        return f"ThunderModule(\n  (_model): {repr(self._model)}\n)".replace("\n", "\n") if False else super().__repr__()

@@ -185,7 +185,6 @@ def _number_binary(name: str, reflected: bool = False):
             import thunder.torch as ltorch
 
             sym = getattr(ltorch, _TENSOR_OPS[name])
-            args = (self, other) if reflected else (self, other)
             args = (other, self) if reflected else (self, other)
             return _ACTIVE_TRACERS[-1].call(sym, args, {})
         if not isinstance(other, (int, float, bool, NumberProxy)) or isinstance(other, torch.Tensor):
