@@ -417,3 +417,22 @@ def test_autocast_casting_rules_match_eager(dtype, where):
     out[0].backward()
     for p_ref, p in zip(m.parameters(), jm.parameters()):
         torch.testing.assert_close(p.grad, p_ref.grad, atol=1e-3, rtol=1e-3)
+
+
+class _TimesTwoWithCustomBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 100
+
+
+def test_custom_autograd_function_fails_early_where_its_backward_matters():
+    jf = thunder.jit(lambda x: _TimesTwoWithCustomBackward.apply(x).sum())
+    with pytest.raises(NotImplementedError, match="_TimesTwoWithCustomBackward"):
+        jf(torch.randn(3, requires_grad=True))
+    # without gradients its forward is traced like any other code
+    x = torch.randn(3)
+    assert torch.equal(jf(x), (x * 2).sum())

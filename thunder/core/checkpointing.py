@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import contextlib
 
+import torch
 import torch.utils.checkpoint as torch_checkpoint
 
+from thunder.core.codeutils import flat_proxies
+from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import Tag
 
 
@@ -35,8 +38,26 @@ def patched(tracer):
 
     torch_checkpoint._checkpoint_without_reentrant_generator = region_generator
     torch_checkpoint.CheckpointFunction = RegionCheckpointFunction
+    original_apply = torch.autograd.Function.__dict__["apply"]
+    torch.autograd.Function.apply = classmethod(_custom_function_apply(original_apply.__func__))
     try:
         yield
     finally:
         torch_checkpoint._checkpoint_without_reentrant_generator = original_generator
         torch_checkpoint.CheckpointFunction = original_function
+        torch.autograd.Function.apply = original_apply
+
+
+def _custom_function_apply(original):
+    """User-defined ``torch.autograd.Function``: traced through when no gradient is needed, refused otherwise."""
+
+    def apply(cls, *args, **kwargs):
+        if torch.is_grad_enabled() and any(isinstance(a, TensorProxy) and a.requires_grad
+                                           for a in flat_proxies((args, kwargs))):
+            raise NotImplementedError(
+                f"thunder does not support the custom torch.autograd.Function {cls.__qualname__} where gradients "
+                "are needed: thunder would differentiate its forward and ignore its backward. Call it outside the "
+                "jitted function, or express it with torch operations.")
+        return original(cls, *args, **kwargs)
+
+    return apply
