@@ -186,22 +186,32 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
         return split_forward_backward(cd, result, trace, traces, candidates)
     params = used_params(trace, candidates)
     trace.params = params
-    trace = transform_for_execution(trace, cd.executors)
-    traces.append(trace)
-    trace = delete_last_used(trace)
-    traces.append(trace)
+    traces += executable_traces(trace, cd)
+    return make_entry(result, params, traces, output_rebuild=result.rebuild)
+
+
+def executable_traces(trace: TraceCtx, cd: CompileData) -> list:
+    """The executors' trace of ``trace`` and the same with ``del`` statements: the last is what runs."""
+    claimed = transform_for_execution(trace, cd.executors)
+    return [claimed, delete_last_used(claimed)]
+
+
+def make_entry(result: TraceResult, params: list, traces: list, *, output_rebuild, backward_traces=(),
+               grad_info=None) -> CacheEntry:
+    """A cache entry running ``traces[-1]`` (and ``backward_traces[-1]``, when training) behind a fresh prologue."""
     finish_start = time.perf_counter_ns()
     prologue_trace = result.prologue.finish(params)
     prologue_trace.set_provenance("Prologue", finish_start)
     return CacheEntry(
         prologue=prologue_trace.python_callable(),
-        computation=trace.python_callable(),
+        computation=traces[-1].python_callable(),
         prologue_traces=[prologue_trace],
         computation_traces=traces,
-        backward_traces=[],
-        backward=None,
-        output_rebuild=result.rebuild,
-        uses_autograd=False,
+        backward_traces=list(backward_traces),
+        backward=backward_traces[-1].python_callable() if backward_traces else None,
+        output_rebuild=output_rebuild,
+        uses_autograd=bool(backward_traces),
         interpreted_instructions=result.recorder.instructions,
         interpreter_log=result.recorder.log,
+        grad_info=grad_info,
     )

@@ -335,33 +335,13 @@ def split_forward_backward(cd, result, trace, traces, candidates) -> CacheEntry:
         if new_bwd is not bwd:
             bwd = new_bwd
             bwd_traces.append(bwd)
-    fwd_final = transform_for_execution(fwd_final, cd.executors)
-    traces.append(fwd_final)
-    fwd_final = delete_last_used(fwd_final)
-    traces.append(fwd_final)
+    from thunder.core.pipeline import executable_traces, make_entry
 
-    b = transform_for_execution(bwd, cd.executors)
-    bwd_traces.append(b)
-    b = delete_last_used(b)
-    bwd_traces.append(b)
-
-    finish_start = time.perf_counter_ns()
-    prologue_trace = result.prologue.finish(params)
-    prologue_trace.set_provenance("Prologue", finish_start)
+    traces += executable_traces(fwd_final, cd)
+    bwd_traces += executable_traces(bwd, cd)
     nondiff = tuple(i for i, o in enumerate(flat_outputs) if not (isinstance(o, TensorProxy) and o.requires_grad))
-    return CacheEntry(
-        prologue=prologue_trace.python_callable(),
-        computation=fwd_final.python_callable(),
-        prologue_traces=[prologue_trace],
-        computation_traces=traces,
-        backward_traces=bwd_traces,
-        backward=b.python_callable(),
-        output_rebuild=_output_rebuild(result, output),
-        uses_autograd=True,
-        interpreted_instructions=result.recorder.instructions,
-        interpreter_log=result.recorder.log,
-        grad_info=GradInfo(nondiff, len(flat_outputs), is_printable_structure(result.output)),
-    )
+    return make_entry(result, params, traces, output_rebuild=_output_rebuild(result, output), backward_traces=bwd_traces,
+                      grad_info=GradInfo(nondiff, len(flat_outputs), is_printable_structure(result.output)))
 
 
 @dataclasses.dataclass(frozen=True)
