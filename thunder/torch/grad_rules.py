@@ -76,32 +76,24 @@ slice_backward = _aten_symbol(aten.slice_backward.default, "slice_backward",
 from thunder.torch import nn as tnn, elementwise as ew  # noqa: E402
 
 
-def _dtype_for_backward(a):
-    return a.dtype
+def _softmax_rule(sym, backward_kernel):
+    """softmax and log_softmax: torch's backward kernel reads the output, as eager saves it."""
+
+    def rule(a, dim=None, _stacklevel=3, dtype=None):
+        out = sym(a, dim, _stacklevel, dtype)
+        d = dim % a.ndim if a.ndim else 0
+
+        def backward(g):
+            ga = backward_kernel(g, out, d, a.dtype)
+            return (ga if ga.dtype is a.dtype else prims.convert_element_type(ga, a.dtype),)
+
+        return out, backward
+
+    register_vjp(sym)(rule)
 
 
-@register_vjp(tnn.softmax)
-def softmax_rule(a, dim=None, _stacklevel=3, dtype=None):
-    out = tnn.softmax(a, dim, _stacklevel, dtype)
-    d = dim % a.ndim if a.ndim else 0
-
-    def backward(g):
-        ga = softmax_backward(g, out, d, a.dtype)
-        return (ga if ga.dtype is a.dtype else prims.convert_element_type(ga, a.dtype),)
-
-    return out, backward
-
-
-@register_vjp(tnn.log_softmax)
-def log_softmax_rule(a, dim=None, _stacklevel=3, dtype=None):
-    out = tnn.log_softmax(a, dim, _stacklevel, dtype)
-    d = dim % a.ndim if a.ndim else 0
-
-    def backward(g):
-        ga = log_softmax_backward(g, out, d, a.dtype)
-        return (ga if ga.dtype is a.dtype else prims.convert_element_type(ga, a.dtype),)
-
-    return out, backward
+_softmax_rule(tnn.softmax, softmax_backward)
+_softmax_rule(tnn.log_softmax, log_softmax_backward)
 
 
 @register_vjp(tnn.native_layer_norm)
