@@ -335,8 +335,6 @@ def test_library_flags_and_helpers():
     def fn(x):
         if torch.jit.is_scripting() or torch.jit.is_tracing():
             return x
-        if torch.compiler.is_compiling():
-            return x * 3
         mask = torch.triu(torch.full((x.shape[-1], x.shape[-1]), float("-inf"), device=x.device), diagonal=1)
         zeros = x.new_zeros(x.shape) + torch.zeros(x.shape, dtype=x.dtype, device=x.device)
         a, b = x.chunk(2, dim=-1)
@@ -346,6 +344,24 @@ def test_library_flags_and_helpers():
 
     x = torch.randn(2, 4, 8)
     assert_equal_tree(thunder.jit(fn)(x), fn(x))
+
+
+def test_library_code_sees_compilation():
+    """Value-dependent library paths are guarded by ``torch.compiler.is_compiling()``: it reports True while
+    thunder traces (as under torch.compile) and False again afterwards; the stricter checks stay False."""
+    import torch._dynamo
+
+    seen = []
+
+    def fn(x):
+        seen.append((torch.compiler.is_compiling(), torch._dynamo.is_compiling(), torch.compiler.is_dynamo_compiling(),
+                     torch.compiler.is_exporting(), torch.jit.is_tracing()))
+        return x * 3 if torch.compiler.is_compiling() else x
+
+    x = torch.randn(3)
+    assert torch.equal(thunder.jit(fn)(x), x * 3)
+    assert seen == [(True, True, False, False, False)]
+    assert not torch.compiler.is_compiling()
 
 
 # ---------------------------------------------------------------------------------------------

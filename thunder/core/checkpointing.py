@@ -9,7 +9,7 @@ The reentrant variant (``use_reentrant=True``) runs through ``CheckpointFunction
 """
 from __future__ import annotations
 
-import contextlib
+import threading
 
 import torch
 import torch.utils.checkpoint as torch_checkpoint
@@ -19,40 +19,62 @@ from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import Tag
 
 
-@contextlib.contextmanager
-def patched(tracer):
-    trace = tracer.trace
+_ORIGINAL_GENERATOR = torch_checkpoint._checkpoint_without_reentrant_generator
+_ORIGINAL_FUNCTION = torch_checkpoint.CheckpointFunction
+_ORIGINAL_APPLY = torch.autograd.Function.__dict__["apply"]
+_installed = False
+_install_lock = threading.Lock()
 
-    def region_generator(fn, preserve_rng_state, context_fn, determinism_check, debug, *args, **kwargs):
-        with trace.tagged(Tag.RECOMPUTE_IN_BACKWARD):
-            yield
 
-    original_generator = torch_checkpoint._checkpoint_without_reentrant_generator
-    original_function = torch_checkpoint.CheckpointFunction
+def _tracing_trace():
+    from thunder.core.frontend import current_tracer
 
-    class RegionCheckpointFunction:
-        @staticmethod
-        def apply(function, preserve, *args):
-            with trace.tagged(Tag.RECOMPUTE_IN_BACKWARD):
-                return function(*args)
+    tracer = current_tracer()
+    return None if tracer is None else tracer.trace
 
-    torch_checkpoint._checkpoint_without_reentrant_generator = region_generator
-    torch_checkpoint.CheckpointFunction = RegionCheckpointFunction
-    original_apply = torch.autograd.Function.__dict__["apply"]
-    torch.autograd.Function.apply = classmethod(_custom_function_apply(original_apply.__func__))
-    try:
+
+def _region_generator(fn, preserve_rng_state, context_fn, determinism_check, debug, *args, **kwargs):
+    trace = _tracing_trace()
+    if trace is None:
+        yield from _ORIGINAL_GENERATOR(fn, preserve_rng_state, context_fn, determinism_check, debug, *args, **kwargs)
+        return
+    with trace.tagged(Tag.RECOMPUTE_IN_BACKWARD):
         yield
-    finally:
-        torch_checkpoint._checkpoint_without_reentrant_generator = original_generator
-        torch_checkpoint.CheckpointFunction = original_function
-        torch.autograd.Function.apply = original_apply
+
+
+class _RegionCheckpointFunction:
+    """Stands in for ``CheckpointFunction`` (the reentrant checkpoint): a region marker while tracing."""
+
+    @staticmethod
+    def apply(function, preserve, *args):
+        trace = _tracing_trace()
+        if trace is None:
+            return _ORIGINAL_FUNCTION.apply(function, preserve, *args)
+        with trace.tagged(Tag.RECOMPUTE_IN_BACKWARD):
+            return function(*args)
+
+
+def install():
+    """Installs the checkpoint and ``autograd.Function`` hooks once per process.
+
+    They act only in a thread that is tracing (``current_tracer()``); elsewhere they call torch's own
+    functions, so eager code, in this thread or another, behaves exactly as without thunder.
+    """
+    global _installed
+    with _install_lock:
+        if _installed:
+            return
+        torch_checkpoint._checkpoint_without_reentrant_generator = _region_generator
+        torch_checkpoint.CheckpointFunction = _RegionCheckpointFunction
+        torch.autograd.Function.apply = classmethod(_custom_function_apply(_ORIGINAL_APPLY.__func__))
+        _installed = True
 
 
 def _custom_function_apply(original):
     """User-defined ``torch.autograd.Function``: traced through when no gradient is needed, refused otherwise."""
 
     def apply(cls, *args, **kwargs):
-        if torch.is_grad_enabled() and any(isinstance(a, TensorProxy) and a.requires_grad
+        if _tracing_trace() is not None and torch.is_grad_enabled() and any(isinstance(a, TensorProxy) and a.requires_grad
                                            for a in flat_proxies((args, kwargs))):
             raise NotImplementedError(
                 f"thunder does not support the custom torch.autograd.Function {cls.__qualname__} where gradients "

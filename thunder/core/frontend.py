@@ -14,9 +14,11 @@ the functional trace cannot express.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import inspect
+import threading
 import types
 from typing import Any, Callable
 
@@ -169,12 +171,74 @@ def _tensor_leaves(x, out):
     return out
 
 
-_ACTIVE_TRACERS: list["Tracer"] = []
+class _TracerStack(threading.local):
+    """The tracers recording in this thread, innermost last (each thread traces independently)."""
+
+    def __init__(self):
+        self.tracers: list["Tracer"] = []
+
+
+_TRACERS = _TracerStack()
+
+
+def current_tracer() -> "Tracer | None":
+    tracers = _TRACERS.tracers
+    return tracers[-1] if tracers else None
+
+
+@contextlib.contextmanager
+def active(tracer: "Tracer"):
+    """Makes ``tracer`` the current tracer of this thread; library code sees that it is being compiled
+    (see [Note: compiling flag])."""
+    _TRACERS.tracers.append(tracer)
+    _compiling_flag.enter()
+    try:
+        yield tracer
+    finally:
+        _compiling_flag.exit()
+        _TRACERS.tracers.pop()
+
+
+# [Note: compiling flag]
+# Libraries guard value-dependent code (e.g. Hugging Face transformers' mask construction, which skips
+# work after inspecting the mask's values) with ``torch.compiler.is_compiling()``, taking a path that
+# needs no tensor values when it reports True. While any thread traces, thunder sets torch's own flag,
+# so that ``torch.compiler.is_compiling()``, ``torch._dynamo.is_compiling()`` and
+# ``torch._utils.is_compiling()`` report True, exactly as under ``torch.compile``.
+# ``torch.compiler.is_dynamo_compiling()``, ``torch.compiler.is_exporting()`` and
+# ``torch.jit.is_tracing()`` keep reporting False: thunder is neither dynamo, export nor the JIT tracer.
+# The flag is process-wide (it is torch's), so eager code running in another thread at the same time
+# also sees True; such code paths are written to compute the same results.
+class _CompilingFlag:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.depth = 0
+        self.saved = False
+
+    def enter(self):
+        import torch.compiler
+
+        with self.lock:
+            if self.depth == 0:
+                self.saved = torch.compiler._is_compiling_flag
+                torch.compiler._is_compiling_flag = True
+            self.depth += 1
+
+    def exit(self):
+        import torch.compiler
+
+        with self.lock:
+            self.depth -= 1
+            if self.depth == 0:
+                torch.compiler._is_compiling_flag = self.saved
+
+
+_compiling_flag = _CompilingFlag()
 
 
 def rebind(original: TensorProxy, new: TensorProxy):
     """In-place update of ``original`` to the value ``new`` (see [Note: in-place updates])."""
-    _ACTIVE_TRACERS[-1].inplace(original, new)
+    current_tracer().inplace(original, new)
 
 
 class Tracer:

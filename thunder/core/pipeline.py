@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from thunder.core import frontend
+from thunder.core import checkpointing, frontend
 from thunder.core.compile_data import CacheEntry, CompileData
 from thunder.core.interpreter import InstructionRecorder
 from thunder.core.outputs import flatten_output, is_printable_structure
@@ -82,6 +82,7 @@ def module_tensors_as_proxies(module, comp: TraceCtx, prologue: PrologueBuilder)
 
 
 def trace_program(cd: CompileData, args, kwargs) -> TraceResult:
+    checkpointing.install()
     comp = TraceCtx("computation")
     prologue = PrologueBuilder(comp, cd.cache_option, cd.functional)
     prologue.start_ns = time.perf_counter_ns()
@@ -100,12 +101,8 @@ def trace_program(cd: CompileData, args, kwargs) -> TraceResult:
         for p, _ in prologue.inputs:
             if isinstance(p, TensorProxy):
                 tracer.input_names[p.name] = p
-        frontend._ACTIVE_TRACERS.append(tracer)
-        try:
-            with tracectx(comp), _tracing_patches(tracer), frontend.TracingMode(tracer), recorder:
-                out = cd.fn(*pargs, **pkwargs)
-        finally:
-            frontend._ACTIVE_TRACERS.pop()
+        with frontend.active(tracer), tracectx(comp), frontend.TracingMode(tracer), recorder:
+            out = cd.fn(*pargs, **pkwargs)
     with tracectx(comp):
         out = tracer.resolve(out) if not _needs_custom_resolution(out) else _resolve_any(tracer, out)
         tracer.finish_writebacks()
@@ -147,14 +144,6 @@ def _real_tensor_of(source, tracer):
     if isinstance(source, frontend.AttrSource):
         return getattr(source.obj, source.name)
     return source.value
-
-
-@contextlib.contextmanager
-def _tracing_patches(tracer):
-    from thunder.core import checkpointing
-
-    with checkpointing.patched(tracer):
-        yield
 
 
 def used_params(trace: TraceCtx, candidates: list) -> list:

@@ -181,12 +181,12 @@ def _number_binary(name: str, reflected: bool = False):
 
         if isinstance(other, TensorProxy):
             # tensor (op) number: the torch-language op, recorded through the active tracer
-            from thunder.core.frontend import _ACTIVE_TRACERS
+            from thunder.core.frontend import current_tracer
             import thunder.torch as ltorch
 
             sym = getattr(ltorch, _TENSOR_OPS[name])
             args = (other, self) if reflected else (self, other)
-            return _ACTIVE_TRACERS[-1].call(sym, args, {})
+            return current_tracer().call(sym, args, {})
         if not isinstance(other, (int, float, bool, NumberProxy)) or isinstance(other, torch.Tensor):
             return NotImplemented
         fn = getattr(prims, name)

@@ -6,6 +6,7 @@ executes is the compiled text of the final trace.
 """
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import contextmanager
 from typing import Any
@@ -15,20 +16,29 @@ import torch
 from thunder.core import codeutils
 from thunder.core.proxies import TensorProxy, NumberProxy, type_string
 
-_TRACE_STACK: list["TraceCtx"] = []
+class _TraceStack(threading.local):
+    """The traces being recorded, innermost last: one stack per thread, so threads trace independently."""
+
+    def __init__(self):
+        self.traces: list["TraceCtx"] = []
+
+
+_STACK = _TraceStack()
 
 
 def get_tracectx() -> "TraceCtx | None":
-    return _TRACE_STACK[-1] if _TRACE_STACK else None
+    traces = _STACK.traces
+    return traces[-1] if traces else None
 
 
 @contextmanager
 def tracectx(trace: "TraceCtx"):
-    _TRACE_STACK.append(trace)
+    traces = _STACK.traces
+    traces.append(trace)
     try:
         yield trace
     finally:
-        _TRACE_STACK.pop()
+        traces.pop()
 
 
 class TraceCtx:
