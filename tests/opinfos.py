@@ -1115,4 +1115,8 @@ SKIPPED = {
     "dropout_mask": "internal to dropout (no torch spelling); its decomposition runs in dropout's OpInfo",
     "torch_autograd_forward": "runs torch autograd for ops without a gradient rule; covered by the autodiff tests",
     "torch_autograd_backward": "runs torch autograd for ops without a gradient rule; covered by the autodiff tests",
+    "copy_value": "the new value of Tensor.copy_ (no torch spelling); differential tests in tests/test_inplace.py",
+    "fill_value": "the new value of Tensor.fill_ (no torch spelling); differential tests in tests/test_inplace.py",
+    "zero_value": "the new value of Tensor.zero_ (no torch spelling); differential tests in tests/test_inplace.py",
+    "detached_update": "updates made under no_grad or through detach(); differential tests in tests/test_inplace.py",
 }

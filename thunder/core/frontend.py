@@ -5,12 +5,9 @@ sees every torch-level call (``torch.*``, ``torch.nn.functional.*``, Tensor meth
 factories) and records the matching ``ltorch`` symbol instead of computing. Python control flow on
 shapes and numbers therefore simply runs, and is specialized into the trace.
 
-[Note: in-place updates] Traces are functional. ``x.add_(y)`` records ``t1 = ltorch.add(x, y)``
-and *rebinds* ``x`` to ``t1``: later uses of the Python object ``x`` read ``t1``. When ``x`` is an
-input (argument, parameter, buffer or captured tensor) the trace ends with ``prims.copy_(t1, x)``
-so the caller's tensor is updated exactly as eager would. Views of a tensor updated in place
-become stale (using one raises), and updating a view in place raises: both would need aliasing
-the functional trace cannot express.
+In-place updates and aliasing are functionalized while tracing: see [Note: in-place updates] in
+thunder/core/functionalization.py. Questions the program asks about its tensors (metadata, strides,
+autograd state) are answered as eager answers them: see thunder/core/tensor_queries.py.
 """
 from __future__ import annotations
 
@@ -25,15 +22,21 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from thunder.core import prims
+from thunder.core import prims, tensor_queries
+from thunder.core.functionalization import Aliases, ViewStep, view_chain
 from thunder.core.interpreter import InterpreterError
+from thunder.core.layouts import Layouts, UnknownLayout
+from thunder.core.outputs import flatten_output
 from thunder.core.proxies import TensorProxy, NumberProxy
-from thunder.core.symbol import Tag
+from thunder.core.symbol import Symbol
+from thunder.core.tensor_queries import TracedGradFn
 from thunder.core.trace import TraceCtx, tracectx
-from thunder.torch import TORCH_TO_SYMBOL, INPLACE_TO_SYMBOL
+from thunder.torch import TORCH_TO_SYMBOL
 from thunder.torch import shapes as ltorch_shapes
 from thunder.torch.fallback import fallback_symbol, describe
-from thunder.torch.registry import property_key
+from thunder.torch.inplace import PlanKind, plan_for, clone_apply_symbol, detached_update
+from thunder.torch.registry import Updates, property_key
+from thunder.torch.utils import convert
 from thunder.torch import autocast as ltorch_autocast
 
 # ---------------------------------------------------------------------------------------------
@@ -71,6 +74,13 @@ class GlobalSource:
 class CellSource:
     cell: Any
     name: str
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class GradSource:
+    """The ``.grad`` of an input tensor (``None`` proxy: the program saw ``None`` there)."""
+
+    tensor: Any  # the input's proxy
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -123,29 +133,6 @@ class InputDict(dict):
     update = _unsupported("Updating an input dict")
     setdefault = _unsupported("Setting a default in an input dict")
     __ior__ = _unsupported("Updating an input dict")
-
-
-# ---------------------------------------------------------------------------------------------
-# Metadata queries answered directly from the proxy.
-# ---------------------------------------------------------------------------------------------
-
-_TB = torch._C.TensorBase.__dict__
-_PASSTHROUGH = set()
-for _name in ("shape", "dtype", "device", "ndim", "requires_grad", "is_cuda", "is_cpu", "is_meta", "layout", "is_leaf",
-              "is_sparse", "is_quantized", "is_mkldnn", "is_nested", "names", "is_mps", "is_xpu", "itemsize", "nbytes",
-              "grad_fn", "_base", "is_complex", "is_floating_point", "dim", "size", "numel", "nelement", "ndimension",
-              "element_size", "get_device", "is_signed", "stride", "has_names", "is_inference", "is_conj", "is_neg",
-              "storage_offset", "__len__", "__hash__", "__format__", "__repr__", "_is_view", "is_sparse_csr"):
-    for _obj in (_TB.get(_name), torch.Tensor.__dict__.get(_name)):
-        if _obj is not None:
-            _PASSTHROUGH.add(_obj)
-_PASSTHROUGH |= {torch.is_tensor, torch.is_floating_point, torch.is_complex, torch.numel, torch.Tensor.__format__,
-                 torch.result_type}
-
-_CONTIGUOUS = {_TB.get("is_contiguous")}
-_ITER = torch.Tensor.__iter__
-_SETITEM = _TB["__setitem__"]
-_GRAD = _TB.get("grad")
 
 
 class TracingMode(TorchFunctionMode):
@@ -236,11 +223,6 @@ class _CompilingFlag:
 _compiling_flag = _CompilingFlag()
 
 
-def rebind(original: TensorProxy, new: TensorProxy):
-    """In-place update of ``original`` to the value ``new`` (see [Note: in-place updates])."""
-    current_tracer().inplace(original, new)
-
-
 class Tracer:
     """Records one trace of ``fn``. Create one per cache miss."""
 
@@ -250,25 +232,29 @@ class Tracer:
         self.functional = functional
         self.trace = trace
         self.known_sources = known_sources  # id(real tensor) -> source
-        self.inputs: list[TraceInput] = []
+        self.inputs: list[TraceInput] = []  # inputs found while tracing (captured tensors, gradients)
         self.captured: dict[int, TensorProxy] = {}
         self.keepalive: list = []  # real tensors seen, so their ids stay unique while tracing
-        self.latest: dict[str, TensorProxy] = {}
         self.input_names: dict[str, TensorProxy] = {}
-        self.view_base: dict[str, str] = {}
-        self.views_of: dict[str, list] = {}
-        self.stale: set[str] = set()
-        self.writebacks: dict[str, tuple] = {}
-        self.root_of: dict[str, str] = {}  # a version's name -> the name of the tensor it updates
-        self.roots: dict[str, TensorProxy] = {}
+        self.real_inputs: dict[str, torch.Tensor] = {}  # input name -> the tensor seen while tracing
+        self.aliases = Aliases()
+        self.layouts = Layouts()
+        self.grads: dict[str, object] = {}  # input name -> proxy of its .grad (or None) as the program read it
         self.checkpoint_depth = 0
 
     # -- inputs --------------------------------------------------------------------------
-    def add_input(self, proxy, source):
+    def add_input(self, proxy, source, tensor=None):
+        """``proxy`` is an input of the trace, found at ``source``; ``tensor`` is its value now."""
         self.inputs.append(TraceInput(proxy, source))
+        self.register_input(proxy, tensor)
+        return proxy
+
+    def register_input(self, proxy, tensor):
         if isinstance(proxy, TensorProxy):
             self.input_names[proxy.name] = proxy
-        return proxy
+            if tensor is not None:
+                self.real_inputs[proxy.name] = tensor
+                self.layouts.add_input(proxy, tensor)
 
     def _capture(self, t: torch.Tensor) -> TensorProxy:
         proxy = self.captured.get(id(t))
@@ -294,20 +280,15 @@ class Tracer:
                                   name=_sanitize(name) if name else None)
         self.keepalive.append(t)
         self.captured[id(t)] = proxy
-        return self.add_input(proxy, source)
+        return self.add_input(proxy, source, t)
 
     # -- argument resolution ---------------------------------------------------------------
     def resolve(self, x):
-        """Maps proxies to their latest version and real tensors to captured inputs."""
+        """Maps the program's tensors to their current values and real tensors to captured inputs."""
         if isinstance(x, TensorProxy):
-            name = x.name
-            if name in self.stale:
-                raise NotImplementedError(
-                    f"{name} is a view of a tensor that was updated in place after the view was taken; thunder cannot "
-                    "trace this aliasing. Take the view after the in-place update, or use out-of-place operations.")
-            return self.latest.get(name, x)
+            return self.aliases.resolve(x)
         if isinstance(x, torch.Tensor):
-            return self._capture(x)
+            return self.aliases.resolve(self._capture(x))
         if isinstance(x, (tuple, list)):
             items = [self.resolve(y) for y in x]
             if type(x) is tuple or type(x) is list:
@@ -331,16 +312,26 @@ class Tracer:
     # -- the interception point --------------------------------------------------------------
     def handle(self, func, args, kwargs):
         key = property_key(func)
-        if key in _PASSTHROUGH:
-            return func(*args, **kwargs)
-        if key in _CONTIGUOUS:
-            return True
-        if key is _GRAD:
-            return None
+        if key in tensor_queries.METADATA:
+            return func(*self.resolve(args), **kwargs)
+        if key in _QUERIES:
+            return _QUERIES[key](self, func, args, kwargs)
+        if getattr(func, "__name__", None) == "__set__" and key is not func:
+            raise NotImplementedError(
+                f"Setting Tensor.{getattr(key, '__name__', key)} inside a function thunder traces is not supported; "
+                "set it outside the jitted function")
         if key is _ITER:
             return iter(self.call(ltorch_shapes.unbind, (self.resolve(args[0]), 0), {}))
-        if "out" in kwargs and kwargs["out"] is not None:
-            raise NotImplementedError(f"{describe(func)} with out= is not supported by thunder; assign the result instead")
+        if kwargs.get("out") is not None:  # torch.eye(n, out=t): computed out of place, then copied into t
+            kwargs = dict(kwargs)
+            out = kwargs.pop("out")
+            if not isinstance(out, torch.Tensor):
+                raise NotImplementedError(f"{describe(func)} with a tuple of out= tensors is not supported by thunder; "
+                                          "assign the results instead")
+            return self._into(out, self.handle(func, args, kwargs), func)
+        plan = plan_for(key)
+        if plan is not None and not args and kwargs:  # torch.nn.init.uniform_(tensor=w): make it positional
+            args, kwargs = _first_positional(func, kwargs)
         first = args[0] if args else None  # the caller's object, for in-place updates
         args = self.resolve(args)
         kwargs = self.resolve(kwargs) if kwargs else kwargs
@@ -349,79 +340,341 @@ class Tracer:
             out = self.call(ltorch_shapes.setitem, (target, index, value), {})
             self.inplace(first, out)
             return None
-        sym = INPLACE_TO_SYMBOL.get(key)
-        if sym is not None:
-            if kwargs.get("dtype") not in (None, getattr(args[0], "dtype", None)):  # x.cumsum_(0, dtype=...)
-                raise RuntimeError(f"Bad in-place call: input tensor dtype {args[0].dtype} and output tensor dtype "
-                                   f"{kwargs['dtype']} should match")
-            out = self.call(sym, args, kwargs)
-            return self.inplace(first, out)
+        if plan is not None:
+            return self._inplace_call(plan, func, first, args, kwargs)
         sym = TORCH_TO_SYMBOL.get(key)
         if sym is None:
-            return self._unknown(func, args, kwargs)
-        out = self.call(sym, args, kwargs)
+            return self._unknown(func, first, args, kwargs)
+        out = self.call(sym, args, kwargs, fn=func)
+        if isinstance(out, Updates):  # F.batch_norm: running statistics updated as autograd does not record
+            for t, v in out.updates:
+                self.inplace(t, v, no_grad=True)
+            return out.result
         if getattr(sym, "has_inplace_param", False) and _bound_inplace(sym, args, kwargs):
             return self.inplace(first, out)
         return out
 
-    def call(self, sym, args, kwargs):
+    def call(self, sym, args, kwargs, *, fn=None):
+        """Records ``sym(*args, **kwargs)``; ``fn`` is the torch callable the program called, if any."""
         args, kwargs = ltorch_autocast.maybe_autocast(sym, args, kwargs)
+        scope = self.trace._scopes[-1]
+        n = len(scope)
         out = sym(*args, **kwargs)
-        if getattr(sym, "is_view", False) and args and isinstance(args[0], TensorProxy):
-            base = self.view_base.get(args[0].name, args[0].name)
-            for o in _tensor_leaves(out, []):
-                if o is not args[0]:
-                    self.view_base[o.name] = base
-                    self.views_of.setdefault(base, []).append(o.name)
+        bsym = scope[-1] if len(scope) > n else None
+        torch_fn = fn if fn is not None else getattr(sym, "torch_impl", None)
+        self.layouts.add_output(torch_fn, args, kwargs, out)
+        if bsym is not None and isinstance(sym, Symbol) and args and isinstance(args[0], TensorProxy):
+            self._record_views(sym, bsym, args, kwargs, out, torch_fn)
         return out
 
-    def _unknown(self, func, args, kwargs):
+    def _record_views(self, sym, bsym, args, kwargs, out, torch_fn):
+        base = args[0]
+        if sym.name in ("detach", "data"):
+            self.aliases.add_view(base, out, ViewStep(sym, args[1:], kwargs, None, (), kind="detach"))
+            return
+        might_alias = getattr(sym, "is_view", False) or sym.name in _MAYBE_VIEWS or getattr(sym, "is_fallback", False)
+        if not might_alias:
+            return
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        for i, o in enumerate(outs):
+            if not isinstance(o, TensorProxy) or o is base:
+                continue
+            chain = view_chain(bsym, base, o)
+            definite = getattr(sym, "is_view", False) and chain is not None and all(_is_view_prim(b) for b in chain)
+            if not definite and not self.layouts.aliases(torch_fn, args, kwargs, i, base):
+                continue
+            index = i if isinstance(out, (tuple, list)) else None
+            usable = chain is not None and all(_is_view_prim(b) or _is_fallback_view(b) for b in chain)
+            step = ViewStep(sym, args[1:], kwargs, index, chain or (), kind="view" if usable else "opaque")
+            self.aliases.add_view(base, o, step)
+
+    def _unknown(self, func, first, args, kwargs):
         tensors = _tensor_leaves((args, kwargs), [])
         if not tensors:
             out = func(*args, **kwargs)  # utilities such as torch.broadcast_shapes
             if not _tensor_leaves(out, []):
                 return out
-        return self.call(fallback_symbol(func), args, kwargs)
+        functional = _without_inplace(func, args, kwargs)
+        if functional is not None:  # F.rrelu(x, inplace=True): computed out of place, then x is updated
+            out = self.call(fallback_symbol(func), *functional, fn=func)
+            return self.inplace(first, out)
+        return self.call(fallback_symbol(func), args, kwargs, fn=func)
 
-    # -- in-place updates (see [Note: in-place updates]) -------------------------------------
-    def inplace(self, original, new):
+    # -- in-place updates (see [Note: in-place updates] in thunder/core/functionalization.py) --------
+    def _inplace_call(self, plan, func, first, args, kwargs):
+        if plan.kind == PlanKind.REFUSE:
+            raise NotImplementedError(f"{describe(func)} is not supported by thunder: {plan.message}")
+        self_value = args[0]
+        if plan.kind == PlanKind.TWIN:
+            if isinstance(plan.fn, Symbol):
+                if kwargs.get("dtype") not in (None, getattr(self_value, "dtype", None)):  # x.cumsum_(0, dtype=...)
+                    raise RuntimeError(f"Bad in-place call: input tensor dtype {self_value.dtype} and output tensor dtype "
+                                       f"{kwargs['dtype']} should match")
+                new = self.call(plan.fn, args, kwargs, fn=func)
+            else:
+                new = self.handle(plan.fn, args, kwargs)
+            if plan.fn is torch.Tensor.detach:
+                return self._detach_in_place(first, new)
+        elif plan.kind == PlanKind.VALUE:
+            new = self.call(plan.fn, args, kwargs)
+        elif plan.kind == PlanKind.CLONE_APPLY:
+            with torch.no_grad() if plan.no_grad else contextlib.nullcontext():
+                new = self.call(clone_apply_symbol(plan.fn), args, kwargs)
+        else:
+            return self._metadata_in_place(first, plan.fn, args, kwargs, func)
+        if plan.check is not None:
+            plan.check(self_value, new)
+        return self.inplace(first, new, no_grad=plan.no_grad)
+
+    def inplace(self, original, new, *, no_grad: bool = False):
+        """The program's tensor ``original`` gets the value ``new`` (``x.add_(y)``, ``x[i] = v``, ...); returns ``original``."""
         if not isinstance(original, TensorProxy):
-            original = self.resolve(original)  # a captured real tensor
-        root_name = self.root_of.get(original.name, original.name)
-        root_proxy = self.input_names.get(root_name)
-        original = root_proxy if root_proxy is not None else self.roots.get(root_name, original)
-        target = self.latest.get(original.name, original)
-        if target.name in self.view_base or original.name in self.view_base:
-            raise NotImplementedError(
-                f"In-place update of {original.name}, which is a view of another tensor, is not supported by thunder: "
-                "the update would have to be reflected in the base tensor. Update the base tensor, or use the "
-                "out-of-place operation.")
+            self._capture(original)  # a real tensor reached outside the arguments
+        proxy = original if isinstance(original, TensorProxy) else self.captured[id(original)]
+        target = self.aliases.resolve(proxy)
+        if not isinstance(new, TensorProxy):
+            raise NotImplementedError(f"thunder cannot update {target.name} in place with {new!r}")
         if tuple(new.shape) != tuple(target.shape):
             raise RuntimeError(f"output with shape {list(target.shape)} doesn't match the broadcast shape {list(new.shape)}")
         if new.dtype is not target.dtype:
-            from thunder.torch.utils import convert
-
             if not torch.can_cast(new.dtype, target.dtype):  # as eager: int_tensor.add_(1.5) raises
-                raise RuntimeError(f"result type {new.dtype} can't be cast to the desired output type {target.dtype}")
-
+                raise RuntimeError(f"result type {_dtype_word(new.dtype)} can't be cast to the desired output type "
+                                   f"{_dtype_word(target.dtype)}")
             new = convert(new, target.dtype)
-        root = original.name
-        if root in self.input_names and original.requires_grad and torch.is_grad_enabled():
-            raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
-        for v in self.views_of.pop(target.name, ()):
-            self.stale.add(v)
-        for v in self.views_of.pop(root, ()):
-            self.stale.add(v)
-        self.latest[root] = new
-        self.root_of[new.name] = root
-        self.roots[root] = original
-        if root in self.input_names:
-            self.writebacks[root] = (self.input_names[root], new)
+        view = self.aliases.view_of(proxy)
+        root = view.root if view is not None else self.aliases.key(proxy)
+        grad_recorded = torch.is_grad_enabled() and not no_grad
+        if grad_recorded:
+            self._check_input_update(root, view, target, new)
+        elif target.requires_grad and not new.requires_grad:
+            new = detached_update(target, new)
+        elif target.requires_grad:
+            with torch.no_grad():
+                new = detached_update(target, new)
+        self.aliases.update(proxy, new)
         return original
 
-    def finish_writebacks(self):
-        for original, new in self.writebacks.values():
-            prims.copy_(new, original)
+    def _check_input_update(self, root, view, target, new):
+        """Updates recorded by autograd, of inputs: eager's rules, and what thunder cannot express."""
+        root_proxy = self.input_names.get(root)
+        if root_proxy is None:
+            return
+        if root_proxy.requires_grad:
+            real = self.real_inputs.get(root)
+            if real is None or real.is_leaf:
+                raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place operation."
+                                   if view is not None else
+                                   "a leaf Variable that requires grad is being used in an in-place operation.")
+        if root_proxy.requires_grad or new.requires_grad:
+            raise NotImplementedError(
+                f"thunder cannot update the input {root} in place with a value that is part of the autograd graph: "
+                "the caller's tensor would have to become the output of the jitted function. Return the new value "
+                "instead, or update a clone.")
+
+    def _into(self, out, value, func):
+        target = self.resolve(out)
+        if not isinstance(value, TensorProxy) or tuple(value.shape) != tuple(target.shape) or value.dtype is not target.dtype:
+            raise NotImplementedError(
+                f"{describe(func)} with an out= tensor of another shape or dtype than the result (which eager resizes "
+                "or casts) is not supported by thunder; assign the result instead")
+        return self.inplace(out, value)
+
+    def _detach_in_place(self, original, new):
+        proxy = original if isinstance(original, TensorProxy) else self._capture(original)
+        if _is_autograd_view(self.aliases.view_of(proxy)):
+            raise RuntimeError("Can't detach views in-place. Use detach() instead.")
+        if self.aliases.key(proxy) in self.input_names:
+            raise NotImplementedError("thunder cannot detach an input in place (Tensor.detach_); use detach() inside the "
+                                      "jitted function, or detach the tensor before calling it")
+        self.aliases.update(proxy, new)
+        return original
+
+    def _metadata_in_place(self, original, view_fn, args, kwargs, func):
+        """``x.t_()``, ``x.unsqueeze_(0)``: ``x`` now has another shape; supported for tensors nothing else aliases."""
+        proxy = original if isinstance(original, TensorProxy) else self._capture(original)
+        key = self.aliases.key(proxy)
+        if (key in self.input_names or self.aliases.view_of(proxy) is not None
+                or any(v.root == key for v in self.aliases.views.values())):
+            raise NotImplementedError(
+                f"{describe(func)} changes the shape of {key} in place while it is an input or shares memory with another "
+                "tensor, which thunder cannot express; use the out-of-place operation instead")
+        new = self.handle(view_fn, args, kwargs)
+        self.aliases.views.pop(new.name, None)  # ``new`` is the tensor's own value now, not a view of it
+        self.aliases.current[key] = new
+        self.aliases.key_of[new.name] = key
+        return original
+
+    def finish(self, out):
+        """Writes the inputs that got new values back into the caller's tensors; returns the outputs' current values."""
+        written = {}
+        for key, value in self.aliases.current.items():
+            dst = self.input_names.get(key)
+            if dst is not None:
+                written[key] = prims.copy_(value, dst)
+        return self._resolve_outputs(out, written)
+
+    def _resolve_outputs(self, x, written):
+        if isinstance(x, TensorProxy):
+            key = self.aliases.key(x)
+            if key in written:
+                return written[key]
+            view = self.aliases.views.get(key)
+            if view is not None and view.root in written:
+                return self.aliases.regenerate_from(view, written[view.root])
+            return self.aliases.resolve(x)
+        if isinstance(x, torch.Tensor):
+            return self._resolve_outputs(self._capture(x), written)
+        if type(x) in (list, InputList, tuple):
+            items = [self._resolve_outputs(y, written) for y in x]
+            return tuple(items) if type(x) is tuple else items
+        if type(x) in (dict, InputDict):
+            return {k: self._resolve_outputs(v, written) for k, v in x.items()}
+        if isinstance(x, (tuple, list, dict)) and not isinstance(x, torch.Size):
+            leaves, rebuild = flatten_output(x)
+            return rebuild([self._resolve_outputs(y, written) for y in leaves])
+        return x
+
+    # -- questions about tensors (see thunder/core/tensor_queries.py) ----------------------------
+    def _layout_query(self, func, args, kwargs):
+        value = self.resolve(args[0])
+        try:
+            meta = self.layouts.meta(value)
+        except UnknownLayout as e:
+            raise NotImplementedError(str(e)) from e
+        with torch._C.DisableTorchFunction():
+            return func(meta, *args[1:], **kwargs)
+
+    def _storage_offset(self, func, args, kwargs):
+        value = self.resolve(args[0])
+        self.layouts.meta(value)
+        return self.layouts._layout(value)[1]
+
+    def _is_leaf(self, func, args, kwargs):
+        value = self.resolve(args[0])
+        if value.name in self.input_names and self.aliases.key(value) == value.name:
+            real = self.real_inputs.get(value.name)
+            return real.is_leaf if real is not None else True
+        return not value.requires_grad
+
+    def _grad_fn(self, func, args, kwargs):
+        value = self.resolve(args[0])
+        if value.name in self.real_inputs and self.aliases.key(value) == value.name:
+            real = self.real_inputs[value.name]
+            return None if real.grad_fn is None else TracedGradFn(type(real.grad_fn).__name__)
+        return TracedGradFn(value.name) if value.requires_grad else None
+
+    def _grad(self, func, args, kwargs):
+        """``x.grad``: the input's gradient as it is on each call (checked by the prologue); None for other tensors."""
+        proxy = args[0] if isinstance(args[0], TensorProxy) else self._capture(args[0])
+        name = self.aliases.key(proxy)
+        if name not in self.input_names or self.aliases.view_of(proxy) is not None:
+            return None
+        if name in self.grads:
+            return self.grads[name]
+        real = self.real_inputs.get(name)
+        grad = None if real is None else real.grad
+        if grad is None:
+            self.grads[name] = None
+            self.inputs.append(TraceInput(None, GradSource(self.input_names[name])))
+            return None
+        proxy = self.trace.tensor(tuple(grad.shape), grad.dtype, grad.device, False, name=f"{name}_grad")
+        self.keepalive.append(grad)
+        self.grads[name] = proxy
+        return self.add_input(proxy, GradSource(self.input_names[name]), grad)
+
+    def _base(self, func, args, kwargs):
+        proxy = args[0] if isinstance(args[0], TensorProxy) else self._capture(args[0])
+        view = self.aliases.view_of(proxy)
+        return self.aliases.originals[view.root] if _is_autograd_view(view) else None
+
+    def _is_view(self, func, args, kwargs):
+        proxy = args[0] if isinstance(args[0], TensorProxy) else self._capture(args[0])
+        return _is_autograd_view(self.aliases.view_of(proxy))
+
+    def _printed(self, func, args, kwargs):
+        value = self.resolve(args[0])
+        text = tensor_queries.printed(value)
+        return format(text, *args[1:]) if func in tensor_queries.PRINTING and len(args) > 1 else text
+
+    def _needs_data(self, func, args, kwargs):
+        raise NotImplementedError(
+            f"{describe(func)} needs the tensor's memory, which thunder does not have while tracing; compare shapes "
+            "or use operations instead, or move this code out of the jitted function")
+
+
+def _is_autograd_view(view) -> bool:
+    """Views in autograd's sense: ``detach()`` shares memory without being one."""
+    return view is not None and any(step.kind != "detach" for step in view.steps)
+
+
+def _dtype_word(dtype) -> str:
+    return {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+            torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+            torch.bool: "Bool", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble"}.get(dtype, str(dtype))
+
+
+_QUERIES = {}
+for _obj in tensor_queries.LAYOUT:
+    _QUERIES[_obj] = Tracer._layout_query
+for _table, _method in ((tensor_queries.STORAGE_OFFSET, Tracer._storage_offset), (tensor_queries.IS_LEAF, Tracer._is_leaf),
+                        (tensor_queries.GRAD_FN, Tracer._grad_fn), (tensor_queries.GRAD, Tracer._grad),
+                        (tensor_queries.BASE, Tracer._base), (tensor_queries.IS_VIEW, Tracer._is_view),
+                        (tensor_queries.PRINTING, Tracer._printed), (tensor_queries.NEEDS_DATA, Tracer._needs_data)):
+    for _obj in _table:
+        _QUERIES[_obj] = _method
+
+_ITER = torch.Tensor.__iter__
+_SETITEM = torch._C.TensorBase.__dict__["__setitem__"]
+# Operations whose result is a view of their input only when the input's strides allow it.
+_MAYBE_VIEWS = frozenset({"reshape", "reshape_as", "flatten", "contiguous"})
+_VIEW_PRIMS = frozenset({"reshape", "squeeze", "broadcast_in_dim", "transpose", "slice_prim", "shallow_copy"})
+
+
+def _is_view_prim(bsym) -> bool:
+    return bsym.sym.module == "prims" and bsym.sym.name in _VIEW_PRIMS
+
+
+def _is_fallback_view(bsym) -> bool:
+    from thunder.core.functionalization import _FALLBACK_SCATTERS
+
+    return getattr(bsym.sym, "torch_impl", None) in _FALLBACK_SCATTERS
+
+
+def _first_positional(func, kwargs):
+    """``(args, kwargs)`` with the first parameter of ``func``, given by keyword, passed positionally."""
+    try:
+        first = next(iter(inspect.signature(func).parameters))
+    except (TypeError, ValueError, StopIteration):
+        return (), kwargs
+    if first not in kwargs:
+        return (), kwargs
+    kwargs = dict(kwargs)
+    return (kwargs.pop(first),), kwargs
+
+
+_INPLACE_PARAMS: dict = {}
+
+
+def _without_inplace(func, args, kwargs):
+    """``(args, kwargs)`` with ``inplace=False`` if ``func`` was called with ``inplace=True``; else None."""
+    sig = _INPLACE_PARAMS.get(func, 0)
+    if sig == 0:
+        try:
+            sig = inspect.signature(func)
+            sig = sig if "inplace" in sig.parameters else None
+        except (TypeError, ValueError):
+            sig = None
+        _INPLACE_PARAMS[func] = sig
+    if sig is None:
+        return None
+    try:
+        bound = sig.bind(*args, **kwargs)
+    except TypeError:
+        return None
+    if not bound.arguments.get("inplace", False):
+        return None
+    bound.arguments["inplace"] = False
+    return bound.args, bound.kwargs
 
 
 def _bound_inplace(sym, args, kwargs) -> bool:

@@ -71,6 +71,8 @@ def module_tensors_as_proxies(module, comp: TraceCtx, prologue: PrologueBuilder)
                         fq = f"{qualname}.{name}" if qualname else name
                         proxy = comp.tensor(tuple(t.shape), t.dtype, t.device, t.requires_grad,
                                             name="t_" + fq.replace(".", "_"))
+                        if collection == "_parameters":
+                            proxy._is_param = True  # isinstance(p, nn.Parameter) answers as in eager
                         seen[id(t)] = proxy
                         prologue.unpack_source(proxy, frontend.ModuleTensorSource(m, qualname, collection, name), t)
                     swaps.append((d, name, t))
@@ -100,15 +102,19 @@ def trace_program(cd: CompileData, args, kwargs) -> TraceResult:
     with module_tensors_as_proxies(cd.module, comp, prologue) as modules:
         for p, _ in prologue.inputs:
             if isinstance(p, TensorProxy):
-                tracer.input_names[p.name] = p
+                tracer.register_input(p, prologue.values.get(p.name))
         with frontend.active(tracer), tracectx(comp), frontend.TracingMode(tracer), recorder:
             out = cd.fn(*pargs, **pkwargs)
+    prologue.check_containers()
     with tracectx(comp):
-        out = tracer.resolve(out) if not _needs_custom_resolution(out) else _resolve_any(tracer, out)
-        tracer.finish_writebacks()
+        out = tracer.finish(out)
     for captured in tracer.inputs:
+        if isinstance(captured.source, frontend.GradSource):
+            prologue.unpack_grad(captured.proxy, captured.source.tensor, tracer.real_inputs.get(getattr(captured.proxy, "name", None)))
+            continue
         t = _real_tensor_of(captured.source, tracer)
         prologue.unpack_source(captured.proxy, captured.source, t)
+    prologue.check_layouts(tracer.layouts)
     prologue.check_state(autocast_state, modules)
     prologue.check_specialized(comp.specialized_numbers)
     if autocast_state[0] or autocast_state[2]:
@@ -123,17 +129,6 @@ def trace_program(cd: CompileData, args, kwargs) -> TraceResult:
     with tracectx(comp):
         px.python_return(ret)
     return TraceResult(comp, prologue, out, rebuild, recorder, tracer)
-
-
-def _needs_custom_resolution(out) -> bool:
-    """Containers other than plain tuples, lists and dicts (namedtuples, OrderedDicts, dataclasses, ...)."""
-    return type(out) not in (TensorProxy, NumberProxy, tuple, list, dict, type(None), int, float, bool, str)
-
-
-def _resolve_any(tracer, out):
-    """Maps proxies inside arbitrary output containers (dataclasses, ...) to their latest versions."""
-    leaves, rebuild = flatten_output(out)
-    return rebuild([tracer.resolve(x) for x in leaves])
 
 
 def _real_tensor_of(source, tracer):

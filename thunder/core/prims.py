@@ -436,8 +436,11 @@ make_prim("embedding", embedding_meta)
 
 
 def copy__meta(src, dst):
-    """Copies ``src`` into ``dst`` (an input, parameter or buffer), as an in-place update in eager would."""
-    return None
+    """Copies ``src`` into ``dst`` (an input, parameter or buffer), as an in-place update in eager would.
+
+    Returns ``dst`` after the copy, under a new name: what reads the updated input reads this value, which
+    keeps it after the copy in every ordering of the trace (see [Note: in-place updates])."""
+    return _new_tensor(dst.shape, dst.dtype, dst.device)
 
 
 make_prim("copy_", copy__meta, tags=(Tag.SIDE_EFFECT,))

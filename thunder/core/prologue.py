@@ -53,6 +53,9 @@ class PrologueBuilder:
         self.check = cache_option is not CACHE_OPTIONS.SAME_INPUT
         self.inputs: list = []  # (proxy, source) in computation-parameter order
         self.symbolic: dict[str, NumberProxy] = {}
+        self.values: dict[str, torch.Tensor] = {}  # input name -> its tensor in the call being traced
+        self.tensor_args: dict[int, tuple] = {}  # id of a tensor argument -> (its variable, its proxy)
+        self.containers: list = []  # (input list or dict as the program got it, a copy, its variable)
 
     def _emit(self, op, *args, **kwargs):
         with tracectx(self.trace):
@@ -88,9 +91,18 @@ class PrologueBuilder:
         """The traced stand-in for ``value`` (reached in the prologue as ``var``), with its checks."""
         if isinstance(value, torch.Tensor):
             frontend.check_tensor_type(value)
+            seen = self.tensor_args.get(id(value))
+            if seen is not None:  # the same tensor twice: the program sees one tensor (x is y), as in eager
+                if self.check:
+                    self._emit(_check_is_op(), var, seen[0])
+                return seen[1]
             proxy = TensorProxy(var.name, tuple(value.shape), value.dtype, value.device, value.requires_grad)
+            if isinstance(value, torch.nn.Parameter):
+                proxy._is_param = True
             self._check_tensor(proxy, value)
             self.inputs.append((proxy, frontend.ArgSource(())))
+            self.values[proxy.name] = value
+            self.tensor_args[id(value)] = (var, proxy)
             return proxy
         if isinstance(value, (int, float, complex)) and not isinstance(value, bool):
             if self.cache_option is CACHE_OPTIONS.SYMBOLIC_VALUES:
@@ -117,7 +129,10 @@ class PrologueBuilder:
                 _record_unpack(self.trace, var, outs)
             items = [self._value(v, o, o.name) for v, o in zip(value, outs)]
             if isinstance(value, list):
-                return frontend.InputList(items)
+                if self.functional:
+                    return frontend.InputList(items)
+                self.containers.append((items, list(items), var))
+                return items
             return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
         if isinstance(value, dict) and type(value) is dict:
             if self.check:
@@ -128,7 +143,10 @@ class PrologueBuilder:
                 o = Var(self._name(f"{hint}_{k}" if isinstance(k, str) and k.isidentifier() else f"{hint}_item"))
                 _record_unpack_key(self.trace, var, k, o)
                 out[k] = self._value(v, o, o.name)
-            return frontend.InputDict(out)
+            if self.functional:
+                return frontend.InputDict(out)
+            self.containers.append((out, dict(out), var))
+            return out
         if self.functional:
             raise ValueError(f"Cannot unpack object of type {type(value)}. Please file an issue requesting support.")
         # Any other object is used as it is; the trace depends on its identity.
@@ -172,10 +190,49 @@ class PrologueBuilder:
         self.trace.names.add(name)
         return Var(name)
 
+    def unpack_grad(self, proxy, tensor_proxy: TensorProxy, value):
+        """``tensor_proxy.grad`` as the program read it: a tensor (``proxy``) or None (``proxy`` None), checked on each call."""
+        with tracectx(self.trace):
+            if proxy is None:
+                var = Var(self._name(f"{tensor_proxy.name}_grad"))
+                _record_python(self.trace, px.unpack_attr, (tensor_proxy, "grad"), var)
+                if self.check:
+                    self._emit(px.check_literal_op, var, None)
+                return
+            _record_python(self.trace, px.unpack_attr, (tensor_proxy, "grad"), proxy)
+        self._check_tensor(proxy, value)
+        self.inputs.append((proxy, None))
+
+    def check_containers(self):
+        """Input lists and dicts the program changed: their caller would not see the change, so it is refused."""
+        for obj, original, var in self.containers:
+            same = (len(obj) == len(original) and all(a is b for a, b in zip(obj, original))) if isinstance(obj, list) else (
+                list(obj) == list(original) and all(obj[k] is original[k] for k in original))
+            if not same:
+                kind = "list" if isinstance(obj, list) else "dict"
+                raise NotImplementedError(
+                    f"The program changed its input {kind} {var.name!r} (e.g. append, pop or item assignment). thunder "
+                    f"does not support mutating an input {kind}: the caller would not see the change. Copy it first "
+                    f"({kind}(x)) or return the new {kind}.")
+
+    def check_layouts(self, layouts):
+        """Inputs whose strides the program depended on (``stride()``, ``is_contiguous()``, aliasing of views)."""
+        if not self.check:
+            return
+        by_name = {p.name: p for p, _ in self.inputs if isinstance(p, TensorProxy)}
+        for name in sorted(layouts.observed):
+            proxy = by_name.get(name)
+            if proxy is not None:
+                strides, offset = layouts.inputs[name]
+                self._emit(px.check_layout_op, proxy, strides, offset)
+
     # -- state ------------------------------------------------------------------------------
     def check_state(self, autocast_state: tuple, modules: list):
         if not self.check:
             return
+        tensor_vars = tuple(v for v, _ in self.tensor_args.values())
+        if len(tensor_vars) > 1:  # distinct tensor arguments stay distinct (x is y, and in-place updates)
+            self._emit(px.check_distinct_op, tensor_vars)
         self._emit(px.check_global_state_op, torch.is_grad_enabled(), torch.get_default_dtype(), autocast_state)
         if modules:
             mvars = tuple(self.module_var(m, q) for q, m in modules)

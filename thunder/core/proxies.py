@@ -54,10 +54,10 @@ class TensorProxy(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        raise RuntimeError(
-            f"thunder internal error: {func} reached a TensorProxy outside tracing. "
-            "A torch operation was applied to a traced value where thunder could not record it."
-        )
+        raise NotImplementedError(
+            f"thunder cannot trace {func}: it reached a traced tensor without going through torch's Python-level "
+            "interception (__torch_function__), so thunder cannot record it. Express it with other torch operations, "
+            "or call it outside the jitted function.")
 
     def __repr__(self, *, tensor_contents=None):
         return f'TensorProxy(name={self.name}, "{type_string(self)}")'

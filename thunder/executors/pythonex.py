@@ -101,6 +101,17 @@ def check_tensor(t, shape: tuple, device: torch.device, dtype: torch.dtype, requ
         raise CacheMiss
 
 
+def check_layout(t, strides: tuple, storage_offset: int):
+    if t.stride() != strides or t.storage_offset() != storage_offset:
+        raise CacheMiss
+
+
+def check_distinct(tensors: tuple):
+    """Tensor arguments that were different objects while tracing are different objects now."""
+    if len({id(t) for t in tensors}) != len(tensors):
+        raise CacheMiss
+
+
 def check_len(seq, n: int):
     if len(seq) != n:
         raise CacheMiss
@@ -146,6 +157,6 @@ def check_training(modules: tuple, flags: tuple):
             raise CacheMiss
 
 
-for _fn in (check_tensor, check_len, check_keys, check_literal, check_type, check_global_state, check_training):
+for _fn in (check_tensor, check_layout, check_distinct, check_len, check_keys, check_literal, check_type, check_global_state, check_training):
     globals()[_fn.__name__ + "_op"] = ex.register_operator(_fn.__name__, fn=_fn, meta=_no_output,
                                                            imports=(_IMPORT.format(_fn.__name__),))

@@ -253,7 +253,7 @@ def device_put(a, device):
 
 
 def copy_(src, dst):
-    dst.copy_(src)
+    return dst.copy_(src)
 
 
 def convolution_prim(a, weight, bias, stride, padding, dilation, transposed, output_padding, groups):

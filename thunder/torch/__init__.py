@@ -4,7 +4,7 @@ Importing this package registers every torch callable thunder translates; ``TORC
 is the resulting table. Symbols print as ``ltorch.<name>``.
 """
 from thunder.torch.registry import TORCH_TO_SYMBOL, INPLACE_TO_SYMBOL, SYMBOLS, torchsymbol  # noqa: F401
-from thunder.torch import elementwise, reductions, shapes, creation, nn  # noqa: F401  (registers the ops)
+from thunder.torch import elementwise, reductions, shapes, creation, nn, inplace  # noqa: F401  (registers the ops)
 from thunder.torch import grad_rules  # noqa: F401  (gradient rules and backward kernels)
 from thunder.torch.elementwise import *  # noqa: F401,F403
 from thunder.torch.reductions import *  # noqa: F401,F403

@@ -227,13 +227,12 @@ def native_batch_norm(a, weight, bias, running_mean, running_var, training: bool
 
 def batch_norm(a, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
     """``F.batch_norm``: updates the running statistics of the caller's tensors, as eager does."""
-    from thunder.core.frontend import rebind
+    from thunder.torch.registry import Updates
 
     check(training or running_mean is not None, "batch_norm: running_mean and running_var must be defined in evaluation mode")
     out, _, _, new_rm, new_rv = native_batch_norm(a, weight, bias, running_mean, running_var, training, momentum, eps)
     if training and running_mean is not None:
-        rebind(running_mean, new_rm)
-        rebind(running_var, new_rv)
+        return Updates(out, ((running_mean, new_rm), (running_var, new_rv)))
     return out
 
 

@@ -6,8 +6,9 @@ way with its first torch callable, so a symbol's signature mirrors that callable
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -59,6 +60,16 @@ def torchsymbol(*torch_fns, methods: tuple = (), inplace_methods: tuple = (), na
         return sym
 
     return deco
+
+
+@dataclasses.dataclass(frozen=True)
+class Updates:
+    """Returned by a torch-language function whose torch callable also updates some of its tensor arguments in
+    place, the way autograd does not record (``F.batch_norm``'s running statistics): the call's result, and
+    ``(argument, new value)`` pairs that the frontend applies as in-place updates."""
+
+    result: Any
+    updates: tuple
 
 
 def property_key(func):

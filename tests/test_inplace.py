@@ -1,0 +1,544 @@
+"""In-place updates and aliasing, differentially against eager.
+
+Every public ``Tensor.*_`` method is run in place on an intermediate, an input, a module buffer, a view of an
+intermediate, a view of an input and aliases made by ``detach()``, ``.data`` and ``flatten().view()``; its
+out-of-place twin is run too. Each case either gives eager's outputs and leaves the caller's tensors as eager
+leaves them (on the first call and on a cache hit), or raises the error the table below states.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import thunder
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    name: str
+    args: Callable = lambda x: ()  # x -> positional arguments after self
+    dtype: torch.dtype = torch.float32
+    shape: tuple = (3, 4)
+    domain: tuple = (-0.9, 0.9)  # values of self
+    random: bool = False
+
+
+def _like(x, lo=-0.9, hi=0.9, dtype=None):
+    return torch.empty(x.shape, dtype=dtype or x.dtype).uniform_(lo, hi) if (dtype or x.dtype).is_floating_point else \
+        torch.randint(1, 5, x.shape, dtype=dtype or x.dtype)
+
+
+def _idx(n, k=2):
+    return torch.tensor([2, 0][:k]) if n > 2 else torch.tensor([0])
+
+
+_T = lambda x: (_like(x),)  # noqa: E731
+_POS = lambda x: (_like(x, 0.2, 2.0),)  # noqa: E731
+_INT = lambda x: (torch.randint(1, 6, x.shape),)  # noqa: E731
+
+SPECS = [Spec(n) for n in (
+    "abs_", "absolute_", "asin_", "arcsin_", "asinh_", "arcsinh_", "atan_", "arctan_", "atanh_", "arctanh_", "ceil_",
+    "conj_physical_", "cos_", "cosh_", "deg2rad_", "erf_", "erfc_", "erfinv_", "exp2_", "exp_", "expm1_", "fix_",
+    "floor_", "frac_", "i0_", "logical_not_", "nan_to_num_", "neg_", "negative_", "rad2deg_", "relu_", "round_",
+    "sgn_", "sigmoid_", "sign_", "sin_", "sinc_", "sinh_", "square_", "tan_", "tanh_", "tril_", "triu_", "trunc_",
+    "zero_", "acos_", "arccos_", "logit_")]
+SPECS += [Spec(n, domain=(0.2, 2.0)) for n in ("acosh_", "arccosh_", "digamma_", "lgamma_", "log10_", "log1p_", "log2_",
+                                                "log_", "reciprocal_", "rsqrt_", "sqrt_")]
+SPECS += [Spec(n, _T) for n in (
+    "add_", "sub_", "subtract_", "mul_", "multiply_", "atan2_", "arctan2_", "copysign_", "eq_", "ne_", "not_equal_", "lt_",
+    "less_", "le_", "less_equal_", "gt_", "greater_", "ge_", "greater_equal_", "heaviside_", "hypot_", "logical_and_",
+    "logical_or_", "logical_xor_", "nextafter_", "copy_", "clamp_min_", "clamp_max_")]
+SPECS += [Spec(n, _POS) for n in ("div_", "divide_", "true_divide_", "floor_divide_", "fmod_", "remainder_", "xlogy_",
+                                  "igamma_", "igammac_")]
+SPECS += [Spec("pow_", _POS, domain=(0.2, 2.0)), Spec("ldexp_", _INT)]
+SPECS += [Spec(n, lambda x: (_like(x), _POS(x)[0])) for n in ("addcmul_", "addcdiv_")]
+SPECS += [Spec(n, lambda x: (-0.3, 0.4)) for n in ("clamp_", "clip_")]
+SPECS += [Spec(n, _INT, dtype=torch.int64) for n in ("bitwise_and_", "bitwise_or_", "bitwise_xor_", "gcd_", "lcm_",
+                                                      "bitwise_left_shift_", "bitwise_right_shift_")]
+SPECS += [Spec("bitwise_not_", dtype=torch.int64)]
+SPECS += [
+    Spec("addbmm_", lambda x: (torch.randn(2, 3, 5), torch.randn(2, 5, 4))),
+    Spec("addmm_", lambda x: (torch.randn(3, 5), torch.randn(5, 4))),
+    Spec("addmv_", lambda x: (torch.randn(3, 5), torch.randn(5)), shape=(3,)),
+    Spec("addr_", lambda x: (torch.randn(3), torch.randn(4))),
+    Spec("baddbmm_", lambda x: (torch.randn(2, 3, 5), torch.randn(2, 5, 4)), shape=(2, 3, 4)),
+    Spec("cumsum_", lambda x: (1,)),
+    Spec("cumprod_", lambda x: (1,)),
+    Spec("fill_", lambda x: (1.5,)),
+    Spec("fill_diagonal_", lambda x: (2.0,)),
+    Spec("float_power_", lambda x: (2,), dtype=torch.float64),
+    Spec("index_add_", lambda x: (0, _idx(x.shape[0]), torch.randn(2, x.shape[1]))),
+    Spec("index_copy_", lambda x: (0, _idx(x.shape[0]), torch.randn(2, x.shape[1]))),
+    Spec("index_fill_", lambda x: (1, torch.tensor([1, 3]), -2.0)),
+    Spec("index_put_", lambda x: ((_idx(x.shape[0]),), torch.randn(2, x.shape[1]))),
+    Spec("index_reduce_", lambda x: (0, _idx(x.shape[0]), torch.randn(2, x.shape[1]), "prod")),
+    Spec("lerp_", lambda x: (_like(x), 0.3)),
+    Spec("masked_fill_", lambda x: (torch.rand(x.shape) > 0.5, 3.0)),
+    Spec("masked_scatter_", lambda x: (torch.rand(x.shape) > 0.5, torch.randn(x.shape))),
+    Spec("mvlgamma_", lambda x: (1,), domain=(1.2, 3.0)),
+    Spec("polygamma_", lambda x: (1,), domain=(0.3, 2.0)),
+    Spec("put_", lambda x: (torch.tensor([1, 7]), torch.randn(2))),
+    Spec("renorm_", lambda x: (2, 0, 1.0)),
+    Spec("scatter_", lambda x: (0, torch.tensor([[1, 0, 2, 1]]), torch.randn(1, 4))),
+    Spec("scatter_add_", lambda x: (0, torch.tensor([[1, 0, 2, 1]]), torch.randn(1, 4))),
+    Spec("scatter_reduce_", lambda x: (0, torch.tensor([[1, 0, 2, 1]]), torch.randn(1, 4), "amax")),
+    Spec("detach_"),
+]
+SPECS += [Spec(n, a, random=True) for n, a in (
+    ("uniform_", lambda x: (-1.0, 2.0)), ("normal_", lambda x: (0.5, 2.0)), ("bernoulli_", lambda x: (0.3,)),
+    ("exponential_", lambda x: ()), ("cauchy_", lambda x: ()), ("log_normal_", lambda x: ()),
+    ("geometric_", lambda x: (0.3,)), ("random_", lambda x: (0, 10)))]
+METADATA = [Spec("t_"), Spec("transpose_", lambda x: (0, 1)), Spec("swapaxes_", lambda x: (0, 1)),
+            Spec("swapdims_", lambda x: (0, 1)), Spec("unsqueeze_", lambda x: (1,)), Spec("squeeze_", shape=(3, 1)),
+            Spec("as_strided_", lambda x: ((2, 2), (1, 2)))]
+_OTHER = torch.randn(3, 4)
+REFUSED = {"apply_": (lambda v: v,), "map_": (_OTHER, lambda a, b: a), "map2_": (_OTHER, _OTHER, lambda a, b, c: a),
+           "set_": (), "share_memory_": (), "resize_": ((12,),), "resize_as_": (torch.randn(12),),
+           "resize_as_sparse_": (_OTHER,), "sparse_resize_": ((3, 4), 2, 0), "sparse_resize_and_clear_": ((3, 4), 2, 0)}
+
+SPEC_BY_NAME = {s.name: s for s in SPECS + METADATA}
+
+
+def test_every_inplace_method_is_covered():
+    names = {n for n in dir(torch.Tensor) if n.endswith("_") and not n.startswith("_")}
+    not_updates = {"requires_grad_"}  # marks a tensor for autograd, tested in test_jit
+    missing = names - set(SPEC_BY_NAME) - set(REFUSED) - not_updates
+    assert not missing, f"in-place methods without a differential test: {sorted(missing)}"
+
+
+def _self(spec):
+    lo, hi = spec.domain
+    if spec.dtype.is_floating_point:
+        return torch.empty(spec.shape, dtype=spec.dtype).uniform_(lo, hi)
+    return torch.randint(1, 6, spec.shape, dtype=spec.dtype)
+
+
+def _padded_base(spec):
+    """A tensor whose [..., 1:-1] view has the spec's shape (a non-contiguous view)."""
+    shape = spec.shape[:-1] + (spec.shape[-1] + 2,)
+    return _self(dataclasses.replace(spec, shape=shape))
+
+
+def _clone(x):
+    return x.clone() if isinstance(x, torch.Tensor) else tuple(_clone(y) for y in x) if isinstance(x, tuple) else x
+
+
+def _method(spec):
+    return lambda t, args: getattr(t, spec.name)(*args)
+
+
+def _programs(spec):
+    """context -> (function(x, args) returning outputs, x builder)."""
+    m = _method(spec)
+
+    def intermediate(x, args):
+        y = x * 1
+        r = m(y, args)
+        return y, r is y
+
+    def input_(x, args):
+        r = m(x, args)
+        return x * 1, r is x
+
+    def view_of_intermediate(x, args):
+        y = x * 1
+        v = y[..., 1:-1]
+        m(v, args)
+        return y, v
+
+    def view_of_input(x, args):
+        v = x[..., 1:-1]
+        m(v, args)
+        return v * 1
+
+    def detached(x, args):
+        m(x.detach(), args)
+        return x * 1
+
+    def data(x, args):
+        m(x.data, args)
+        return x * 1
+
+    def flatten_view(x, args):
+        v = x.flatten().view(x.shape)
+        m(v, args)
+        return x * 1, v
+
+    def returned_input(x, args):
+        return m(x, args)
+
+    def out_of_place(x, args):
+        return getattr(x, spec.name[:-1])(*args)
+
+    progs = {"intermediate": (intermediate, _self), "input": (input_, _self), "returned_input": (returned_input, _self),
+             "view_of_intermediate": (view_of_intermediate, _padded_base), "view_of_input": (view_of_input, _padded_base),
+             "detached": (detached, _self), "data": (data, _self), "flatten_view": (flatten_view, _self)}
+    if hasattr(torch.Tensor, spec.name[:-1]) and spec.name not in ("fill_diagonal_",):
+        progs["out_of_place"] = (out_of_place, _self)
+    return progs
+
+
+def _cases():
+    for spec in SPECS:
+        for context in _programs(spec):
+            yield pytest.param(spec.name, context, id=f"{spec.name}-{context}")
+
+
+def _assert_same(actual, expected, what):
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(actual, torch.Tensor), f"{what}: expected a tensor, got {type(actual)}"
+        assert actual.shape == expected.shape and actual.dtype == expected.dtype, f"{what}: metadata differs"
+        assert torch.equal(actual, expected) or torch.allclose(actual, expected, equal_nan=True), \
+            f"{what}: values differ, max diff {(actual.double() - expected.double()).abs().max()}"
+    elif isinstance(expected, (tuple, list)):
+        assert len(actual) == len(expected)
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            _assert_same(a, e, f"{what}[{i}]")
+    else:
+        assert actual == expected, f"{what}: {actual!r} != {expected!r}"
+
+
+def _run_both(fn, x, args, random: bool, calls: int = 2):
+    """Runs eager and thunder on equal copies ``calls`` times; compares outputs and the caller's tensors."""
+    jfn = thunder.jit(fn)
+    xe, ae = x.clone(), _clone(args)
+    xt, at = x.clone(), _clone(args)
+    for call in range(calls):
+        torch.manual_seed(call)
+        expected = fn(xe, ae)
+        torch.manual_seed(call)
+        actual = jfn(xt, at)
+        _assert_same(actual, expected, f"outputs of call {call}")
+        _assert_same(xt, xe, f"the input after call {call}")
+    return jfn
+
+
+@pytest.mark.parametrize("name, context", list(_cases()))
+def test_inplace_method(name, context):
+    spec = SPEC_BY_NAME[name]
+    fn, make = _programs(spec)[context]
+    torch.manual_seed(1234)
+    x = make(spec)
+    args = spec.args(_self(spec))
+    try:
+        fn(x.clone(), _clone(args))
+    except Exception as e:  # eager refuses: thunder must refuse too, with the same kind of error
+        with pytest.raises(type(e)):
+            thunder.jit(fn)(x.clone(), _clone(args))
+        return
+    if name == "detach_" and context in ("input", "returned_input", "view_of_input"):
+        with pytest.raises(NotImplementedError, match="detach an input in place"):
+            thunder.jit(fn)(x.clone(), _clone(args))
+        return
+    jfn = _run_both(fn, x, args, spec.random)
+    assert thunder.cache_misses(jfn) == 1
+
+
+@pytest.mark.parametrize("name", [s.name for s in METADATA])
+def test_metadata_inplace_on_intermediates(name):
+    spec = SPEC_BY_NAME[name]
+
+    def f(x, args):
+        y = x * 2
+        getattr(y, name)(*args)
+        return y, y.shape, y + 1
+
+    x = _self(spec)
+    args = spec.args(x)
+    _run_both(f, x, args, False)
+
+    def on_input(x, args):
+        getattr(x, name)(*args)
+        return x
+
+    with pytest.raises(NotImplementedError, match="changes the shape"):
+        thunder.jit(on_input)(x.clone(), args)
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_refused_inplace_methods_name_themselves(name):
+    args = REFUSED[name]
+
+    def f(x):
+        y = x * 1
+        getattr(y, name)(*args)
+        return y
+
+    with pytest.raises(NotImplementedError, match=name):
+        thunder.jit(f)(torch.randn(3, 4))
+
+
+# ---------------------------------------------------------------------------------------------
+# Buffers, functions with inplace=, in-place operators, torch.nn.init
+# ---------------------------------------------------------------------------------------------
+
+
+class WithBuffer(nn.Module):
+    def __init__(self, name, args):
+        super().__init__()
+        self.register_buffer("b", torch.rand(3, 4) * 0.8 + 0.1)
+        self.name, self.args = name, args
+
+    def forward(self, x):
+        getattr(self.b, self.name)(*self.args)
+        return x + self.b
+
+
+@pytest.mark.parametrize("name", ["add_", "mul_", "copy_", "fill_", "zero_", "clamp_", "index_fill_", "uniform_"])
+def test_inplace_on_module_buffers(name):
+    spec = SPEC_BY_NAME[name]
+    args = spec.args(torch.rand(3, 4))
+    m = WithBuffer(name, args)
+    ref = WithBuffer(name, args)
+    ref.load_state_dict(m.state_dict())
+    jm = thunder.jit(m)
+    x = torch.randn(3, 4)
+    for call in range(2):
+        torch.manual_seed(call)
+        expected = ref(x)
+        torch.manual_seed(call)
+        assert torch.equal(jm(x), expected)
+        assert torch.equal(m.b, ref.b)
+
+
+_INPLACE_FUNCTIONS = {
+    "F.relu(inplace)": lambda x: F.relu(x, inplace=True),
+    "F.elu(inplace)": lambda x: F.elu(x, inplace=True),
+    "F.hardtanh(inplace)": lambda x: F.hardtanh(x, -0.5, 0.5, inplace=True),
+    "F.threshold(inplace)": lambda x: F.threshold(x, 0.1, 20.0, inplace=True),
+    "F.dropout2d(inplace)": lambda x: F.dropout2d(x.unsqueeze(0), 0.5, True, inplace=True),
+    "F.rrelu(inplace)": lambda x: F.rrelu(x, training=True, inplace=True),
+    "torch.relu_": torch.relu_,
+    "torch.sigmoid_": torch.sigmoid_,
+    "F.relu_": F.relu_,
+    "F.elu_": F.elu_,
+    "F.leaky_relu_": F.leaky_relu_,
+    "torch.fill_": lambda x: torch.fill_(x, 2.0),
+    "iadd": lambda x: x.__iadd__(1.0),
+    "isub": lambda x: x.__isub__(x * 2),
+    "imul": lambda x: x.__imul__(3),
+    "itruediv": lambda x: x.__itruediv__(2),
+    "ipow": lambda x: x.__ipow__(2),
+    "nn.init.uniform_": lambda x: nn.init.uniform_(x, -0.1, 0.1),
+    "nn.init.normal_": nn.init.normal_,
+    "nn.init.zeros_": nn.init.zeros_,
+    "nn.init.constant_": lambda x: nn.init.constant_(x, 0.25),
+    "nn.init.xavier_uniform_": nn.init.xavier_uniform_,
+    "nn.init.kaiming_normal_": nn.init.kaiming_normal_,
+    "nn.init.eye_": nn.init.eye_,
+}
+
+
+@pytest.mark.parametrize("name", list(_INPLACE_FUNCTIONS))
+@pytest.mark.parametrize("where", ["intermediate", "input", "view_of_input"])
+def test_inplace_functions(name, where):
+    op = _INPLACE_FUNCTIONS[name]
+
+    def f(x, args):
+        if where == "intermediate":
+            y = x * 1
+            op(y)
+            return y
+        if where == "view_of_input":
+            op(x[:, 1:-1])
+            return x * 1
+        op(x)
+        return x * 1
+
+    shape = (3, 6) if where == "view_of_input" else (3, 4)
+    _run_both(f, torch.randn(shape), (), random=True)
+
+
+def test_data_dependent_init_names_the_problem():
+    """torch.nn.init.trunc_normal_ resamples until its values fit (a loop on tensor values): a clear error."""
+    from thunder.core.proxies import DataDependentError
+
+    def f(x):
+        y = x * 1
+        nn.init.trunc_normal_(y)
+        return y
+
+    with pytest.raises(DataDependentError, match="item"):
+        thunder.jit(f)(torch.randn(3, 4))
+
+
+def test_inplace_on_a_parameter_under_no_grad_keeps_it_a_leaf():
+    """An optimizer-like update inside the program: the value changes, gradients still reach the parameter."""
+    lin = nn.Linear(4, 4)
+    ref = nn.Linear(4, 4)
+    ref.load_state_dict(lin.state_dict())
+
+    class M(nn.Module):
+        def __init__(self, lin):
+            super().__init__()
+            self.lin = lin
+
+        def forward(self, x):
+            with torch.no_grad():
+                self.lin.weight.mul_(0.5)
+            return self.lin(x).sum()
+
+    x = torch.randn(2, 4)
+    jm = thunder.jit(M(lin))
+    jm(x).backward()
+    M(ref)(x).backward()
+    assert torch.equal(lin.weight, ref.weight)
+    assert torch.allclose(lin.weight.grad, ref.weight.grad)
+    assert torch.allclose(lin.bias.grad, ref.bias.grad)
+
+
+def test_inplace_on_a_leaf_that_requires_grad_raises_as_eager():
+    def f(x):
+        x.add_(1)
+        return x
+
+    x = torch.randn(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        f(x)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        thunder.jit(f)(x)
+
+
+def test_inplace_through_detach_keeps_gradients_flowing():
+    def f(w):
+        x = w * 2
+        x.detach().add_(1)
+        return (x * 3).sum()
+
+    w1 = torch.randn(4, requires_grad=True)
+    w2 = w1.detach().clone().requires_grad_()
+    f(w1).backward()
+    out = thunder.jit(f)(w2)
+    out.backward()
+    assert torch.allclose(w1.grad, w2.grad)
+    assert torch.allclose(f(w1), out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Aliasing between inputs, and aliases created inside the program
+# ---------------------------------------------------------------------------------------------
+
+
+def test_same_tensor_passed_twice_is_one_tensor():
+    def f(a, b):
+        a.add_(1)
+        return b * 2, a is b
+
+    x = torch.randn(3)
+    jf = thunder.jit(f)
+    xe = x.clone()
+    expected = f(xe, xe)
+    actual = jf(x, x)
+    _assert_same(actual, expected, "outputs")
+    _assert_same(x, xe, "input")
+    # distinct tensors afterwards: a new specialization, not the aliased one
+    y1, y2 = torch.randn(3), torch.randn(3)
+    e1, e2 = y1.clone(), y2.clone()
+    _assert_same(jf(y1, y2), f(e1, e2), "outputs with distinct tensors")
+    _assert_same(y1, e1, "first input")
+    assert thunder.cache_misses(jf) == 2
+
+
+def test_return_of_inplace_update_is_the_input_itself():
+    def f(a):
+        return a.add_(1)
+
+    x = torch.randn(3)
+    out = thunder.jit(f)(x)
+    assert out is x
+
+
+def test_views_of_an_updated_tensor_see_the_update():
+    def f(x):
+        y = x * 1
+        row, col, t = y[0], y[:, 1], y.t()
+        y.add_(10)
+        col.mul_(2)
+        return row + 0, t * 1, y
+
+    x = torch.randn(3, 4)
+    _assert_same(thunder.jit(f)(x), f(x), "outputs")
+
+
+def test_outputs_alias_inputs_as_in_eager():
+    def f(x):
+        v = x.view(-1)
+        x.add_(1)
+        return v
+
+    x = torch.randn(2, 3)
+    out = thunder.jit(f)(x)
+    x2 = torch.randn(2, 3)
+    assert out.data_ptr() == x.data_ptr()  # the output is a view of the caller's tensor
+    x.mul_(0)
+    assert torch.equal(out, torch.zeros(6))
+    assert x2 is not None
+
+
+@pytest.mark.parametrize("how", ["reshape", "contiguous", "flatten", "view", "getitem", "narrow", "split", "unbind",
+                                 "permute", "diagonal", "expand_noop", "squeeze", "unsqueeze", "chunk"])
+def test_inplace_through_each_kind_of_view(how):
+    make = {
+        "reshape": lambda y: y.reshape(4, 3), "contiguous": lambda y: y.contiguous(), "flatten": lambda y: y.flatten(),
+        "view": lambda y: y.view(2, 6), "getitem": lambda y: y[1:, ::2], "narrow": lambda y: y.narrow(1, 1, 2),
+        "split": lambda y: y.split(2, 1)[1], "unbind": lambda y: y.unbind(1)[2], "permute": lambda y: y.permute(1, 0),
+        "diagonal": lambda y: y.diagonal(), "expand_noop": lambda y: y.expand(3, 4), "squeeze": lambda y: y.squeeze(),
+        "unsqueeze": lambda y: y.unsqueeze(1), "chunk": lambda y: y.chunk(2, 0)[0],
+    }[how]
+
+    def f(x):
+        y = x * 1
+        v = make(y)
+        v.mul_(10)
+        v.add_(1)
+        return y, v
+
+    x = torch.randn(3, 4)
+    _assert_same(thunder.jit(f)(x), f(x), "outputs")
+
+
+def test_non_contiguous_reshape_is_a_copy():
+    """reshape of a transposed tensor copies in eager: updating the copy leaves the original alone."""
+    def f(x):
+        y = x.t()
+        z = y.reshape(-1)
+        z.add_(1)
+        return x * 1, z
+
+    x = torch.randn(3, 4)
+    _assert_same(thunder.jit(f)(x), f(x), "outputs")
+
+
+def test_inplace_on_expanded_view_raises_as_eager():
+    def f(x):
+        y = x * 1
+        y.expand(3, 4).add_(1)
+        return y
+
+    x = torch.randn(1, 4)
+    with pytest.raises(RuntimeError, match="more than one element"):
+        f(x)
+    with pytest.raises(RuntimeError, match="more than one element"):
+        thunder.jit(f)(x)
+
+
+def test_input_list_mutation_is_refused():
+    def f(xs):
+        xs.append(xs[0] * 2)
+        return xs[-1]
+
+    with pytest.raises(NotImplementedError, match="input list"):
+        thunder.jit(f)([torch.randn(2)])
+
+
+def test_input_containers_are_plain_types():
+    def f(xs, d):
+        return type(xs) is list, type(d) is dict, xs[0] + d["a"]
+
+    a, b = torch.randn(2), torch.randn(2)
+    _assert_same(thunder.jit(f)([a], {"a": b}), f([a], {"a": b}), "outputs")

@@ -1,0 +1,237 @@
+"""Functionalization: in-place updates and aliasing while tracing.
+
+[Note: in-place updates]
+Traces are functional: every value is defined once. The program's tensors, however, are mutable and may
+share memory. While tracing, thunder keeps the program's view of memory in this module:
+
+- A *root* is a tensor that owns its memory: an input (argument, parameter, buffer, captured tensor) or the
+  result of an operation that is not a view. A *view* is a tensor made by a view operation (``x[0]``,
+  ``x.view(...)``, ``x.t()``, ``x.detach()``, a ``reshape`` that aliases, ...) from a root, possibly
+  through other views: it is described by its root and the chain of view steps from the root.
+- ``x.add_(y)`` computes the new value out of place (see thunder/torch/inplace.py) and *rebinds* ``x``:
+  the Python object ``x`` now stands for the new value. If ``x`` is a view, the new value is written into
+  its root through the inverse of each view step (``setitem`` for slices and indexing, ``reshape`` back,
+  the inverse permutation, ``diagonal_scatter``...), so the root gets a new value.
+- A view whose root got a new value after the view was taken is regenerated from the root's current value
+  by replaying its view steps, the first time the program uses it again: it sees the update, as in eager.
+- At the end of the trace, each input root that got a new value is written back into the caller's tensor
+  (``prims.copy_``, which returns the written tensor). Outputs that are such inputs are the input tensors
+  themselves, and outputs that are views of them are regenerated from the written-back input, so they
+  alias the caller's tensor as in eager. Passes must keep reads of an input after its ``copy_`` after it:
+  they read the ``copy_``'s result, which makes the order a data dependency.
+- An update made where autograd does not record it (under ``torch.no_grad()``, or through ``detach()`` or
+  ``.data``) changes the value but not how gradients flow: the new value is ``detached_update(old, new)``,
+  which is ``new`` with ``old``'s gradient.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from thunder.core import prims
+from thunder.core.proxies import TensorProxy
+
+
+@dataclasses.dataclass(frozen=True)
+class ViewStep:
+    """One view operation: output ``index`` of ``sym(base, *args, **kwargs)`` (``index`` None: the only output)."""
+
+    sym: Any
+    args: tuple
+    kwargs: dict
+    index: int | None
+    chain: tuple  # the primitives (bound symbols) that compute this output from the base, in order
+    kind: str = "view"  # "view", "detach" or "opaque" (an aliasing op thunder cannot write through)
+
+    def apply(self, base):
+        if self.kind == "detach":
+            from thunder.torch.shapes import detach
+
+            return detach(base)
+        out = self.sym(base, *self.args, **self.kwargs)
+        return out if self.index is None else out[self.index]
+
+    def scatter(self, base, value):
+        """``base``'s new value when this view of it gets the new value ``value``."""
+        if self.kind == "detach":
+            from thunder.torch.inplace import detached_update
+
+            return detached_update(base, value)
+        if self.sym.name == "getitem" and not self.kwargs and self.index is None:
+            from thunder.torch.shapes import setitem
+
+            return setitem(base, self.args[0], value)  # x[key].add_(1) writes back as x[key] = new value
+        if self.kind == "opaque":
+            raise NotImplementedError(
+                f"thunder cannot update a tensor made by {self.sym.name} in place: the update would have to be "
+                "written into the tensor it is a view of. Update a clone() of it, or update the original tensor.")
+        values = [base]
+        for b in self.chain[:-1]:
+            values.append(_replay(b, values[-1]))
+        for b, c in zip(reversed(self.chain), reversed(values)):
+            value = _inverse(b, c, value)
+        return value
+
+
+def _replay(bsym, base):
+    return bsym.sym(base, *bsym.args[1:], **bsym.kwargs)
+
+
+_OVERLAP = ("unsupported operation: more than one element of the written-to tensor refers to a single memory "
+            "location. Please clone() the tensor before performing the operation.")
+
+
+def _inverse(bsym, base, value):
+    """Writes ``value`` (the new value of ``bsym``'s output) into ``base`` (its input)."""
+    from thunder.torch import shapes
+
+    name = bsym.sym.name
+    if name in ("reshape", "squeeze", "shallow_copy"):
+        return shapes.reshape(value, tuple(base.shape)) if tuple(value.shape) != tuple(base.shape) else value
+    if name == "broadcast_in_dim":
+        if value.numel() != base.numel():
+            raise RuntimeError(_OVERLAP)
+        return shapes.reshape(value, tuple(base.shape))
+    if name == "transpose":
+        perm = bsym.args[1]
+        inverse = [0] * len(perm)
+        for i, p in enumerate(perm):
+            inverse[p] = i
+        return prims.transpose(value, tuple(inverse))
+    if name == "slice_prim":
+        starts, ends = bsym.args[1], bsym.args[2]
+        steps = bsym.args[3] if len(bsym.args) > 3 and bsym.args[3] is not None else [1] * len(starts)
+        key = tuple(slice(s, e, st) for s, e, st in zip(starts, ends, steps))
+        return shapes.setitem(base, key, value)
+    scatter = _FALLBACK_SCATTERS.get(getattr(bsym.sym, "torch_impl", None))
+    if scatter is not None:
+        from thunder.torch.fallback import fallback_call
+
+        return fallback_call(scatter, (base, value) + tuple(bsym.args[1:]), dict(bsym.kwargs))
+    raise NotImplementedError(
+        f"thunder cannot write an in-place update back through {bsym.sym.id}; update a clone() of the view, or the "
+        "tensor it was taken from")
+
+
+_FALLBACK_SCATTERS = {torch.diagonal: torch.diagonal_scatter, torch.Tensor.diagonal: torch.diagonal_scatter,
+                      torch.select: torch.select_scatter, torch.Tensor.select: torch.select_scatter,
+                      torch.Tensor.as_strided: torch.as_strided_scatter, torch.as_strided: torch.as_strided_scatter}
+
+
+def view_chain(bsym, base: TensorProxy, out: TensorProxy) -> tuple | None:
+    """The primitives that compute ``out`` from ``base`` in ``bsym``'s decomposition, in order (None: not a chain)."""
+    if not bsym.subsymbols:
+        return (bsym,) if any(a is base for a in bsym.flat_args) else None
+    leaves = []
+    _leaf_bsyms(bsym, leaves)
+    producer = {}
+    for b in leaves:
+        for o in b.flat_outs:
+            producer[o.name] = b
+    chain = []
+    current = out
+    while current is not base:
+        b = producer.get(current.name)
+        if b is None or not b.args or not isinstance(b.args[0], TensorProxy):
+            return None
+        chain.append(b)
+        current = b.args[0]
+    return tuple(reversed(chain))
+
+
+def _leaf_bsyms(bsym, out):
+    for s in bsym.subsymbols:
+        if s.subsymbols:
+            _leaf_bsyms(s, out)
+        else:
+            out.append(s)
+
+
+@dataclasses.dataclass(frozen=True)
+class ViewOf:
+    root: str  # the key of the root tensor
+    steps: tuple  # ViewStep, from the root
+
+
+class Aliases:
+    """Which traced tensors share memory, and the current value of each (see [Note: in-place updates])."""
+
+    def __init__(self):
+        self.views: dict[str, ViewOf] = {}  # key of a view -> how it is made from its root
+        self.current: dict[str, TensorProxy] = {}  # key of a root -> its value now (absent: its original value)
+        self.originals: dict[str, TensorProxy] = {}  # key -> the proxy the program first saw for it
+        self.version: dict[str, str] = {}  # key of a view -> the name of the root value its value is computed from
+        self.view_values: dict[str, TensorProxy] = {}  # key of a view -> its value computed from `version`
+        self.key_of: dict[str, str] = {}  # name of a value proxy -> key of the tensor it is the value of
+
+    def key(self, proxy: TensorProxy) -> str:
+        return self.key_of.get(proxy.name, proxy.name)
+
+    def root_value(self, root: str) -> TensorProxy:
+        value = self.current.get(root)
+        return value if value is not None else self.originals[root]
+
+    def is_updated(self, root: str) -> bool:
+        return root in self.current
+
+    def resolve(self, proxy: TensorProxy) -> TensorProxy:
+        """The value the program's tensor ``proxy`` has now."""
+        key = self.key(proxy)
+        view = self.views.get(key)
+        if view is None:
+            return self.current.get(key, proxy)
+        root_value = self.root_value(view.root)
+        if self.version[key] == root_value.name:
+            return self.view_values.get(key, self.originals[key])
+        value = root_value
+        for step in view.steps:
+            value = step.apply(value)
+        self._set_view_value(key, root_value, value)
+        return value
+
+    def _set_view_value(self, key, root_value, value):
+        self.version[key] = root_value.name
+        self.view_values[key] = value
+        self.key_of[value.name] = key
+
+    def add_view(self, base: TensorProxy, out: TensorProxy, step: ViewStep):
+        """Records that ``out`` is a view of ``base`` (a current value) made by ``step``."""
+        base_key = self.key(base)
+        parent = self.views.get(base_key)
+        root = parent.root if parent is not None else base_key
+        self.originals.setdefault(root, base)
+        steps = (parent.steps if parent is not None else ()) + (step,)
+        self.views[out.name] = ViewOf(root, steps)
+        self.originals[out.name] = out
+        self.version[out.name] = self.root_value(root).name
+
+    def update(self, proxy: TensorProxy, value: TensorProxy):
+        """The program's tensor ``proxy`` gets the new value ``value`` (same shape and dtype)."""
+        key = self.key(proxy)
+        view = self.views.get(key)
+        if view is None:
+            self.originals.setdefault(key, proxy)
+            self.current[key] = value
+            self.key_of[value.name] = key
+            return
+        root_value = self.root_value(view.root)
+        bases = [root_value]
+        for step in view.steps[:-1]:
+            bases.append(step.apply(bases[-1]))
+        new = value
+        for step, base in zip(reversed(view.steps), reversed(bases)):
+            new = step.scatter(base, new)
+        self.current[view.root] = new
+        self.key_of[new.name] = view.root
+        self._set_view_value(key, new, value)
+
+    def view_of(self, proxy: TensorProxy) -> ViewOf | None:
+        return self.views.get(self.key(proxy))
+
+    def regenerate_from(self, view: ViewOf, root_value: TensorProxy) -> TensorProxy:
+        value = root_value
+        for step in view.steps:
+            value = step.apply(value)
+        return value

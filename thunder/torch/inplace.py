@@ -1,0 +1,268 @@
+"""In-place operations of the torch language: for every torch callable that updates a tensor in place,
+how to compute the tensor's new value out of place.
+
+Traces are functional (see [Note: in-place updates] in thunder/core/frontend.py): the frontend computes the
+new value with the plan below, then rebinds the updated tensor to it. Every public ``Tensor.*_`` method,
+the in-place operators (``+=``, ...), torch's and ``torch.nn.functional``'s in-place functions
+(``torch.relu_``, ``F.elu_``) and ``torch.nn.init`` have a plan; an in-place callable without one is refused
+with an error that names it, never dropped.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from thunder.core.symbol import Tag
+from thunder.torch.registry import INPLACE_TO_SYMBOL, torchsymbol
+from thunder.torch.utils import convert, expand_to, check
+
+
+class PlanKind:
+    TWIN = "twin"  # call the out-of-place twin (a torch callable), traced like any call
+    VALUE = "value"  # a torch-language function (self, *args, **kwargs) -> the new value
+    CLONE_APPLY = "clone_apply"  # run the torch callable itself on a clone, as one opaque operation
+    METADATA = "metadata"  # changes the tensor's shape or strides in place (t_, unsqueeze_, ...)
+    REFUSE = "refuse"
+
+
+@dataclasses.dataclass(frozen=True)
+class InplacePlan:
+    kind: str
+    fn: Callable | None = None  # the twin, the value function, or the callable to run on a clone
+    no_grad: bool = False  # the update happens under torch.no_grad() (torch.nn.init)
+    message: str = ""  # why it is refused
+    check: Callable | None = None  # extra validation (self, new value) -> None
+
+
+# ---------------------------------------------------------------------------------------------
+# Torch-language functions for in-place methods without an out-of-place twin
+# ---------------------------------------------------------------------------------------------
+
+
+@torchsymbol(name="copy_value", torch_impl=None)
+def copy_value(a, src, non_blocking=False):
+    """The value ``a.copy_(src)`` gives ``a``: ``src`` converted to ``a``'s dtype and device, broadcast to its shape."""
+    from thunder.torch.shapes import to
+
+    if not isinstance(src, torch.Tensor):
+        src = convert(src, a.dtype)
+        from thunder.torch.creation import full
+
+        return full(tuple(a.shape), src, dtype=a.dtype, device=a.device)
+    return expand_to(to(src, a.device, a.dtype), tuple(a.shape))
+
+
+@torchsymbol(name="fill_value", torch_impl=None)
+def fill_value(a, value):
+    """The value ``a.fill_(value)`` gives ``a`` (``value`` a number or a 0-dim tensor)."""
+    from thunder.torch.creation import full
+
+    if isinstance(value, torch.Tensor):
+        check(value.ndim == 0, lambda: f"fill_ only supports 0-dimension value tensor but got tensor with {value.ndim} dimensions.")
+        return copy_value(a, value)
+    return full(tuple(a.shape), value, dtype=a.dtype, device=a.device)
+
+
+@torchsymbol(name="zero_value", torch_impl=None)
+def zero_value(a):
+    from thunder.torch.creation import full
+
+    return full(tuple(a.shape), 0, dtype=a.dtype, device=a.device)
+
+
+def _detached_update_impl(old, new):
+    return new
+
+
+@torchsymbol(name="detached_update", torch_impl=_detached_update_impl)
+def detached_update(old, new):
+    """``new``'s value with ``old``'s place in the autograd graph: an update made under ``torch.no_grad()`` (or
+    through ``detach()``/``.data``) changes a tensor's value but not how gradients flow through it."""
+    from thunder.core import prims
+
+    with torch.no_grad():
+        out = prims.shallow_copy(new)
+    out.requires_grad = old.requires_grad
+    return out
+
+
+def _register_detached_update_rule():
+    from thunder.transforms.grad_rules import register_vjp
+
+    @register_vjp(detached_update)
+    def rule(old, new):
+        return detached_update(old, new), lambda g: (g, None)
+
+
+_register_detached_update_rule()
+
+
+def _float_power_check(a, new):
+    check(a.dtype is torch.float64 or a.dtype is torch.complex128,
+          lambda: f"the base given to float_power_ has dtype {_dtype_name(a.dtype)} but the operation's result requires dtype "
+                  f"{_dtype_name(new.dtype)}")
+
+
+def _dtype_name(dtype):
+    return {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+            torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble"}.get(dtype, str(dtype))
+
+
+# ---------------------------------------------------------------------------------------------
+# The table
+# ---------------------------------------------------------------------------------------------
+
+_RANDOM = ("uniform_", "normal_", "bernoulli_", "exponential_", "cauchy_", "log_normal_", "geometric_", "random_")
+
+_VALUE = {"copy_": copy_value, "fill_": fill_value, "zero_": zero_value}
+
+_METADATA = {"t_": torch.Tensor.t, "transpose_": torch.Tensor.transpose, "swapaxes_": torch.Tensor.swapaxes,
+             "swapdims_": torch.Tensor.swapdims, "squeeze_": torch.Tensor.squeeze, "unsqueeze_": torch.Tensor.unsqueeze,
+             "as_strided_": torch.Tensor.as_strided}
+
+_REFUSED = {
+    "apply_": "Tensor.apply_ runs a Python function on every element's value, which thunder does not know while tracing",
+    "map_": "Tensor.map_ runs a Python function on the tensors' values, which thunder does not know while tracing",
+    "map2_": "Tensor.map2_ runs a Python function on the tensors' values, which thunder does not know while tracing",
+    "set_": "Tensor.set_ replaces a tensor's storage, which thunder's traces cannot express",
+    "share_memory_": "Tensor.share_memory_ moves a tensor's storage to shared memory, which is not a traceable operation",
+    "resize_as_sparse_": "sparse tensors are not supported by thunder",
+    "sparse_resize_": "sparse tensors are not supported by thunder",
+    "sparse_resize_and_clear_": "sparse tensors are not supported by thunder",
+    "resize_": "Tensor.resize_ changes a tensor's size and storage in place; use reshape or a new tensor instead",
+    "resize_as_": "Tensor.resize_as_ changes a tensor's size and storage in place; use reshape_as or a new tensor instead",
+}
+
+_NOT_UPDATES = frozenset({"requires_grad_", "retain_grad", "register_hook"})  # not value updates: handled elsewhere
+
+
+def _method_objects(name):
+    found = [torch._C.TensorBase.__dict__.get(name), torch.Tensor.__dict__.get(name)]
+    return [m for m in found if m is not None]
+
+
+def _clone_apply(fn):
+    return InplacePlan(PlanKind.CLONE_APPLY, fn)
+
+
+def _build() -> dict:
+    plans: dict[object, InplacePlan] = {}
+
+    def add(objs, plan):
+        for o in objs:
+            plans.setdefault(o, plan)
+
+    for obj, sym in INPLACE_TO_SYMBOL.items():
+        plans[obj] = InplacePlan(PlanKind.TWIN, sym)
+    for name in dir(torch.Tensor):
+        if name.startswith("_") or not name.endswith("_") or name in _NOT_UPDATES:
+            continue
+        objs = _method_objects(name)
+        if name in _REFUSED:
+            add(objs, InplacePlan(PlanKind.REFUSE, message=_REFUSED[name]))
+        elif name in _VALUE:
+            add(objs, InplacePlan(PlanKind.VALUE, _VALUE[name]))
+        elif name in _METADATA:
+            add(objs, InplacePlan(PlanKind.METADATA, _METADATA[name]))
+        elif name in _RANDOM or name == "fill_diagonal_":
+            add(objs, _clone_apply(getattr(torch.Tensor, name)))
+        elif name == "detach_":
+            add(objs, InplacePlan(PlanKind.TWIN, torch.Tensor.detach))
+        elif hasattr(torch.Tensor, name[:-1]):
+            check_fn = _float_power_check if name == "float_power_" else None
+            add(objs, InplacePlan(PlanKind.TWIN, getattr(torch.Tensor, name[:-1]), check=check_fn))
+        else:
+            add(objs, InplacePlan(PlanKind.REFUSE, message=f"thunder has no out-of-place form of Tensor.{name}"))
+    # In-place operators: ``a += b`` is Tensor.__iadd__, computed as Tensor.__add__.
+    for name in dir(torch.Tensor):
+        if name.startswith("__i") and name.endswith("__") and name not in ("__init__", "__iter__", "__index__",
+                                                                         "__init_subclass__", "__invert__"):
+            twin = getattr(torch.Tensor, "__" + name[3:], None)
+            if twin is not None:
+                add(_method_objects(name), InplacePlan(PlanKind.TWIN, twin))
+    # torch.relu_, torch.nn.functional.elu_, ...: the function without the underscore.
+    for ns in (torch, F):
+        for name in dir(ns):
+            if name.startswith("_") or not name.endswith("_"):
+                continue
+            obj = getattr(ns, name)
+            if not callable(obj) or isinstance(obj, type):
+                continue
+            twin = getattr(ns, name[:-1], None)
+            if name in ("fill_", "zero_"):
+                plans.setdefault(obj, InplacePlan(PlanKind.VALUE, _VALUE[name]))
+            elif callable(twin):
+                plans.setdefault(obj, InplacePlan(PlanKind.TWIN, twin))
+            elif name[:-1] in _REFUSED or name in _REFUSED:
+                plans.setdefault(obj, InplacePlan(PlanKind.REFUSE, message=_REFUSED.get(name, "")))
+    # torch.nn.init: each updates its first argument under torch.no_grad().
+    for name in dir(torch.nn.init):
+        obj = getattr(torch.nn.init, name)
+        if name.endswith("_") and not name.startswith("_") and inspect.isfunction(obj):
+            plans[obj] = InplacePlan(PlanKind.CLONE_APPLY, obj, no_grad=True)
+    return plans
+
+
+PLANS: dict[object, InplacePlan] = {}
+
+
+def plan_for(key) -> InplacePlan | None:
+    """The in-place plan of a torch callable (``None`` if it does not update a tensor in place)."""
+    if not PLANS:
+        PLANS.update(_build())
+    return PLANS.get(key)
+
+
+def random_clone_apply_tags(fn) -> tuple:
+    name = getattr(fn, "__name__", "")
+    return (Tag.RANDOM,) if name in _RANDOM or name.rstrip("_") in ("uniform", "normal", "trunc_normal", "xavier_uniform",
+                                                                   "xavier_normal", "kaiming_uniform", "kaiming_normal",
+                                                                   "orthogonal", "sparse") else ()
+
+
+_CLONE_APPLY: dict[object, object] = {}
+
+
+def clone_apply_symbol(fn):
+    """An out-of-place form of the in-place callable ``fn``: it runs ``fn`` on a clone of its first argument.
+
+    Used where torch has no out-of-place twin (``uniform_``, ``fill_diagonal_``, ``torch.nn.init.*``). The clone
+    keeps the argument's layout, so a random fill draws exactly eager's numbers in eager's order.
+    """
+    sym = _CLONE_APPLY.get(fn)
+    if sym is not None:
+        return sym
+    from thunder.core.symbol import Symbol
+    from thunder.core.trace import get_tracectx
+    from thunder.torch import fallback
+
+    path = fallback.printable_name(fn) or getattr(fn, "__name__", "inplace")
+    name = path.removeprefix("torch.").replace(".", "_")  # Tensor_uniform_, nn_init_uniform_: one symbol each
+
+    def on_clone(__tensor, /, *args, **kwargs):
+        out = __tensor.clone()
+        fn(out, *args, **kwargs)
+        return out
+
+    on_clone.__name__ = f"{name}on_clone" if name.endswith("_") else f"{name}_on_clone"
+    on_clone.__qualname__ = on_clone.__name__
+
+    def meta(__tensor, /, *args, **kwargs):
+        a = __tensor
+        return get_tracectx().tensor(tuple(a.shape), a.dtype, a.device, torch.is_grad_enabled() and a.requires_grad)
+
+    sym = Symbol(on_clone.__name__, meta, module="torch", is_prim=True, tags=random_clone_apply_tags(fn))
+    sym.torch_impl = on_clone
+    sym.is_fallback = True
+    sym.printer = lambda bsym, printer: _print_call(on_clone, bsym, printer)
+    _CLONE_APPLY[fn] = sym
+    return sym
+
+
+def _print_call(fn, bsym, printer):
+    callee = printer.constant(fn, fn.__name__)
+    return f"{printer.output(bsym.output)} = {callee}({printer.call_args(bsym.args, bsym.kwargs)})"
