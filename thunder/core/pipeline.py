@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from thunder.core import checkpointing, frontend
+from thunder.core import checkpointing, frontend, random_state, side_effects
 from thunder.core.compile_data import CacheEntry, CompileData
 from thunder.core.interpreter import InstructionRecorder
 from thunder.core.outputs import flatten_output, is_printable_structure
@@ -85,6 +85,7 @@ def module_tensors_as_proxies(module, comp: TraceCtx, prologue: PrologueBuilder)
 
 def trace_program(cd: CompileData, args, kwargs) -> TraceResult:
     checkpointing.install()
+    random_state.install()
     comp = TraceCtx("computation")
     prologue = PrologueBuilder(comp, cd.cache_option, cd.functional)
     prologue.start_ns = time.perf_counter_ns()
@@ -103,7 +104,8 @@ def trace_program(cd: CompileData, args, kwargs) -> TraceResult:
         for p, _ in prologue.inputs:
             if isinstance(p, TensorProxy):
                 tracer.register_input(p, prologue.values.get(p.name))
-        with frontend.active(tracer), tracectx(comp), frontend.TracingMode(tracer), recorder:
+        with side_effects.watched(cd.fn, cd.sharp_edges), frontend.active(tracer), tracectx(comp), \
+                frontend.TracingMode(tracer), recorder:
             out = cd.fn(*pargs, **pkwargs)
     prologue.check_containers()
     with tracectx(comp):

@@ -175,6 +175,7 @@ class PrologueBuilder:
                 _record_python(self.trace, _constant_op(), (self.constant_var(source.value, "captured"),), proxy)
         self._check_tensor(proxy, value)
         self.inputs.append((proxy, source))
+        self.values[proxy.name] = value
 
     def module_var(self, module, qualname: str) -> Var:
         return self.constant_var(module, "m_" + qualname.replace(".", "_") if qualname else "module")

@@ -310,7 +310,11 @@ def native_batch_norm(a, weight, bias, running_mean, running_var, training, mome
     return out, mean, invstd, running_mean, running_var
 
 
-_LTORCH_HELPERS = {"dropout_mask": dropout_mask, "native_batch_norm": native_batch_norm}
+def manual_seed(seed):
+    torch.random.manual_seed(seed)
+
+
+_LTORCH_HELPERS = {"dropout_mask": dropout_mask, "native_batch_norm": native_batch_norm, "manual_seed": manual_seed}
 
 for _sym in LTORCH_SYMBOLS.values():
     _impl = _LTORCH_HELPERS.get(_sym.name) or getattr(_sym, "torch_impl", None)

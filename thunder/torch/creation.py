@@ -227,3 +227,17 @@ def multinomial(a, num_samples, replacement=False, *, generator=None):
 def randperm(n, *, generator=None, out=None, dtype=torch.int64, layout=None, device=None, pin_memory=False, requires_grad=False):
     check(generator is None, "thunder does not support explicit generators yet", NotImplementedError)
     return fallback.fallback_call(torch.randperm, (n,), dict(dtype=dtype, device=_device(device)))
+
+
+# ---------------------------------------------------------------------------------------------
+# The random state
+# ---------------------------------------------------------------------------------------------
+
+_TORCH_MANUAL_SEED = torch.random.manual_seed
+
+
+@torchsymbol(name="manual_seed", tags=(Tag.RANDOM, Tag.SIDE_EFFECT), torch_impl=_TORCH_MANUAL_SEED)
+def manual_seed(seed):
+    """``torch.manual_seed(seed)`` inside a jitted program: recorded, so it reseeds on every call, in order with the
+    program's random operations, as eager does (see thunder/core/random_state.py)."""
+    return None

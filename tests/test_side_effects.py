@@ -1,0 +1,175 @@
+"""Python side effects of traced programs, the random state, and tracing from several threads."""
+from __future__ import annotations
+
+import random
+import threading
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import thunder
+from thunder.core.frontend import ThunderSharpEdgeError
+
+LOG: list = []
+
+
+def test_manual_seed_inside_the_program_reseeds_on_every_call():
+    def f(x):
+        torch.manual_seed(7)
+        return F.dropout(x, 0.5) + torch.rand(x.shape)
+
+    jf = thunder.jit(f)
+    x = torch.ones(16)
+    for seed in (1, 2, 3):
+        torch.manual_seed(seed)
+        expected = f(x)
+        after_eager = torch.rand(2)
+        torch.manual_seed(seed)
+        assert torch.equal(jf(x), expected)
+        assert torch.equal(torch.rand(2), after_eager)  # the RNG is left where eager leaves it
+    assert "manual_seed(7)" in str(thunder.last_traces(jf)[-1])
+
+
+def test_manual_seed_in_training():
+    lin = nn.Linear(4, 4)
+
+    def f(x):
+        torch.manual_seed(0)
+        return F.dropout(lin(x), 0.3).sum()
+
+    x = torch.randn(3, 4)
+    jf = thunder.jit(f)
+    out = jf(x)
+    out.backward()
+    g = lin.weight.grad.clone()
+    lin.weight.grad = None
+    f(x).backward()
+    assert torch.equal(g, lin.weight.grad)
+
+
+@pytest.mark.parametrize("mode", ["warn", "error"])
+def test_python_side_effects_are_reported(mode):
+    def f(x):
+        print("tracing")
+        LOG.append(1)
+        return x * random.random()
+
+    if mode == "warn":
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            thunder.jit(f, sharp_edges="warn")(torch.randn(2))
+        messages = [str(w.message) for w in caught if "Sharp edge" in str(w.message)]
+        assert any("print()" in m for m in messages)
+        assert any("'LOG'" in m for m in messages)
+        assert any("random" in m for m in messages)
+    else:
+        with pytest.raises(ThunderSharpEdgeError, match="print"):
+            thunder.jit(f, sharp_edges="error")(torch.randn(2))
+
+
+def test_library_internals_are_not_reported():
+    m = nn.Sequential(nn.Linear(4, 4), nn.GELU(), nn.LayerNorm(4))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.no_grad():
+            thunder.jit(m, sharp_edges="warn")(torch.randn(2, 4))
+    assert not [w for w in caught if "Sharp edge" in str(w.message)]
+
+
+def _programs():
+    return [
+        (lambda x: (x * 2).sin(), (3, 4)),
+        (lambda x: x.relu() + x.t().t(), (5, 2)),
+        (lambda x: torch.softmax(x, -1) @ x.t(), (4, 4)),
+        (lambda x: x.cumsum(0).exp(), (6,)),
+    ]
+
+
+def test_tracing_from_several_threads():
+    """Each thread jits and runs its own programs while the others trace: traces never mix."""
+    programs = _programs()
+    barrier = threading.Barrier(len(programs))
+    errors = []
+
+    def work(fn, shape):
+        try:
+            x = torch.randn(shape)
+            barrier.wait()
+            for _ in range(5):
+                jfn = thunder.jit(fn, cache="no caching")
+                out = jfn(x)
+                if not torch.allclose(out, fn(x)):
+                    errors.append(f"wrong result for {shape}")
+        except Exception as e:  # noqa: BLE001 - collected and reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work, args=p) for p in programs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_one_jitted_function_called_from_several_threads():
+    def f(x):
+        return (x * 3).tanh()
+
+    jf = thunder.jit(f)
+    shapes = [(2,), (3,), (2, 2), (4,)] * 3
+    barrier = threading.Barrier(len(shapes))
+    errors = []
+
+    def work(shape):
+        x = torch.randn(shape)
+        barrier.wait()
+        for _ in range(3):
+            if not torch.equal(jf(x), f(x)):
+                errors.append(shape)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in shapes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_eager_code_in_another_thread_is_unaffected_by_tracing():
+    """The hooks thunder installs (checkpoint, autograd.Function, manual_seed) act only in the tracing thread."""
+    started, done = threading.Event(), threading.Event()
+    results = {}
+
+    class Double(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    def slow(x):
+        started.set()
+        done.wait(5)
+        return x + 1
+
+    def eager():
+        started.wait(5)
+        torch.manual_seed(3)
+        a = torch.rand(3)
+        torch.manual_seed(3)
+        results["seed"] = torch.equal(a, torch.rand(3))
+        x = torch.randn(3, requires_grad=True)
+        Double.apply(x).sum().backward()
+        results["function"] = torch.equal(x.grad, torch.full((3,), 2.0))
+        done.set()
+
+    t = threading.Thread(target=eager)
+    t.start()
+    thunder.jit(slow)(torch.randn(3))
+    t.join()
+    assert results == {"seed": True, "function": True}

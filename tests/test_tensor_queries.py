@@ -1,0 +1,169 @@
+"""What a program sees when it asks about its tensors while thunder traces it: the answers eager gives.
+
+Each program branches on the answer, so a wrong answer shows as a wrong result; the cache must also tell
+apart calls whose answers differ (a contiguous and a transposed input, a parameter with and without .grad).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+import thunder
+
+
+def _same(a, b):
+    if isinstance(b, torch.Tensor):
+        assert isinstance(a, torch.Tensor) and a.shape == b.shape and torch.equal(a, b), (a, b)
+    elif isinstance(b, (tuple, list)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _same(x, y)
+    else:
+        assert a == b, (a, b)
+
+
+def _check(fn, *calls):
+    jfn = thunder.jit(fn)
+    for args in calls:
+        _same(jfn(*args), fn(*args))
+    return jfn
+
+
+def test_isinstance_parameter():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(3))
+            self.register_buffer("b", torch.randn(3))
+
+        def forward(self, x):
+            out = x
+            for t in (self.w, self.b, x):
+                out = out * 2 if isinstance(t, nn.Parameter) else out + 1
+            return out, type(self.w) is nn.Parameter or isinstance(self.w, nn.Parameter)
+
+    m = M()
+    x = torch.randn(3)
+    with torch.no_grad():
+        _same(thunder.jit(m)(x), m(x))
+
+
+def test_parameter_passed_as_argument_is_a_parameter():
+    def f(p, x):
+        return x * 2 if isinstance(p, nn.Parameter) else x * 3
+
+    p = nn.Parameter(torch.randn(2))
+    _check(f, (p, torch.randn(2)))
+
+
+@pytest.mark.parametrize("make", ["contiguous", "transposed", "sliced", "expanded"])
+def test_strides_and_contiguity_of_inputs(make):
+    def f(x):
+        y = x if x.is_contiguous() else x.contiguous()
+        return y * (2 if x.is_contiguous() else 3), x.stride(), x.storage_offset(), y.is_contiguous()
+
+    base = torch.randn(4, 6)
+    x = {"contiguous": base, "transposed": base.t(), "sliced": base[1:, 2:], "expanded": base[:1].expand(3, 6)}[make]
+    _check(f, (x,))
+
+
+def test_layouts_are_part_of_the_cache_key():
+    def f(x):
+        return x * 2 if x.is_contiguous() else x * 3
+
+    jf = thunder.jit(f)
+    a = torch.randn(4, 4)
+    _same(jf(a), f(a))
+    _same(jf(a.t()), f(a.t()))  # same shape, other strides: must not reuse the contiguous entry
+    assert thunder.cache_misses(jf) == 2
+
+
+def test_strides_of_intermediates():
+    def f(x):
+        y = x.t()
+        z = y * 2  # elementwise on a transposed tensor keeps its layout in eager
+        w = z.contiguous()
+        return z.stride(), z.is_contiguous(), w.is_contiguous(), y.reshape(-1).stride(), (x + 1).stride()
+
+    _check(f, (torch.randn(3, 5),))
+
+
+def test_layout_of_parameters_not_checked_unless_read():
+    lin = nn.Linear(4, 4)
+    jm = thunder.jit(lin)
+    with torch.no_grad():
+        jm(torch.randn(2, 4))
+    text = str(thunder.last_prologue_traces(jm)[-1])
+    assert "check_layout" not in text
+
+
+def test_requires_grad_leaf_and_grad_fn_follow_eager():
+    def f(x, w):
+        y = x * 1
+        before = (y.requires_grad, y.is_leaf, y.grad_fn is None)
+        y.mul_(w)
+        after = (y.requires_grad, y.is_leaf, y.grad_fn is None, x.is_leaf, w.is_leaf)
+        return y, before, after
+
+    x = torch.randn(3)
+    w = torch.randn(3, requires_grad=True)
+    jf = thunder.jit(f)
+    out, b1, a1 = jf(x, w)
+    eout, b2, a2 = f(x, w)
+    assert torch.equal(out, eout) and b1 == b2 and a1 == a2
+
+
+def test_grad_attribute_is_read_from_the_tensor():
+    lin = nn.Linear(3, 3)
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = lin
+
+        def forward(self, x):
+            g = self.lin.weight.grad
+            return x * 2 if g is None else x @ g
+
+    m = M()
+    jm = thunder.jit(m)
+    x = torch.randn(2, 3)
+    with torch.no_grad():
+        _same(jm(x), m(x))
+    lin.weight.grad = torch.randn(3, 3)
+    with torch.no_grad():
+        _same(jm(x), m(x))  # the gradient appeared: a new specialization
+        lin.weight.grad = torch.randn(3, 3)
+        _same(jm(x), m(x))  # another gradient tensor: read again on each call
+    assert thunder.cache_misses(jm) == 2
+
+
+def test_base_and_is_view():
+    def f(x):
+        y = x * 1
+        v = y[0]
+        d = y.detach()
+        return v._is_view(), v._base is y, y._is_view(), d._is_view(), (x * 2)._base is None
+
+    _check(f, (torch.randn(2, 3),))
+
+
+def test_data_pointers_are_refused_clearly():
+    def f(x):
+        return x.data_ptr()
+
+    with pytest.raises(NotImplementedError, match="data_ptr"):
+        thunder.jit(f)(torch.randn(2))
+
+
+def test_repr_and_format_do_not_crash():
+    seen = []
+
+    def f(x):
+        seen.append(repr(x))
+        seen.append(f"{x}")
+        return x + 1
+
+    thunder.jit(f)(torch.randn(2))
+    assert all("TensorProxy" in s for s in seen)
