@@ -32,7 +32,7 @@ from thunder.core.symbol import Tag
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.torch import TORCH_TO_SYMBOL, INPLACE_TO_SYMBOL
 from thunder.torch import shapes as ltorch_shapes
-from thunder.torch.fallback import fallback_symbol, describe
+from thunder.torch.fallback import fallback_symbol, describe, inplace_call
 from thunder.torch.registry import property_key
 from thunder.torch import autocast as ltorch_autocast
 
@@ -381,6 +381,10 @@ class Tracer:
             out = func(*args, **kwargs)  # utilities such as torch.broadcast_shapes
             if not _tensor_leaves(out, []):
                 return out
+        update = inplace_call(func, args, kwargs)  # see [Note: in-place fallback]
+        if update is not None:
+            sym, args, kwargs = update
+            return self.inplace(args[0], self.call(sym, args, kwargs))
         return self.call(fallback_symbol(func), args, kwargs)
 
     # -- in-place updates (see [Note: in-place updates]) -------------------------------------

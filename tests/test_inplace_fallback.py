@@ -1,0 +1,117 @@
+"""In-place torch operations that thunder has no definition for (see [Note: in-place fallback]).
+
+Each is recorded as ``updated_copy(op, a, ...)`` and the tensor is rebound to the result, so later
+reads, other names for the same tensor, returned tensors and the caller's inputs see the update
+exactly as in eager PyTorch (bitwise: the same torch kernel runs, random ops draw the same numbers).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import thunder
+
+
+def _scatter(x):
+    m = torch.zeros_like(x)
+    m.scatter_(1, torch.tensor([[0], [2], [1]]), 1.0)  # DeepSeek-V3's group mask
+    return m * x
+
+
+def _alias(x):
+    y = x.clone()
+    z = y  # another name for the same tensor sees the update
+    y.index_fill_(1, torch.tensor([1]), -1.0)
+    return z + 1
+
+
+def _chain(x):
+    return x.clone().zero_().add_(2).masked_scatter_(x > 0, x * 3)
+
+
+def _random(x):
+    noise = torch.empty(x.shape[0], 1).bernoulli_(0.7).div_(0.7)  # torchvision's StochasticDepth
+    return x * noise + torch.empty_like(x).uniform_(-1, 1)
+
+
+def _functions(x):
+    y, z = x * 2, x - 1
+    torch.sigmoid_(y)
+    F.leaky_relu_(z, 0.2)
+    return y + z
+
+
+def _inplace_keyword(x):
+    y = (x * 2).reshape(1, 3, 2, 2)
+    z = F.dropout2d(y, 0.5, True, True)
+    return z + F.threshold(y, 0.1, 20.0, True)
+
+
+def _dunder(x):
+    i = (x * 10).to(torch.int64)
+    i <<= 2
+    i %= 7
+    return i
+
+
+def _init(x):
+    w = torch.empty(4, 4)
+    with torch.no_grad():
+        torch.nn.init.kaiming_uniform_(w)
+    return x @ w
+
+
+CASES = {"scatter_": _scatter, "alias": _alias, "chain": _chain, "random": _random, "functions": _functions,
+         "inplace_keyword": _inplace_keyword, "dunder": _dunder, "nn_init": _init}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_inplace_fallback_matches_eager(name):
+    fn = CASES[name]
+    jfn = thunder.jit(fn)
+    for call in range(2):
+        x = torch.randn(3, 4)
+        torch.manual_seed(call)
+        expected = fn(x)
+        torch.manual_seed(call)
+        actual = jfn(x)
+        assert torch.equal(actual, expected), f"{name}: {actual} != {expected}"
+    assert "updated_copy(" in str(thunder.last_traces(jfn)[-1])
+
+
+@pytest.mark.parametrize("name", ["scatter_", "alias", "chain", "functions"])
+def test_inplace_fallback_gradients(name):
+    fn = CASES[name]
+    x = torch.randn(3, 4, requires_grad=True)
+    out = thunder.jit(fn)(x)
+    expected = fn(x)
+    assert torch.equal(out, expected)
+    cot = torch.randn_like(expected)
+    (grad,) = torch.autograd.grad(out, x, cot)
+    (expected_grad,) = torch.autograd.grad(expected, x, cot)
+    assert torch.equal(grad, expected_grad)
+
+
+def test_inplace_fallback_updates_the_input():
+    def fn(x, idx):
+        x.scatter_(0, idx, 5.0)
+        return x.sum()
+
+    x, idx = torch.zeros(3, 2), torch.tensor([[2, 0]])
+    ref = x.clone()
+    out = thunder.jit(fn)(x, idx)
+    assert torch.equal(out, fn(ref, idx)) and torch.equal(x, ref)
+
+
+@pytest.mark.parametrize("op", ["t_", "resize_", "unsqueeze_"])
+def test_inplace_metadata_changes_are_refused(op):
+    args = {"t_": (), "resize_": (6,), "unsqueeze_": (0,)}[op]
+
+    def fn(x):
+        y = x * 1
+        getattr(y, op)(*args)
+        return y
+
+    with pytest.raises(NotImplementedError, match=f"in-place operation torch.Tensor.{op}: it changes a tensor's shape"):
+        thunder.jit(fn)(torch.randn(2, 3))
