@@ -1,8 +1,10 @@
-"""In-place torch operations that thunder has no definition for (see [Note: in-place fallback]).
+"""Torch operations that thunder has no definition for (the generic fallback, thunder/torch/fallback.py).
 
-Each is recorded as ``updated_copy(op, a, ...)`` and the tensor is rebound to the result, so later
-reads, other names for the same tensor, returned tensors and the caller's inputs see the update
-exactly as in eager PyTorch (bitwise: the same torch kernel runs, random ops draw the same numbers).
+In-place ones (see [Note: in-place fallback]) are recorded as ``updated_copy(op, a, ...)`` and the
+tensor is rebound to the result, so later reads, other names for the same tensor, returned tensors
+and the caller's inputs see the update exactly as in eager PyTorch (bitwise: the same torch kernel
+runs, random ops draw the same numbers). Gradients come from torch's autograd, which must see a
+tensor passed in several positions as one tensor, as eager does.
 """
 from __future__ import annotations
 
@@ -115,3 +117,23 @@ def test_inplace_metadata_changes_are_refused(op):
 
     with pytest.raises(NotImplementedError, match=f"in-place operation torch.Tensor.{op}: it changes a tensor's shape"):
         thunder.jit(fn)(torch.randn(2, 3))
+
+
+def test_fallback_sees_one_tensor_passed_in_several_positions():
+    """nn.MultiheadAttention takes its self-attention path (one packed projection) only if query is key is value."""
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(16, 4, batch_first=True)
+    x = torch.randn(2, 5, 16, requires_grad=True)
+    out = thunder.jit(lambda x: mha(x, x, x, need_weights=False)[0])(x)
+    (grads) = torch.autograd.grad(out.sum(), (x, mha.in_proj_weight))
+    expected = torch.autograd.grad(mha(x, x, x, need_weights=False)[0].sum(), (x, mha.in_proj_weight))
+    assert all(torch.equal(g, e) for g, e in zip(grads, expected))
+
+
+def test_fallback_gradient_of_one_tensor_under_two_names():
+    """``x.contiguous()`` is ``x`` at run time: its gradient is counted once."""
+    x = torch.randn(4, 3, requires_grad=True)
+    fn = lambda x: torch.cdist(x, x.contiguous()).sum()  # noqa: E731
+    (grad,) = torch.autograd.grad(thunder.jit(fn)(x), x)
+    (expected,) = torch.autograd.grad(fn(x), x)
+    torch.testing.assert_close(grad, expected)
