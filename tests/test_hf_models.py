@@ -46,6 +46,11 @@ CASES = {
     # Phi-3's default pad_token_id (32000) is outside a 128-token vocabulary: nn.Embedding refuses it
     # ("Padding_idx must be within num_embeddings") before thunder is involved.
     "phi3": HFCase("phi3", dict(_DECODER, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # The MoE models' experts run HF's "grouped_mm" implementation. While thunder traces, HF sees
+    # torch.compiler.is_compiling() and, for float32 weights, calls its custom op
+    # transformers::grouped_mm_fallback (one torch.mm per expert; the generic fallback runs it and torch's
+    # autograd differentiates it) instead of torch.nn.functional.grouped_mm, which eager calls. On CPU both
+    # give the same bits, forward and backward.
     "mixtral": HFCase("mixtral", dict(_DECODER, **_MOE, num_local_experts=4)),
     "qwen2_moe": HFCase("qwen2_moe", dict(_DECODER, **_MOE, num_experts=4, moe_intermediate_size=32,
                                           shared_expert_intermediate_size=64)),
