@@ -131,6 +131,16 @@ def test_training_parity(name, mask):
     check_training_parity(make_model(case), make_inputs(case, mask), not_bitwise=NOT_BITWISE.get(name))
 
 
+@pytest.mark.parametrize("name", ["llama", "bert"])
+def test_training_parity_with_gradient_checkpointing(name):
+    """HF's gradient checkpointing (torch.utils.checkpoint around each layer): recomputed, not saved."""
+    case = CASES[name]
+    model = make_model(case)
+    model.gradient_checkpointing_enable()
+    jmodel, _ = check_training_parity(model, make_inputs(case, mask=True), not_bitwise=NOT_BITWISE.get(name))
+    assert "torch.nn.functional.linear(" in str(thunder.last_backward_traces(jmodel)[-1]), "nothing recomputed"
+
+
 def test_past_key_values_hold_this_calls_keys_and_values():
     """The returned ``DynamicCache`` is rebuilt on every call with that call's tensors."""
     case = CASES["llama"]
