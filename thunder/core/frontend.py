@@ -33,8 +33,8 @@ from thunder.core.tensor_queries import TracedGradFn
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.torch import TORCH_TO_SYMBOL
 from thunder.torch import shapes as ltorch_shapes
-from thunder.torch.fallback import fallback_symbol, describe
-from thunder.torch.inplace import PlanKind, plan_for, clone_apply_symbol, detached_update
+from thunder.torch.fallback import fallback_symbol, describe, first_positional, inplace_call, inplace_fallback_symbol
+from thunder.torch.inplace import PlanKind, plan_for, detached_update
 from thunder.torch.registry import Updates, property_key
 from thunder.torch.utils import convert
 from thunder.torch import autocast as ltorch_autocast
@@ -331,7 +331,7 @@ class Tracer:
             return self._into(out, self.handle(func, args, kwargs), func)
         plan = plan_for(key)
         if plan is not None and not args and kwargs:  # torch.nn.init.uniform_(tensor=w): make it positional
-            args, kwargs = _first_positional(func, kwargs)
+            args, kwargs = first_positional(func, kwargs)
         first = args[0] if args else None  # the caller's object, for in-place updates
         args = self.resolve(args)
         kwargs = self.resolve(kwargs) if kwargs else kwargs
@@ -398,6 +398,10 @@ class Tracer:
         if functional is not None:  # F.rrelu(x, inplace=True): computed out of place, then x is updated
             out = self.call(fallback_symbol(func), *functional, fn=func)
             return self.inplace(first, out)
+        update = inplace_call(func, args, kwargs)  # other in-place callables: see [Note: in-place fallback]
+        if update is not None:
+            sym, args, kwargs = update
+            return self.inplace(first if first is not None else args[0], self.call(sym, args, kwargs))
         return self.call(fallback_symbol(func), args, kwargs, fn=func)
 
     # -- in-place updates (see [Note: in-place updates] in thunder/core/functionalization.py) --------
@@ -419,7 +423,7 @@ class Tracer:
             new = self.call(plan.fn, args, kwargs)
         elif plan.kind == PlanKind.CLONE_APPLY:
             with torch.no_grad() if plan.no_grad else contextlib.nullcontext():
-                new = self.call(clone_apply_symbol(plan.fn), args, kwargs)
+                new = self.call(inplace_fallback_symbol(plan.fn), args, kwargs)
         else:
             return self._metadata_in_place(first, plan.fn, args, kwargs, func)
         if plan.check is not None:
@@ -638,18 +642,6 @@ def _is_fallback_view(bsym) -> bool:
     from thunder.core.functionalization import _FALLBACK_SCATTERS
 
     return getattr(bsym.sym, "torch_impl", None) in _FALLBACK_SCATTERS
-
-
-def _first_positional(func, kwargs):
-    """``(args, kwargs)`` with the first parameter of ``func``, given by keyword, passed positionally."""
-    try:
-        first = next(iter(inspect.signature(func).parameters))
-    except (TypeError, ValueError, StopIteration):
-        return (), kwargs
-    if first not in kwargs:
-        return (), kwargs
-    kwargs = dict(kwargs)
-    return (kwargs.pop(first),), kwargs
 
 
 _INPLACE_PARAMS: dict = {}

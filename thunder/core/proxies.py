@@ -68,6 +68,9 @@ class TensorProxy(torch.Tensor):
         return repr(self)
 
     def __bool__(self):
+        known = getattr(self, "_thunder_known", None)  # see [Note: comparisons decided by value ranges]
+        if known is not None:
+            return known
         _data_dependent(self, "Converting a tensor to a Python bool (Tensor.__bool__, e.g. `if tensor:`)")
 
     def item(self):

@@ -181,7 +181,12 @@ def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None):
 def rand(*size, generator=None, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, out=None):
     check(generator is None, "thunder does not support explicit generators yet", NotImplementedError)
     dtype = _float_dtype(dtype)
-    return prims.uniform(_size(size), 0.0, 1.0, device=_device(device), dtype=dtype)
+    return _unit_range(prims.uniform(_size(size), 0.0, 1.0, device=_device(device), dtype=dtype))
+
+
+def _unit_range(out):
+    out._thunder_range = (0.0, 1.0)  # see [Note: comparisons decided by value ranges]
+    return out
 
 
 @torchsymbol(torch.randn, tags=(Tag.RANDOM,))
@@ -192,7 +197,8 @@ def randn(*size, generator=None, dtype=None, layout=None, device=None, pin_memor
 
 @torchsymbol(torch.rand_like, tags=(Tag.RANDOM,))
 def rand_like(a, *, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, memory_format=None):
-    return prims.uniform(tuple(a.shape), 0.0, 1.0, device=_device(device) if device else a.device, dtype=dtype or a.dtype)
+    return _unit_range(prims.uniform(tuple(a.shape), 0.0, 1.0, device=_device(device) if device else a.device,
+                                     dtype=dtype or a.dtype))
 
 
 @torchsymbol(torch.randn_like, tags=(Tag.RANDOM,))

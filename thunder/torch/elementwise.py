@@ -204,11 +204,36 @@ def minimum(a, b):
     return elementwise_binary(prims.minimum, a, b)
 
 
+# [Note: comparisons decided by value ranges]
+# ``torch.rand`` and ``rand_like`` draw from [0, 1) (the closed [0, 1] is assumed: rounding to a low
+# precision may give 1). Their proxies record that range, and a comparison of a one-element tensor
+# with such a range against a Python number whose answer the range decides (``torch.rand([]) < 0.0``)
+# records that answer on its result, which ``TensorProxy.__bool__`` then returns. This is how
+# BART-style models' layer drop (``if torch.rand([]) < self.layerdrop: continue``) traces in training
+# with the default ``layerdrop=0``: no layer is ever dropped, and the draw still runs, so the RNG
+# advances as in eager. A comparison the range does not decide stays data-dependent (an error).
+_DECIDED_BY_RANGE = {
+    "lt": lambda lo, hi, b: True if hi < b else (False if lo >= b else None),
+    "le": lambda lo, hi, b: True if hi <= b else (False if lo > b else None),
+    "gt": lambda lo, hi, b: True if lo > b else (False if hi <= b else None),
+    "ge": lambda lo, hi, b: True if lo >= b else (False if hi < b else None),
+}
+
+
+def _decide_by_range(out, name, a, b):
+    value_range = getattr(a, "_thunder_range", None) if isinstance(a, TensorProxy) else None
+    if value_range is not None and name in _DECIDED_BY_RANGE and type(b) in (int, float) and out.numel() == 1:
+        known = _DECIDED_BY_RANGE[name](*value_range, b)
+        if known is not None:
+            out._thunder_known = known
+    return out
+
+
 def _comparison(name, dunder, *aliases):
     prim = getattr(prims, name)
 
     def fn(a, b):
-        return elementwise_binary(prim, a, b, Kind.ALWAYS_BOOL)
+        return _decide_by_range(elementwise_binary(prim, a, b, Kind.ALWAYS_BOOL), name, a, b)
 
     fn.__name__ = name
     return torchsymbol(getattr(torch, name), *aliases, methods=(name, dunder), inplace_methods=(name + "_",), name=name)(fn)

@@ -4,9 +4,11 @@ An operation without a thunder definition is still traced: its output metadata c
 own meta kernels, the torch executor runs the torch callable itself, and autodiff differentiates it
 with torch's autograd. So an unusual op costs a little readability, never the whole model. Only an
 op that cannot produce metadata without data (``nonzero``, ``unique``, ...) stops tracing, with a
-``NotImplementedError`` that names it.
+``NotImplementedError`` that names it. See [Note: in-place fallback] for operations that update a tensor.
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
@@ -14,6 +16,7 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from thunder.core.proxies import TensorProxy, NumberProxy
 from thunder.core.symbol import Symbol, Tag
 from thunder.core.trace import get_tracectx
+from thunder.torch.registry import signature_of
 
 _NAMESPACES = (("torch.nn.functional", torch.nn.functional), ("torch.special", torch.special),
                ("torch.linalg", torch.linalg), ("torch.fft", torch.fft), ("torch", torch))
@@ -21,7 +24,10 @@ _NAMESPACES = (("torch.nn.functional", torch.nn.functional), ("torch.special", t
 _RANDOM_NAMES = frozenset({"bernoulli", "multinomial", "normal", "poisson", "rand", "randn", "randint", "randperm",
                            "rand_like", "randn_like", "randint_like", "dropout", "alpha_dropout", "feature_alpha_dropout",
                            "dropout1d", "dropout2d", "dropout3d", "rrelu", "exponential_", "geometric_", "uniform_",
-                           "normal_", "random_", "cauchy_", "log_normal_", "bernoulli_", "gumbel_softmax"})
+                           "normal_", "random_", "cauchy_", "log_normal_", "bernoulli_", "gumbel_softmax",
+                           "dropout_", "alpha_dropout_", "feature_dropout_", "feature_alpha_dropout_", "rrelu_",
+                           "trunc_normal_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_",
+                           "orthogonal_", "sparse_"})
 
 
 _PATHS: dict[int, str] | None = None
@@ -143,3 +149,111 @@ def _print_constant_call(fn, bsym, printer):
 
 def fallback_call(fn, args, kwargs):
     return fallback_symbol(fn)(*args, **kwargs)
+
+
+# [Note: in-place fallback]
+# A torch operation without a thunder definition may update its first argument in place: a Tensor
+# method or torch function named ``op_`` (``scatter_``, ``zero_``, ``bernoulli_``, ``torch.relu_``),
+# an augmented assignment (``__ior__``), an ``nn.init`` initializer, or an operation called with
+# ``inplace=True``. Recording its call like an out-of-place one would lose the update (later reads
+# of the tensor would see the old value), so it is recorded functionally, like the in-place
+# operations thunder defines (see [Note: in-place updates] in thunder/core/functionalization.py):
+# ``updated_copy(op, a, ...)`` runs ``op`` on a copy of ``a`` and returns the copy, and the tracer
+# rebinds ``a`` to it. The same torch kernel runs, so values and random draws are eager's.
+# Operations that change a tensor's shape, strides or storage in place cannot be expressed so and
+# are refused with an error.
+
+_INPLACE_DUNDERS = frozenset({"__iadd__", "__isub__", "__imul__", "__itruediv__", "__idiv__", "__ifloordiv__",
+                              "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__",
+                              "__imatmul__"})
+_METADATA_INPLACE = frozenset({"resize_", "resize_as_", "resize_as_sparse_", "sparse_resize_",
+                               "sparse_resize_and_clear_", "set_", "as_strided_", "squeeze_", "unsqueeze_", "t_",
+                               "transpose_", "swapaxes_", "swapdims_", "detach_", "share_memory_", "apply_", "map_",
+                               "map2_", "requires_grad_"})
+
+
+def inplace_call(fn, args, kwargs):
+    """``(symbol, args, kwargs)`` recording ``fn(*args, **kwargs)`` as an update of its first argument, which comes
+    first in ``args``; None when the call updates nothing in place (see [Note: in-place fallback])."""
+    if not _updates_in_place(fn, args, kwargs):
+        return None
+    if not args:  # nn.init's initializers pass the tensor by keyword
+        args, kwargs = first_positional(fn, kwargs)
+    if not args or not isinstance(args[0], TensorProxy):
+        _refuse(fn, "its first argument is not a tensor")
+    return inplace_fallback_symbol(fn), args, kwargs
+
+
+def _updates_in_place(fn, args, kwargs) -> bool:
+    if isinstance(fn, torch._ops.OpOverload):
+        written = [a.name for a in fn._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+        if written and written != [fn._schema.arguments[0].name]:
+            _refuse(fn, "it updates several of its arguments")
+        return bool(written)
+    name = getattr(fn, "__name__", "") or ""
+    if name in _INPLACE_DUNDERS or name.endswith("_") and not name.endswith("__"):
+        if name in _METADATA_INPLACE:
+            _refuse(fn, "it changes a tensor's shape, strides or storage")
+        return True
+    return kwargs.get("inplace") is True or len(args) > 1 and _bound(fn, args).get("inplace") is True
+
+
+def _refuse(fn, why: str):
+    raise NotImplementedError(
+        f"thunder cannot trace the in-place operation {describe(fn)}: {why}, which a functional trace cannot "
+        "express. Use the out-of-place operation and assign its result instead")
+
+
+def _bound(fn, args) -> dict:
+    sig = signature_of(fn)
+    try:
+        return dict(sig.bind_partial(*args).arguments) if sig is not None else {}
+    except TypeError:
+        return {}
+
+
+def first_positional(fn, kwargs):
+    """``(args, kwargs)`` with ``fn``'s first parameter, given by keyword, passed positionally."""
+    sig = signature_of(fn)
+    first = next(iter(sig.parameters)) if sig is not None and sig.parameters else None
+    if first not in kwargs:
+        return (), kwargs
+    kwargs = dict(kwargs)
+    return (kwargs.pop(first),), kwargs
+
+
+def updated_copy(fn, a, /, *args, **kwargs):
+    """The value the in-place operation ``fn`` gives ``a``, computed on a copy of ``a`` (``a`` is unchanged)."""
+    out = a.clone()
+    fn(out, *args, **kwargs)
+    return out
+
+
+_INPLACE_SYMBOLS: dict[object, Symbol] = {}
+
+
+def inplace_fallback_symbol(fn) -> Symbol:
+    """The symbol recording ``fn``, an in-place torch operation, as ``updated_copy(fn, a, ...)``."""
+    sym = _INPLACE_SYMBOLS.get(fn)
+    if sym is not None:
+        return sym
+    path = printable_name(fn)
+    name = path.removeprefix("torch.") if path else getattr(fn, "__name__", "op")
+    tags = (Tag.RANDOM,) if getattr(fn, "__name__", "") in _RANDOM_NAMES else ()
+    impl = functools.partial(updated_copy, fn)
+
+    def meta(*args, **kwargs):
+        return meta_outputs(impl, args, kwargs)
+
+    sym = Symbol(f"updated_copy[{name}]", meta, module="torch", is_prim=True, tags=tags)
+    sym.torch_impl = impl
+    sym.is_fallback = True
+    sym.printer = lambda bsym, printer: _print_updated_copy(fn, path, bsym, printer)
+    _INPLACE_SYMBOLS[fn] = sym
+    return sym
+
+
+def _print_updated_copy(fn, path, bsym, printer):
+    printer.imports["from thunder.torch.fallback import updated_copy"] = None
+    callee = path if path is not None else printer.constant(fn)
+    return f"{printer.output(bsym.output)} = updated_copy({callee}, {printer.call_args(bsym.args, bsym.kwargs)})"

@@ -176,14 +176,17 @@ class AutogradGraph:
 
 
 def torch_autograd_forward(fn, args, kwargs, diff_positions, out_like=None):
-    """Runs ``fn`` with autograd enabled; returns its outputs and the graph for ``torch_autograd_backward``."""
-    args = list(args)
-    inputs = []
+    """Runs ``fn`` with autograd enabled; returns its outputs and the graph for ``torch_autograd_backward``.
+
+    A tensor passed in several positions is one leaf (``attn(x, x, x)`` must see ``query is key``).
+    """
+    leaves = {}
     with torch.enable_grad():
         for i in diff_positions:
-            t = args[i].detach().requires_grad_(True)
-            args[i] = t
-            inputs.append(t)
+            if id(args[i]) not in leaves:
+                leaves[id(args[i])] = args[i].detach().requires_grad_(True)
+        args = [leaves.get(id(a), a) if isinstance(a, torch.Tensor) else a for a in args]
+        inputs = [args[i] for i in diff_positions]
         out = fn(*args, **kwargs)
     flat = [o for o in (out if isinstance(out, (tuple, list)) else (out,))]
     graph = AutogradGraph(inputs, [o for o in flat if isinstance(o, torch.Tensor) and o.requires_grad])
@@ -193,14 +196,19 @@ def torch_autograd_forward(fn, args, kwargs, diff_positions, out_like=None):
 
 
 def torch_autograd_backward(graph, *cotangents):
-    outs, grads = [], []
+    outs, cts = [], []
     for o, g in zip(graph.outputs, cotangents):
         if g is not None:
             outs.append(o)
-            grads.append(g)
-    result = torch.autograd.grad(outs, graph.inputs, grads, allow_unused=True) if outs else [None] * len(graph.inputs)
+            cts.append(g)
+    unique = list({id(t): t for t in graph.inputs}.values())
+    result = torch.autograd.grad(outs, unique, cts, allow_unused=True) if outs else [None] * len(unique)
+    by_leaf = dict(zip(map(id, unique), result))
+    grads = []
+    for t in graph.inputs:  # a leaf in several positions (distinct proxies of one tensor): its gradient once
+        grads.append(by_leaf.pop(id(t)) if id(t) in by_leaf else torch.zeros_like(t))
     graph.inputs = graph.outputs = None  # release the graph's saved tensors
-    return tuple(result)
+    return tuple(grads)
 
 
 def _forward_meta(fn, args, kwargs, diff_positions, out_like=None):
@@ -245,7 +253,11 @@ def torch_autograd_rule(fn, out_meta=None):
     """
 
     def rule(*args, **kwargs):
-        diff = tuple(i for i, a in enumerate(args) if isinstance(a, TensorProxy) and a.requires_grad)
+        firsts = {}  # a proxy passed in several positions is differentiated once, at its first
+        for i, a in enumerate(args):
+            if isinstance(a, TensorProxy) and a.requires_grad:
+                firsts.setdefault(a.name, i)
+        diff = tuple(firsts.values())
         out_like = out_meta(*args, **kwargs) if out_meta is not None else None
         out, graph = torch_autograd_forward_sym(fn, args, kwargs, diff, out_like)
         flat_out = out if isinstance(out, (tuple, list)) else (out,)

@@ -16,7 +16,6 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from thunder.core.symbol import Tag
 from thunder.torch.registry import INPLACE_TO_SYMBOL, torchsymbol
 from thunder.torch.utils import convert, expand_to, check
 
@@ -24,7 +23,7 @@ from thunder.torch.utils import convert, expand_to, check
 class PlanKind:
     TWIN = "twin"  # call the out-of-place twin (a torch callable), traced like any call
     VALUE = "value"  # a torch-language function (self, *args, **kwargs) -> the new value
-    CLONE_APPLY = "clone_apply"  # run the torch callable itself on a clone, as one opaque operation
+    CLONE_APPLY = "clone_apply"  # run the torch callable itself on a copy (fallback.updated_copy), as one operation
     METADATA = "metadata"  # changes the tensor's shape or strides in place (t_, unsqueeze_, ...)
     REFUSE = "refuse"
 
@@ -217,52 +216,3 @@ def plan_for(key) -> InplacePlan | None:
     return PLANS.get(key)
 
 
-def random_clone_apply_tags(fn) -> tuple:
-    name = getattr(fn, "__name__", "")
-    return (Tag.RANDOM,) if name in _RANDOM or name.rstrip("_") in ("uniform", "normal", "trunc_normal", "xavier_uniform",
-                                                                   "xavier_normal", "kaiming_uniform", "kaiming_normal",
-                                                                   "orthogonal", "sparse") else ()
-
-
-_CLONE_APPLY: dict[object, object] = {}
-
-
-def clone_apply_symbol(fn):
-    """An out-of-place form of the in-place callable ``fn``: it runs ``fn`` on a clone of its first argument.
-
-    Used where torch has no out-of-place twin (``uniform_``, ``fill_diagonal_``, ``torch.nn.init.*``). The clone
-    keeps the argument's layout, so a random fill draws exactly eager's numbers in eager's order.
-    """
-    sym = _CLONE_APPLY.get(fn)
-    if sym is not None:
-        return sym
-    from thunder.core.symbol import Symbol
-    from thunder.core.trace import get_tracectx
-    from thunder.torch import fallback
-
-    path = fallback.printable_name(fn) or getattr(fn, "__name__", "inplace")
-    name = path.removeprefix("torch.").replace(".", "_")  # Tensor_uniform_, nn_init_uniform_: one symbol each
-
-    def on_clone(__tensor, /, *args, **kwargs):
-        out = __tensor.clone()
-        fn(out, *args, **kwargs)
-        return out
-
-    on_clone.__name__ = f"{name}on_clone" if name.endswith("_") else f"{name}_on_clone"
-    on_clone.__qualname__ = on_clone.__name__
-
-    def meta(__tensor, /, *args, **kwargs):
-        a = __tensor
-        return get_tracectx().tensor(tuple(a.shape), a.dtype, a.device, torch.is_grad_enabled() and a.requires_grad)
-
-    sym = Symbol(on_clone.__name__, meta, module="torch", is_prim=True, tags=random_clone_apply_tags(fn))
-    sym.torch_impl = on_clone
-    sym.is_fallback = True
-    sym.printer = lambda bsym, printer: _print_call(on_clone, bsym, printer)
-    _CLONE_APPLY[fn] = sym
-    return sym
-
-
-def _print_call(fn, bsym, printer):
-    callee = printer.constant(fn, fn.__name__)
-    return f"{printer.output(bsym.output)} = {callee}({printer.call_args(bsym.args, bsym.kwargs)})"

@@ -1,0 +1,145 @@
+"""Training parity of a jitted model against a deep copy run eagerly.
+
+``check_training_parity`` runs one forward+backward on both models with the RNG seeded identically
+before each call (dropout draws the same masks), then a few optimizer steps, and compares the
+outputs, the loss, every parameter's ``.grad``, every buffer (BatchNorm running statistics) and,
+after the steps, every parameter. Comparisons are bitwise unless the caller passes a ``NotBitwise``
+that says why a model's gradients round differently and how far apart they may be.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+from typing import Any, Callable
+
+import torch
+
+import thunder
+
+
+@dataclasses.dataclass(frozen=True)
+class NotBitwise:
+    """Why a model's gradients are not bitwise eager's, and the tolerance that holds instead.
+
+    The check is strict: when everything matches bitwise after all, it fails, so the entry is removed.
+    """
+
+    reason: str
+    atol: float = 1e-6
+    rtol: float = 1e-4
+
+
+def _call(model, inputs):
+    return model(**inputs) if isinstance(inputs, dict) else model(*inputs)
+
+
+@dataclasses.dataclass
+class Mismatches:
+    """Tensors not bitwise equal to eager's: within the stated tolerance, or where bitwise was required."""
+
+    tolerated: list = dataclasses.field(default_factory=list)
+    unexpected: list = dataclasses.field(default_factory=list)
+
+
+def _compare(actual, expected, what: str, tol: NotBitwise | None, mismatches: Mismatches):
+    """Compares bitwise, or within ``tol``; bitwise mismatches are collected, to be reported all at once."""
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(actual, torch.Tensor), f"{what}: expected a tensor, got {type(actual).__name__}"
+        assert (actual.shape, actual.dtype) == (expected.shape, expected.dtype), (
+            f"{what}: {actual.dtype}{list(actual.shape)} != {expected.dtype}{list(expected.shape)}")
+        if torch.equal(actual, expected):
+            return
+        diff = (actual.double() - expected.double()).abs().max().item() if actual.numel() else 0.0
+        if tol is None or not (expected.is_floating_point() or expected.is_complex()):
+            mismatches.unexpected.append(f"{what} (max abs diff {diff:.3g})")  # reported by _check_bitwise
+            return
+        mismatches.tolerated.append(what)
+        torch.testing.assert_close(actual, expected, atol=tol.atol, rtol=tol.rtol, equal_nan=True,
+                                   msg=lambda m: f"{what} ({tol.reason}): {m}")
+    elif isinstance(expected, dict):
+        assert type(actual) is type(expected), f"{what}: {type(actual).__name__} != {type(expected).__name__}"
+        assert list(actual.keys()) == list(expected.keys()), f"{what}: keys {list(actual)} != {list(expected)}"
+        for k in expected:
+            _compare(actual[k], expected[k], f"{what}[{k!r}]", tol, mismatches)
+    elif isinstance(expected, (tuple, list)):
+        assert type(actual) is type(expected) and len(actual) == len(expected), f"{what}: structure differs"
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            _compare(a, e, f"{what}[{i}]", tol, mismatches)
+    elif hasattr(expected, "__dict__") and not isinstance(expected, type):  # e.g. HF's DynamicCache
+        assert type(actual) is type(expected), f"{what}: {type(actual).__name__} != {type(expected).__name__}"
+        _compare(vars(actual), vars(expected), what, tol, mismatches)
+    else:
+        assert actual == expected, f"{what}: {actual!r} != {expected!r}"
+
+
+def _check_bitwise(mismatches: Mismatches):
+    assert not mismatches.unexpected, "not bitwise equal to eager:\n  " + "\n  ".join(mismatches.unexpected)
+
+
+def _forward(jmodel, ref, inputs, seed: int, loss_of, tol, mismatches, what: str):
+    torch.manual_seed(seed)
+    expected = _call(ref, inputs)
+    expected_rng = torch.get_rng_state()
+    torch.manual_seed(seed)
+    actual = _call(jmodel, inputs)
+    assert torch.equal(torch.get_rng_state(), expected_rng), f"{what}: the RNG advanced differently from eager"
+    _compare(actual, expected, f"{what} output", tol, mismatches)
+    return loss_of(actual), loss_of(expected)
+
+
+def _compare_state(model, ref, tol, mismatches, what: str, grads: bool):
+    for (name, b), (_, rb) in zip(model.named_buffers(), ref.named_buffers()):
+        _compare(b, rb, f"{what} buffer {name}", tol, mismatches)
+    for (name, p), (_, rp) in zip(model.named_parameters(), ref.named_parameters()):
+        if grads:
+            assert (p.grad is None) == (rp.grad is None), f"{what}: .grad of {name} is {p.grad} but eager's is {rp.grad}"
+            if p.grad is not None:
+                _compare(p.grad, rp.grad, f"{what} grad of {name}", tol, mismatches)
+        else:
+            _compare(p, rp, f"{what} parameter {name}", tol, mismatches)
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Tiny models run several times faster on one intra-op thread when test workers share the cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def check_training_parity(model: torch.nn.Module, inputs: Any, *, loss_of: Callable = lambda out: out.loss,
+                          steps: int = 3, not_bitwise: NotBitwise | None = None, lr: float = 0.1):
+    """One forward+backward, then ``steps`` SGD steps, of ``thunder.jit(model)`` against an eager deep copy."""
+    with one_thread():
+        return _training_parity(model, inputs, loss_of, steps, not_bitwise, lr)
+
+
+def _training_parity(model, inputs, loss_of, steps, not_bitwise, lr):
+    ref = copy.deepcopy(model)
+    jmodel = thunder.jit(model)
+    mismatches = Mismatches()
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=lr)
+    for step in range(steps + 1):
+        what = f"step {step}"
+        loss, ref_loss = _forward(jmodel, ref, inputs, 100 + step, loss_of, not_bitwise, mismatches, what)
+        _compare(loss, ref_loss, f"{what} loss", not_bitwise, mismatches)
+        _check_bitwise(mismatches)
+        loss.backward()
+        ref_loss.backward()
+        _compare_state(model, ref, not_bitwise, mismatches, what, grads=True)
+        _check_bitwise(mismatches)
+        opt.step()
+        ref_opt.step()
+        opt.zero_grad()
+        ref_opt.zero_grad()
+        _compare_state(model, ref, not_bitwise, mismatches, what, grads=False)
+        _check_bitwise(mismatches)
+    assert thunder.cache_misses(jmodel) == 1, "every step after the first must hit the cache"
+    if not_bitwise is not None:
+        assert mismatches.tolerated, f"bitwise equal to eager after all: remove the NotBitwise entry ({not_bitwise.reason})"
+    return jmodel, mismatches

@@ -1,0 +1,194 @@
+"""Hugging Face transformers models train under thunder.jit exactly as in eager.
+
+Each case builds a tiny random-init model with ``AutoConfig.for_model(...)`` and ``from_config``
+(hidden size 64, 2 layers, vocabulary 128, batch 2, sequences of 16; with an attention mask, the
+second row is left-padded), and checks one forward+backward and three SGD steps against a deep
+copy run eagerly (``tests/parity.py``): outputs (``ModelOutput``, ``DynamicCache`` included), loss,
+every ``.grad``, every buffer and every parameter, bitwise unless ``NOT_BITWISE`` says why not.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import thunder
+from thunder.core.proxies import DataDependentError
+from tests.parity import NotBitwise, check_training_parity, one_thread
+
+transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+
+VOCAB, BATCH, SEQ = 128, 2, 16
+_DECODER = dict(hidden_size=64, num_hidden_layers=2, vocab_size=VOCAB, num_attention_heads=4, num_key_value_heads=2,
+                intermediate_size=128, max_position_embeddings=64, attention_dropout=0.1)
+_MOE = dict(num_experts_per_tok=2)
+_ENC_DEC = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+                encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=VOCAB)
+
+
+@dataclasses.dataclass(frozen=True)
+class HFCase:
+    model_type: str
+    config: dict
+    auto: str = "AutoModelForCausalLM"
+    inputs: str = "tokens"  # "tokens" (input_ids, labels) or "audio" (Whisper's input_features, labels)
+
+
+CASES = {
+    "llama": HFCase("llama", _DECODER),
+    "mistral": HFCase("mistral", _DECODER),
+    "qwen2": HFCase("qwen2", _DECODER),
+    "qwen3": HFCase("qwen3", dict(_DECODER, head_dim=16)),
+    "gemma": HFCase("gemma", dict(_DECODER, head_dim=16)),
+    "gemma2": HFCase("gemma2", dict(_DECODER, head_dim=16)),
+    "gemma3_text": HFCase("gemma3_text", dict(_DECODER, head_dim=16)),
+    # Phi-3's default pad_token_id (32000) is outside a 128-token vocabulary: nn.Embedding refuses it
+    # ("Padding_idx must be within num_embeddings") before thunder is involved.
+    "phi3": HFCase("phi3", dict(_DECODER, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # The MoE models' experts run HF's "grouped_mm" implementation. While thunder traces, HF sees
+    # torch.compiler.is_compiling() and, for float32 weights, calls its custom op
+    # transformers::grouped_mm_fallback (one torch.mm per expert; the generic fallback runs it and torch's
+    # autograd differentiates it) instead of torch.nn.functional.grouped_mm, which eager calls. On CPU both
+    # give the same bits, forward and backward.
+    "mixtral": HFCase("mixtral", dict(_DECODER, **_MOE, num_local_experts=4)),
+    "qwen2_moe": HFCase("qwen2_moe", dict(_DECODER, **_MOE, num_experts=4, moe_intermediate_size=32,
+                                          shared_expert_intermediate_size=64)),
+    # Multi-head latent attention gives keys as many heads as queries: num_key_value_heads must equal
+    # num_attention_heads (HF's sdpa path would repeat the keys by num_attention_heads // num_key_value_heads).
+    "deepseek_v3": HFCase("deepseek_v3", dict(_DECODER, **_MOE, num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=32,
+                                              qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
+                                              n_routed_experts=4, moe_intermediate_size=32, n_shared_experts=1,
+                                              first_k_dense_replace=1, n_group=2, topk_group=1)),
+    "gpt2": HFCase("gpt2", dict(n_embd=64, n_layer=2, n_head=4, vocab_size=VOCAB, n_positions=64)),
+    "gpt_neox": HFCase("gpt_neox", dict(_DECODER, hidden_dropout=0.1)),
+    "bert": HFCase("bert", dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                                max_position_embeddings=64, vocab_size=VOCAB), auto="AutoModelForMaskedLM"),
+    "roberta": HFCase("roberta", dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                      intermediate_size=128, max_position_embeddings=64, vocab_size=VOCAB),
+                      auto="AutoModelForMaskedLM"),
+    "t5": HFCase("t5", dict(d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, vocab_size=VOCAB,
+                            decoder_start_token_id=0), auto="AutoModelForSeq2SeqLM"),
+    "bart": HFCase("bart", dict(_ENC_DEC, max_position_embeddings=64), auto="AutoModelForSeq2SeqLM"),
+    # Whisper's default special tokens (50256, ...) are outside a 128-token vocabulary.
+    "whisper": HFCase("whisper", dict(_ENC_DEC, num_mel_bins=16, max_source_positions=SEQ, max_target_positions=32,
+                                      pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1,
+                                      suppress_tokens=None, begin_suppress_tokens=None, dropout=0.1),
+                      auto="AutoModelForSpeechSeq2Seq", inputs="audio"),
+}
+
+# Gradients that round differently from eager's: the forward (loss, logits, caches) is bitwise in every
+# case. Each cause is a primitive's gradient rule in thunder/transforms/grad_rules.py that computes the
+# same formula in another order than torch's backward kernel; with torch's order the models below are
+# bitwise (checked by replacing the three rules).
+_TANH = "tanh's gradient rule is g * (1 - y * y), not torch's tanh_backward kernel (fused rounding)"
+_SIGMOID = "sigmoid's gradient rule is g * (y * (1 - y)), torch's sigmoid_backward computes g * (1 - y) * y"
+_DIV = "div's gradient for the divisor is -(g * a) / (b * b), torch's is -g * ((a / b) / b)"
+NOT_BITWISE = {
+    "gpt2": NotBitwise(f"gelu_new (tanh approximation): {_TANH}"),
+    "mixtral": NotBitwise(f"router weights normalized by their sum: {_DIV}"),
+    "qwen2_moe": NotBitwise(f"shared-expert gate: {_SIGMOID}"),
+    "deepseek_v3": NotBitwise(f"sigmoid router scores normalized by their sum: {_SIGMOID}; {_DIV}"),
+}
+
+# Causal LMs run with and without an attention mask (HF builds the mask differently for each);
+# encoders and encoder-decoders are given one, Whisper's encoder takes none.
+_MASK_ONLY = {"bert", "roberta", "t5", "bart"}
+_NO_MASK = {"whisper"}
+
+
+def _params():
+    out = []
+    for name in CASES:
+        masks = [True] if name in _MASK_ONLY else [False] if name in _NO_MASK else [False, True]
+        out += [pytest.param(name, m, id=f"{name}-{'mask' if m else 'nomask'}") for m in masks]
+    return out
+
+
+def make_model(case: HFCase):
+    config = transformers.AutoConfig.for_model(case.model_type, **case.config)
+    torch.manual_seed(0)
+    return getattr(transformers, case.auto).from_config(config).train()
+
+
+def make_inputs(case: HFCase, mask: bool) -> dict:
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, VOCAB, (BATCH, SEQ), generator=g)
+    if case.inputs == "audio":
+        return dict(input_features=torch.randn(BATCH, case.config["num_mel_bins"], 2 * SEQ, generator=g), labels=ids)
+    inputs = dict(input_ids=ids, labels=ids.clone())
+    if mask:
+        attention_mask = torch.ones(BATCH, SEQ, dtype=torch.long)
+        attention_mask[1, :5] = 0  # a left-padded row
+        inputs["attention_mask"] = attention_mask
+        inputs["labels"][attention_mask == 0] = -100
+    return inputs
+
+
+@pytest.mark.parametrize("name,mask", _params())
+def test_training_parity(name, mask):
+    case = CASES[name]
+    check_training_parity(make_model(case), make_inputs(case, mask), not_bitwise=NOT_BITWISE.get(name))
+
+
+@pytest.mark.parametrize("name", ["llama", "bert"])
+def test_training_parity_with_gradient_checkpointing(name):
+    """HF's gradient checkpointing (torch.utils.checkpoint around each layer): recomputed, not saved."""
+    case = CASES[name]
+    model = make_model(case)
+    model.gradient_checkpointing_enable()
+    jmodel, _ = check_training_parity(model, make_inputs(case, mask=True), not_bitwise=NOT_BITWISE.get(name))
+    assert "torch.nn.functional.linear(" in str(thunder.last_backward_traces(jmodel)[-1]), "nothing recomputed"
+
+
+def test_past_key_values_hold_this_calls_keys_and_values():
+    """The returned ``DynamicCache`` is rebuilt on every call with that call's tensors."""
+    case = CASES["llama"]
+    model = make_model(case).eval()
+    jmodel = thunder.jit(model)
+    with torch.no_grad(), one_thread():
+        for seed in range(2):
+            ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(seed))
+            actual, expected = jmodel(input_ids=ids), model(input_ids=ids)
+            assert type(actual.past_key_values) is type(expected.past_key_values)
+            assert actual.past_key_values.get_seq_length() == SEQ
+            for layer, ref in zip(actual.past_key_values.layers, expected.past_key_values.layers, strict=True):
+                assert type(layer.keys) is torch.Tensor
+                assert torch.equal(layer.keys, ref.keys) and torch.equal(layer.values, ref.values)
+
+
+# ---------------------------------------------------------------------------------------------
+# Layer drop (BART, Whisper, mBART, ...): ``if torch.rand([]) < self.layerdrop: continue`` in training
+# ---------------------------------------------------------------------------------------------
+
+
+class LayerDrop(torch.nn.Module):
+    def __init__(self, layerdrop: float):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(3))
+        self.layerdrop = layerdrop
+
+    def forward(self, x):
+        for layer in self.layers:
+            if self.training:
+                dropout_probability = torch.rand([])
+                if dropout_probability < self.layerdrop:
+                    continue
+            x = torch.nn.functional.dropout(layer(x), 0.5, self.training)
+        return x
+
+
+def test_layerdrop_zero_traces_and_draws_as_eager():
+    """``rand([]) < 0.0`` is False whatever the draw (see [Note: comparisons decided by value ranges])."""
+    model = LayerDrop(0.0).train()
+    x = torch.randn(4, 8)
+    torch.manual_seed(0)
+    actual = thunder.jit(model)(x)
+    rng = torch.get_rng_state()
+    torch.manual_seed(0)
+    assert torch.equal(actual, model(x)) and torch.equal(rng, torch.get_rng_state())
+
+
+def test_layerdrop_positive_is_data_dependent():
+    with pytest.raises(DataDependentError, match="Tensor.__bool__"):
+        thunder.jit(LayerDrop(0.5).train())(torch.randn(4, 8))

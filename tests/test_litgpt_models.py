@@ -1,0 +1,68 @@
+"""litgpt models train under thunder.jit exactly as in eager.
+
+``litgpt.model.GPT`` from the configurations of real checkpoints shrunk to 2 layers, 64 channels,
+4 heads of 16, vocabulary 128 and block size 32; the jitted module also computes the cross-entropy
+loss. One forward+backward and three SGD steps are compared with a deep copy run eagerly
+(``tests/parity.py``). The configurations cover parallel residuals (shared attention norm or not),
+LayerNorm and RMSNorm (with unit offset), GptNeoxMLP, LLaMAMLP and GemmaMLP, full and partial
+rotary embeddings, grouped-query and multi-query attention, sliding windows, attention biases,
+embedding scaling, post-attention/MLP norms and logit soft-capping. (litgpt's mixture of experts
+needs data-dependent shapes: not covered here.)
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.parity import NotBitwise, check_training_parity
+
+litgpt = pytest.importorskip("litgpt", reason="litgpt is not installed")
+
+VOCAB, BATCH, SEQ = 128, 2, 16
+SHRINK = dict(n_layer=2, n_embd=64, n_head=4, head_size=16, intermediate_size=128, vocab_size=VOCAB,
+              padded_vocab_size=VOCAB, padding_multiple=1, block_size=32)
+CONFIGS = {
+    "pythia-14m": dict(n_query_groups=4),  # parallel residual, LayerNorm, GptNeoxMLP, rotary on a quarter
+    "phi-2": dict(n_query_groups=4),  # parallel residual with a shared attention norm, rotary on 40%
+    "falcon-7b": dict(n_query_groups=1),  # parallel residual, shared norm, multi-query attention
+    "Llama-2-7b-hf": dict(n_query_groups=4),  # RMSNorm, LLaMAMLP
+    "Mistral-7B-v0.1": dict(n_query_groups=2, sliding_window_size=8),  # grouped queries, sliding window
+    "Qwen2.5-0.5B": dict(n_query_groups=2),  # attention biases
+    "gemma-2b": dict(n_query_groups=1),  # GemmaMLP, RMSNorm with unit offset, scaled embeddings
+    "gemma-2-2b": dict(n_query_groups=2, sliding_window_size=8),  # post norms, logit soft-capping
+}
+
+# litgpt's RMSNorm squares with ``x * x``: thunder's autodiff adds the gradients of the product's two
+# operands first and then the gradient of x's other use, ``A + (B + C)``; torch's autograd adds each to
+# x's running gradient in turn, ``(A + B) + C`` (thunder/transforms/autodiff.py, _decomposition_backward).
+# With ``x.pow(2)`` instead these configurations are bitwise.
+_RMSNORM = NotBitwise("RMSNorm's x * x: gradients of one tensor accumulated in another order than torch's")
+NOT_BITWISE = {
+    "Llama-2-7b-hf": _RMSNORM,
+    "Mistral-7B-v0.1": _RMSNORM,
+    "Qwen2.5-0.5B": _RMSNORM,
+    "gemma-2b": _RMSNORM,
+    "gemma-2-2b": NotBitwise(f"{_RMSNORM.reason}; soft-capping's tanh: its gradient rule is g * (1 - y * y), "
+                             "not torch's tanh_backward kernel"),
+}
+
+
+class GPTWithLoss(torch.nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.gpt = litgpt.model.GPT(config)
+
+    def forward(self, idx, targets):
+        logits = self.gpt(idx)
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_training_parity(name):
+    config = litgpt.Config.from_name(name, **SHRINK, **CONFIGS[name])
+    torch.manual_seed(0)
+    model = GPTWithLoss(config).train()
+    idx = torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
+    targets = torch.roll(idx, -1, dims=1)
+    check_training_parity(model, (idx, targets), loss_of=lambda loss: loss, not_bitwise=NOT_BITWISE.get(name))
