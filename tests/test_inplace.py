@@ -542,3 +542,27 @@ def test_input_containers_are_plain_types():
 
     a, b = torch.randn(2), torch.randn(2)
     _assert_same(thunder.jit(f)([a], {"a": b}), f([a], {"a": b}), "outputs")
+
+
+def test_inputs_sharing_memory_with_an_updated_input_are_refused():
+    def f(a, b):
+        a.add_(1)
+        return b * 2
+
+    x = torch.randn(4)
+    with pytest.raises(NotImplementedError, match="shares memory"):
+        thunder.jit(f)(x, x[1:])
+    jf = thunder.jit(f)
+    y, z = torch.randn(4), torch.randn(3)
+    ye = y.clone()
+    assert torch.equal(jf(y, z), f(ye, z)) and torch.equal(y, ye)
+    with pytest.raises(NotImplementedError, match="shares memory"):  # checked on each call: not a stale entry
+        jf(x, x[1:])
+
+
+def test_inputs_sharing_memory_are_fine_when_nothing_is_updated():
+    def f(a, b):
+        return a + b[:1]
+
+    x = torch.randn(4)
+    assert torch.equal(thunder.jit(f)(x, x[1:]), f(x, x[1:]))

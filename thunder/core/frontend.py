@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import inspect
 import threading
 import types
@@ -380,12 +381,14 @@ class Tracer:
             if not isinstance(o, TensorProxy) or o is base:
                 continue
             chain = view_chain(bsym, base, o)
-            definite = getattr(sym, "is_view", False) and chain is not None and all(_is_view_prim(b) for b in chain)
-            if not definite and not self.layouts.aliases(torch_fn, args, kwargs, i, base):
-                continue
+            definite = getattr(sym, "is_view", False) and chain is not None and all(
+                _is_view_prim(b) or _is_fallback_view(b) for b in chain)
+            if getattr(sym, "is_view", False) and not definite and not getattr(sym, "is_fallback", False):
+                continue  # a view op that copies here (advanced indexing)
+            decide = None if definite else functools.partial(self.layouts.aliases, torch_fn, args, kwargs, i, base)
             index = i if isinstance(out, (tuple, list)) else None
             usable = chain is not None and all(_is_view_prim(b) or _is_fallback_view(b) for b in chain)
-            step = ViewStep(sym, args[1:], kwargs, index, chain or (), kind="view" if usable else "opaque")
+            step = ViewStep(sym, args[1:], kwargs, index, chain or (), kind="view" if usable else "opaque", aliases=decide)
             self.aliases.add_view(base, o, step)
 
     def _unknown(self, func, first, args, kwargs):
@@ -497,8 +500,7 @@ class Tracer:
         """``x.t_()``, ``x.unsqueeze_(0)``: ``x`` now has another shape; supported for tensors nothing else aliases."""
         proxy = original if isinstance(original, TensorProxy) else self._capture(original)
         key = self.aliases.key(proxy)
-        if (key in self.input_names or self.aliases.view_of(proxy) is not None
-                or any(v.root == key for v in self.aliases.views.values())):
+        if key in self.input_names or self.aliases.view_of(proxy) is not None or self.aliases.has_views(key):
             raise NotImplementedError(
                 f"{describe(func)} changes the shape of {key} in place while it is an input or shares memory with another "
                 "tensor, which thunder cannot express; use the out-of-place operation instead")
@@ -522,7 +524,7 @@ class Tracer:
             key = self.aliases.key(x)
             if key in written:
                 return written[key]
-            view = self.aliases.views.get(key)
+            view = self.aliases.view_of(x)
             if view is not None and view.root in written:
                 return self.aliases.regenerate_from(view, written[view.root])
             return self.aliases.resolve(x)

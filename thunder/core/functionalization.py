@@ -44,6 +44,7 @@ class ViewStep:
     index: int | None
     chain: tuple  # the primitives (bound symbols) that compute this output from the base, in order
     kind: str = "view"  # "view", "detach" or "opaque" (an aliasing op thunder cannot write through)
+    aliases: Any = None  # for ops that alias only when strides allow (reshape): a function deciding it, when needed
 
     def apply(self, base):
         if self.kind == "detach":
@@ -176,10 +177,28 @@ class Aliases:
     def is_updated(self, root: str) -> bool:
         return root in self.current
 
+    def _view(self, key: str) -> ViewOf | None:
+        """The view ``key`` is, deciding now whether steps that alias only for some strides (reshape) do alias."""
+        view = self.views.get(key)
+        if view is None or all(step.aliases is None for step in view.steps):
+            return view
+        steps = []
+        for step in view.steps:
+            if step.aliases is not None:
+                if not step.aliases():
+                    del self.views[key]  # a copy after all: the tensor is a root of its own
+                    return None
+                step = dataclasses.replace(step, aliases=None)
+            steps.append(step)
+        view = self.views[key] = ViewOf(view.root, tuple(steps))
+        return view
+
     def resolve(self, proxy: TensorProxy) -> TensorProxy:
         """The value the program's tensor ``proxy`` has now."""
         key = self.key(proxy)
         view = self.views.get(key)
+        if view is not None and self.version[key] != self.root_value(view.root).name:
+            view = self._view(key)
         if view is None:
             return self.current.get(key, proxy)
         root_value = self.root_value(view.root)
@@ -210,7 +229,7 @@ class Aliases:
     def update(self, proxy: TensorProxy, value: TensorProxy):
         """The program's tensor ``proxy`` gets the new value ``value`` (same shape and dtype)."""
         key = self.key(proxy)
-        view = self.views.get(key)
+        view = self._view(key)
         if view is None:
             self.originals.setdefault(key, proxy)
             self.current[key] = value
@@ -228,7 +247,10 @@ class Aliases:
         self._set_view_value(key, new, value)
 
     def view_of(self, proxy: TensorProxy) -> ViewOf | None:
-        return self.views.get(self.key(proxy))
+        return self._view(self.key(proxy))
+
+    def has_views(self, root: str) -> bool:
+        return any(self._view(k) is not None for k, v in list(self.views.items()) if v.root == root)
 
     def regenerate_from(self, view: ViewOf, root_value: TensorProxy) -> TensorProxy:
         value = root_value

@@ -117,6 +117,7 @@ def trace_program(cd: CompileData, args, kwargs) -> TraceResult:
         t = _real_tensor_of(captured.source, tracer)
         prologue.unpack_source(captured.proxy, captured.source, t)
     prologue.check_layouts(tracer.layouts)
+    prologue.check_updated_inputs([k for k in tracer.aliases.current if k in tracer.input_names])
     prologue.check_state(autocast_state, modules)
     prologue.check_specialized(comp.specialized_numbers)
     if autocast_state[0] or autocast_state[2]:

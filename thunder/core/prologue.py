@@ -227,6 +227,31 @@ class PrologueBuilder:
                 strides, offset = layouts.inputs[name]
                 self._emit(px.check_layout_op, proxy, strides, offset)
 
+    def check_updated_inputs(self, updated: list):
+        """Inputs the program updates in place must not share memory with another input: the trace treats them
+        as separate tensors. Checked here for every input, and on each call for the tensor arguments."""
+        by_name = {p.name: (p, src) for p, src in self.inputs if isinstance(p, TensorProxy)}
+        storages = {}
+        for name, value in self.values.items():
+            if isinstance(value, torch.Tensor) and name in by_name:
+                storages.setdefault(value.untyped_storage().data_ptr(), []).append(name)
+        for name in updated:
+            value = self.values.get(name)
+            if value is None:
+                continue
+            sharing = [n for n in storages.get(value.untyped_storage().data_ptr(), []) if n != name]
+            if sharing and value.untyped_storage().nbytes():
+                raise NotImplementedError(
+                    f"The program updates the input {name} in place, and the input {sharing[0]} shares memory with it "
+                    "(one is a view of the other). thunder traces them as separate tensors, so it cannot follow this "
+                    "update. Pass separate tensors (e.g. clone one of them).")
+        if not self.check:
+            return
+        args = tuple(p for p, src in by_name.values() if isinstance(src, frontend.ArgSource))
+        updated_args = tuple(p for p in args if p.name in updated)
+        if updated_args and len(args) > 1:
+            self._emit(px.check_unshared_op, updated_args, args)
+
     # -- state ------------------------------------------------------------------------------
     def check_state(self, autocast_state: tuple, modules: list):
         if not self.check:

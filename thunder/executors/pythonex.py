@@ -112,6 +112,15 @@ def check_distinct(tensors: tuple):
         raise CacheMiss
 
 
+def check_unshared(updated: tuple, tensors: tuple):
+    """Tensor arguments the trace updates in place share no memory with the other tensor arguments."""
+    for u in updated:
+        ptr = u.untyped_storage().data_ptr()
+        for t in tensors:
+            if t is not u and t.untyped_storage().data_ptr() == ptr and ptr:
+                raise CacheMiss
+
+
 def check_len(seq, n: int):
     if len(seq) != n:
         raise CacheMiss
@@ -157,6 +166,6 @@ def check_training(modules: tuple, flags: tuple):
             raise CacheMiss
 
 
-for _fn in (check_tensor, check_layout, check_distinct, check_len, check_keys, check_literal, check_type, check_global_state, check_training):
+for _fn in (check_tensor, check_layout, check_distinct, check_unshared, check_len, check_keys, check_literal, check_type, check_global_state, check_training):
     globals()[_fn.__name__ + "_op"] = ex.register_operator(_fn.__name__, fn=_fn, meta=_no_output,
                                                            imports=(_IMPORT.format(_fn.__name__),))
