@@ -490,9 +490,11 @@ class Tracer:
         proxy = original if isinstance(original, TensorProxy) else self._capture(original)
         if _is_autograd_view(self.aliases.view_of(proxy)):
             raise RuntimeError("Can't detach views in-place. Use detach() instead.")
+        if not self.aliases.resolve(proxy).requires_grad:
+            return original  # nothing to detach
         if self.aliases.key(proxy) in self.input_names:
-            raise NotImplementedError("thunder cannot detach an input in place (Tensor.detach_); use detach() inside the "
-                                      "jitted function, or detach the tensor before calling it")
+            raise NotImplementedError("thunder cannot detach an input that requires grad in place (Tensor.detach_); use "
+                                      "detach() inside the jitted function, or detach the tensor before calling it")
         self.aliases.update(proxy, new)
         return original
 
