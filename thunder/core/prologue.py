@@ -10,6 +10,8 @@ checked too. The prologue returns the computation's inputs, or raises ``CacheMis
 from __future__ import annotations
 
 import enum
+import types
+import weakref
 from numbers import Number
 
 import torch
@@ -40,6 +42,7 @@ class CACHE_OPTIONS(enum.Enum):
 
 
 _LITERAL_TYPES = (str, type(None), torch.dtype, torch.device, slice, type(Ellipsis), torch.Size, bool)
+MAX_INPUT_DEPTH = 64  # containers nested deeper than this are refused (the prologue unpacks them level by level)
 
 
 class PrologueBuilder:
@@ -53,6 +56,11 @@ class PrologueBuilder:
         self.check = cache_option is not CACHE_OPTIONS.SAME_INPUT
         self.inputs: list = []  # (proxy, source) in computation-parameter order
         self.symbolic: dict[str, NumberProxy] = {}
+        self.objects: list = []  # (object, var, name): non-tensor argument objects, whose reads are recorded
+        self.object_vars: dict[int, Var] = {}
+        self.weak_refs: list = []  # the cache entry is useless once one of these dies
+        self.state_index = 0  # where the checks of Python state go: after the arguments are unpacked
+        self.state_bsyms: list = []
 
     def _emit(self, op, *args, **kwargs):
         with tracectx(self.trace):
@@ -82,10 +90,16 @@ class PrologueBuilder:
             var = Var(self._name(k if k.isidentifier() else "kwarg"))
             _record_unpack_key(self.trace, kwargs_var, k, var)
             pkwargs[k] = self._value(v, var, var.name)
+        self.state_index = len(self.trace.bound_symbols)
         return pargs, pkwargs
 
-    def _value(self, value, var: Var, hint: str):
+    def _value(self, value, var: Var, hint: str, depth: int = 0):
         """The traced stand-in for ``value`` (reached in the prologue as ``var``), with its checks."""
+        if depth > MAX_INPUT_DEPTH:
+            raise ValueError(
+                f"thunder.jit: an argument is nested more than {MAX_INPUT_DEPTH} containers deep (at {hint}); thunder "
+                "unpacks and checks nested tuples, lists and dicts level by level on every call. Pass the values in a "
+                "flatter structure (e.g. a list of tensors).")
         if isinstance(value, torch.Tensor):
             frontend.check_tensor_type(value)
             proxy = TensorProxy(var.name, tuple(value.shape), value.dtype, value.device, value.requires_grad)
@@ -102,7 +116,7 @@ class PrologueBuilder:
                 self.symbolic[var.name] = proxy
                 return proxy
             if self.check:
-                self._emit(px.check_literal_op, var, value)
+                self._emit(literal_check(value), var, value)
             return value
         if isinstance(value, _LITERAL_TYPES):
             if self.check:
@@ -115,7 +129,7 @@ class PrologueBuilder:
                 self._emit(px.check_len_op, var, len(value))
             if value:
                 _record_unpack(self.trace, var, outs)
-            items = [self._value(v, o, o.name) for v, o in zip(value, outs)]
+            items = [self._value(v, o, o.name, depth + 1) for v, o in zip(value, outs)]
             if isinstance(value, list):
                 return frontend.InputList(items)
             return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
@@ -127,14 +141,31 @@ class PrologueBuilder:
             for k, v in value.items():
                 o = Var(self._name(f"{hint}_{k}" if isinstance(k, str) and k.isidentifier() else f"{hint}_item"))
                 _record_unpack_key(self.trace, var, k, o)
-                out[k] = self._value(v, o, o.name)
+                out[k] = self._value(v, o, o.name, depth + 1)
             return frontend.InputDict(out)
         if self.functional:
             raise ValueError(f"Cannot unpack object of type {type(value)}. Please file an issue requesting support.")
-        # Any other object is used as it is; the trace depends on its identity.
+        # Any other object is used as it is: the trace depends on its identity and on what the program reads from it.
         if self.check:
-            self._emit(px.check_literal_op if isinstance(value, Number) else _check_is_op(), var, value)
+            self._check_identity(value, var)
+        self.objects.append((value, var, hint))
+        self.object_vars[id(value)] = var
         return value
+
+    def _check_identity(self, value, var: Var):
+        """Checks ``var`` is ``value`` without keeping it alive (a weak reference, else its id and type)."""
+        if isinstance(value, Number):
+            self._emit(literal_check(value), var, value)
+        elif isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType)):
+            self._emit(px.check_is_op, var, value)  # long-lived: a strong reference is harmless
+        else:
+            try:
+                ref = weakref.ref(value)
+            except TypeError:
+                self._emit(px.check_id_op, var, id(value), type(value))
+                return
+            self.weak_refs.append(ref)
+            self._emit(px.check_same_object_op, var, self.constant_var(ref, f"ref_{var.name}"))
 
     def _check_tensor(self, proxy, value):
         if self.check:
@@ -148,7 +179,8 @@ class PrologueBuilder:
                 mvar = self.module_var(source.module, source.qualname)
                 _record_python(self.trace, px.unpack_module_tensor, (mvar, source.collection, source.name), proxy)
             elif isinstance(source, frontend.AttrSource):
-                _record_python(self.trace, px.unpack_attr, (self.constant_var(source.obj, "obj_" + source.label), source.name), proxy)
+                _record_python(self.trace, px.unpack_attr, (self.object_var(source.obj, "obj_" + source.label), source.name),
+                               proxy)
             elif isinstance(source, frontend.GlobalSource):
                 _record_python(self.trace, px.unpack_key, (self.constant_var(source.globals_dict, "fn_globals"), source.name), proxy)
             elif isinstance(source, frontend.CellSource):
@@ -160,6 +192,20 @@ class PrologueBuilder:
 
     def module_var(self, module, qualname: str) -> Var:
         return self.constant_var(module, "m_" + qualname.replace(".", "_") if qualname else "module")
+
+    def object_var(self, obj, hint: str) -> Var:
+        """An argument object's variable, else ``obj`` as a constant."""
+        var = self.object_vars.get(id(obj))
+        return var if var is not None else self.constant_var(obj, hint)
+
+    def missing_var(self) -> Var:
+        return self.constant_var(px.MISSING, "MISSING")
+
+    def emit_state(self, op, *args):
+        """Records a check of Python state; these go right after the arguments are unpacked (see ``finish``)."""
+        from thunder.core.symbol import BoundSymbol
+
+        self.state_bsyms.append(BoundSymbol(op, args, {}, None))
 
     def constant_var(self, obj, hint: str) -> Var:
         for k, v in self.trace.constants.items():
@@ -176,7 +222,8 @@ class PrologueBuilder:
     def check_state(self, autocast_state: tuple, modules: list):
         if not self.check:
             return
-        self._emit(px.check_global_state_op, torch.is_grad_enabled(), torch.get_default_dtype(), autocast_state)
+        self._emit(px.check_global_state_op, torch.is_grad_enabled(), torch.get_default_dtype(), autocast_state,
+                   torch.are_deterministic_algorithms_enabled())
         if modules:
             mvars = tuple(self.module_var(m, q) for q, m in modules)
             self._emit(px.check_training_op, mvars, tuple(m.training for _, m in modules))
@@ -186,9 +233,13 @@ class PrologueBuilder:
             return
         for name in sorted(names):
             p = self.symbolic[name]
-            self._emit(px.check_literal_op, Var(name), p.value)
+            self._emit(literal_check(p.value), Var(name), p.value)
 
     def finish(self, params: list) -> TraceCtx:
+        """The prologue trace, returning ``params``. Call once."""
+        i = self.state_index
+        self.trace.bound_symbols[i:i] = self.state_bsyms
+        self.state_bsyms = []
         with tracectx(self.trace):
             px.python_return(tuple(params))
         return self.trace
@@ -208,21 +259,16 @@ def _record_unpack_key(trace, dict_var, key, out):
     _record_python(trace, px.unpack_key, (dict_var, key), out)
 
 
-_CHECK_IS = None
 _CONSTANT = None
 
 
-def _check_is_op():
-    global _CHECK_IS
-    if _CHECK_IS is None:
-        _CHECK_IS = px.ex.register_operator("check_is", fn=check_is, meta=px._no_output,
-                                            imports=("from thunder.core.prologue import check_is",))
-    return _CHECK_IS
-
-
-def check_is(x, obj):
-    if x is not obj:
-        raise px.CacheMiss
+def literal_check(value):
+    """The check of a number: ``check_number`` where NaN or the sign of zero matters, else ``check_literal``."""
+    if isinstance(value, float) and (value != value or value == 0.0):
+        return px.check_number_op
+    if isinstance(value, complex) and (value != value or value.real == 0.0 or value.imag == 0.0):
+        return px.check_number_op
+    return px.check_literal_op
 
 
 def _constant_op():
