@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from thunder.core import checkpointing, frontend
+from thunder.core import checkpointing, frontend, python_state
 from thunder.core.compile_data import CacheEntry, CompileData
 from thunder.core.interpreter import InstructionRecorder
 from thunder.core.outputs import flatten_output, is_printable_structure
@@ -97,11 +97,13 @@ def trace_program(cd: CompileData, args, kwargs) -> TraceResult:
                              sharp_edges=cd.sharp_edges)
     recorder = InstructionRecorder()
     autocast_state = ltorch_autocast.state()
-    with module_tensors_as_proxies(cd.module, comp, prologue) as modules:
+    state = python_state.StateRecorder(tracer, cd.sharp_edges)
+    with module_tensors_as_proxies(cd.module, comp, prologue) as modules, contextlib.closing(state):
         for p, _ in prologue.inputs:
             if isinstance(p, TensorProxy):
                 tracer.input_names[p.name] = p
-        with frontend.active(tracer), tracectx(comp), frontend.TracingMode(tracer), recorder:
+        python_state.watch_program(state, cd.fn, modules, prologue.objects)
+        with frontend.active(tracer), tracectx(comp), frontend.TracingMode(tracer), recorder, state.active():
             out = cd.fn(*pargs, **pkwargs)
     with tracectx(comp):
         out = tracer.resolve(out) if not _needs_custom_resolution(out) else _resolve_any(tracer, out)
@@ -109,6 +111,9 @@ def trace_program(cd: CompileData, args, kwargs) -> TraceResult:
     for captured in tracer.inputs:
         t = _real_tensor_of(captured.source, tracer)
         prologue.unpack_source(captured.proxy, captured.source, t)
+    if prologue.check:
+        state.emit(prologue)
+    state.report()
     prologue.check_state(autocast_state, modules)
     prologue.check_specialized(comp.specialized_numbers)
     if autocast_state[0] or autocast_state[2]:
@@ -143,6 +148,8 @@ def _real_tensor_of(source, tracer):
         return source.cell.cell_contents
     if isinstance(source, frontend.AttrSource):
         return getattr(source.obj, source.name)
+    if isinstance(source, frontend.ModuleTensorSource):  # a module reached from globals, closures or arguments
+        return source.module.__dict__[source.collection][source.name]
     return source.value
 
 
@@ -203,4 +210,5 @@ def make_entry(result: TraceResult, params: list, traces: list, *, output_rebuil
         interpreted_instructions=result.recorder.instructions,
         interpreter_log=result.recorder.log,
         grad_info=grad_info,
+        refs=tuple(result.prologue.weak_refs),
     )
