@@ -89,11 +89,20 @@ def key_function(symbolic: bool):
     item = _symbolic_item_key if symbolic else _item_key
 
     def call_key(args, kwargs):
-        key = [x.shape if type(x) is _Tensor else item(x, 0) for x in args]
-        if kwargs:
-            for k, v in kwargs.items():
-                key.append(k)
-                key.append(item(v, 0))
+        if not kwargs:  # the most common calls, unrolled: this runs on every call
+            n = len(args)
+            if n == 1:
+                a = args[0]
+                return (a.shape if type(a) is _Tensor else item(a, 0),)
+            if n == 2:
+                a, b = args
+                return (a.shape if type(a) is _Tensor else item(a, 0), b.shape if type(b) is _Tensor else item(b, 0))
+        key = []
+        for x in args:
+            key.append(x.shape if type(x) is _Tensor else item(x, 0))
+        for k, v in kwargs.items():
+            key.append(k)
+            key.append(item(v, 0))
         return tuple(key)
 
     return call_key

@@ -264,6 +264,12 @@ class StateRecorder:
         self.busy = False
         self._prev_trace = None
 
+    def emit(self, pb):
+        """Adds a check of everything recorded to the prologue being built (``pb``, a ``PrologueBuilder``)."""
+        from thunder.core.state_checks import emit_checks
+
+        emit_checks(self, pb)
+
     # -- what is watched ----------------------------------------------------------------------
     def watch(self, obj, label: str, *, var: Var | None = None, qualname: str | None = None) -> bool:
         if id(obj) in self.watched:
@@ -373,7 +379,7 @@ class StateRecorder:
 
     def _module_entry(self, w: Watched, name: str, value):
         for collection in ("_parameters", "_buffers", "_modules"):
-            if name not in w.dict[collection]:
+            if name not in w.dict.get(collection, ()):
                 continue
             if value is None:  # e.g. a Linear without bias: a later parameter must recompile
                 w.entries.setdefault(collection, {})[name] = None
@@ -383,6 +389,7 @@ class StateRecorder:
             elif not isinstance(value, frontend.TensorProxy) and id(value) not in self.known_sources:
                 self.known_sources[id(value)] = frontend.ModuleTensorSource(w.obj, w.label, collection, name)
             return  # tensors are fetched by the prologue on each call
+        w.attrs[name] = self.expected(value, f"{w.label}.{name}", w.obj, name)  # the class's own __getattr__
 
     def on_write(self, obj, name: str):
         w = self.watched.get(id(obj))
@@ -530,74 +537,6 @@ class StateRecorder:
         return [code for code in ran if set(code.co_freevars) - {"__class__"} and code not in known and code not in nested]
 
 
-    # -- prologue checks ---------------------------------------------------------------------------
-    def emit(self, pb):
-        """Adds a check of everything recorded to the prologue being built (``pb``, a ``PrologueBuilder``)."""
-        objects, classes, calls = [], [], []
-        for w in self.watched.values():
-            if not w.seen:
-                continue  # never read: the trace does not depend on it
-            var = self._var(pb, w)
-            objects.append(var)
-            classes.append(pb.constant_var(w.cls, w.cls.__name__))
-            if _standard_call(w):
-                calls.append(var)
-                for name in (*_CALL_STATE, *_HOOK_DICTS):
-                    w.items.pop(name, None)
-            self._emit_items(pb, px.check_items_op, var, "__dict__", w.items, w.label)
-            for collection, entries in w.entries.items():
-                self._emit_items(pb, px.check_items_op, var, collection, entries, w.label)
-            self._emit_items(pb, px.check_attrs_op, var, None, w.attrs, w.label)
-        if objects:
-            pb.emit_state(px.check_types_op, tuple(objects), tuple(classes))
-        if calls:
-            pb.emit_state(px.check_module_calls_op, tuple(calls))
-            pb.emit_state(px.check_global_module_hooks_op, self._value(pb, px.global_module_hooks(), "global_hooks"))
-        by_class: dict[type, dict] = {}
-        for (cls, name), e in self.class_attrs.items():
-            by_class.setdefault(cls, {})[name] = e
-        for cls, attrs in by_class.items():
-            self._emit_items(pb, px.check_class_attrs_op, pb.constant_var(cls, cls.__name__), None, attrs,
-                             cls.__qualname__, class_level=True)
-        for g, read in self.globals.values():
-            hint = "g_" + str(g.get("__name__", "globals")).replace(".", "_")
-            self._emit_items(pb, px.check_items_op, pb.constant_var(g, hint), None, read, "globals")
-        cells = self.ran_cells()
-        if cells:
-            pb.emit_state(px.check_cells_op, tuple(pb.constant_var(c, "cell_" + n) for c, n, _ in cells),
-                          tuple(self._value(pb, e, n) for _, n, e in cells))
-
-    def _var(self, pb, w: Watched) -> Var:
-        if w.var is not None:
-            return w.var
-        if w.qualname is not None:
-            return pb.module_var(w.obj, w.qualname)
-        return pb.constant_var(w.obj, w.label.rsplit(".", 1)[-1].split(" ")[-1])
-
-    def _emit_items(self, pb, op, var, where, expected: dict, label: str, class_level=False):
-        names = tuple(n for n, e in expected.items() if e is not _NO_CHECK)
-        if not names:
-            return
-        values = tuple(self._value(pb, expected[n], n) for n in names)
-        if op is px.check_items_op:
-            pb.emit_state(op, var, where, names, values)
-        else:
-            pb.emit_state(op, var, names, values)
-
-    def _value(self, pb, e, hint: str):
-        """``e`` as the prologue prints it: value-like values as literals, objects by name."""
-        if e is MISSING:
-            return pb.missing_var()
-        if isinstance(e, (int, float, complex, str, type(None), torch.dtype, torch.device)) and not isinstance(e, enum.Enum):
-            return e
-        if type(e) is tuple and not e:
-            return e
-        w = self.watched.get(id(e))
-        if w is not None and w.qualname is not None:
-            return pb.module_var(e, w.qualname)
-        name = getattr(e, "__qualname__", None)
-        return pb.constant_var(e, name.replace(".", "_") if isinstance(name, str) else hint)
-
     def report(self):
         """Reports what thunder cannot check, as ``sharp_edges`` asks."""
         for code in self.unchecked_closures():
@@ -633,20 +572,6 @@ def watch_program(state: StateRecorder, fn, modules: list, objects: list):
         elif not state.watch(obj, f"the argument {hint}", var=var):
             state._problem(f"the argument {hint} is a {type(obj).__qualname__} object: thunder checks that the same "
                            "object is passed, but not its attributes; changing them after the first call is not seen")
-
-
-def _standard_call(w: Watched) -> bool:
-    """Whether a module was called as modules usually are: forward from its class, no hooks, no compiled call."""
-    if not isinstance(w.obj, torch.nn.Module) or "_compiled_call_impl" not in w.items:
-        return False
-    for name, standard in _CALL_STATE.items():
-        if name in w.items and w.items[name] not in standard:
-            return False
-    for name in _HOOK_DICTS:
-        e = w.items.get(name)
-        if e is not None and not (type(e) is Contents and not e.items):
-            return False
-    return True
 
 
 def _class_lookup(cls: type, name: str):

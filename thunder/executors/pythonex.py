@@ -277,27 +277,19 @@ def same_value(x, v) -> bool:
     return False
 
 
-_SIMPLE_EQUAL = frozenset({int, str, bool, type(None), torch.dtype, torch.device})
+_FAST_EQUAL = frozenset({int, float, str, bytes})
 
 
-def _unchanged(x, v) -> bool:
-    """``same_value(x, v)``, with fast paths for what prologues see most: the same object, or an equal int, str or
-    (nonzero, non-NaN) float."""
-    if x is v:
-        return True
-    t = type(v)
-    if type(x) is t and (t in _SIMPLE_EQUAL or t is float and x != 0.0) and x == v:
-        return True
-    return same_value(x, v)
-
-
+# [Note: fast checks] A prologue check compares what a name holds now (x) with what the trace read (v): mostly
+# the very same object (``x is v``); else, for ints, floats and strings, an equal value of the same type, nonzero
+# (the sign of a float zero matters); else ``same_value``, which knows NaN, signed zeros, tuples and snapshots.
 def check_items(d, names: tuple, values: tuple):
     """Each name in the mapping ``d`` (an object's ``__dict__``, a module's ``_modules``, a globals dict) holds
     what the trace read there (``MISSING``: nothing)."""
     get = d.get
     for name, v in zip(names, values):
         x = get(name, MISSING)
-        if x is not v and not _unchanged(x, v):
+        if x is not v and not (type(x) is type(v) in _FAST_EQUAL and x == v and x) and not same_value(x, v):
             raise CacheMiss
 
 
@@ -305,7 +297,7 @@ def check_attrs(obj, names: tuple, values: tuple):
     """As ``check_items``, for attributes read through ``getattr`` (slots, properties of objects without a ``__dict__``)."""
     for name, v in zip(names, values):
         x = getattr(obj, name, MISSING)
-        if x is not v and not _unchanged(x, v):
+        if x is not v and not (type(x) is type(v) in _FAST_EQUAL and x == v and x) and not same_value(x, v):
             raise CacheMiss
 
 
@@ -313,7 +305,7 @@ def check_class_attrs(cls: type, names: tuple, values: tuple):
     """Attributes the program read through a class (methods such as ``forward``, class constants) are unchanged."""
     for name, v in zip(names, values):
         x = getattr(cls, name, MISSING)
-        if x is not v and not _unchanged(x, v):
+        if x is not v and not (type(x) is type(v) in _FAST_EQUAL and x == v and x) and not same_value(x, v):
             raise CacheMiss
 
 
@@ -324,7 +316,7 @@ def check_cells(cells: tuple, values: tuple):
             x = cell.cell_contents
         except ValueError:  # an empty cell
             x = MISSING
-        if x is not v and not _unchanged(x, v):
+        if x is not v and not (type(x) is type(v) in _FAST_EQUAL and x == v and x) and not same_value(x, v):
             raise CacheMiss
 
 
@@ -334,12 +326,14 @@ def check_types(objects: tuple, classes: tuple):
             raise CacheMiss
 
 
-def check_module_calls(modules: tuple):
-    """Each module is called as when traced: through its class's ``forward``, without hooks or a compiled call."""
-    for m in modules:
+def check_module_calls(modules: tuple, classes: tuple):
+    """Each module is of its class and called as when traced: through the class's ``forward``, without hooks or
+    a compiled call."""
+    for m, cls in zip(modules, classes):
         d = m.__dict__
-        if (d["_forward_hooks"] or d["_forward_pre_hooks"] or d["_backward_hooks"] or d["_backward_pre_hooks"]
-                or d.get("_compiled_call_impl") is not None or "forward" in d or "_call_impl" in d):
+        if (type(m) is not cls or d["_forward_hooks"] or d["_forward_pre_hooks"] or d["_backward_hooks"]
+                or d["_backward_pre_hooks"] or d.get("_compiled_call_impl") is not None or "forward" in d
+                or "_call_impl" in d):
             raise CacheMiss
 
 
