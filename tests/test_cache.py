@@ -162,9 +162,12 @@ class Options:
         self.scale = scale
 
 
-@pytest.mark.parametrize("make", [lambda: Options(2.0), lambda: torch.randn(3)], ids=["object", "tensor"])
+@pytest.mark.parametrize("make", [lambda: Options(2.0), lambda: torch.randn(3), lambda: torch.nn.Linear(3, 3)],
+                         ids=["object", "tensor", "module"])
 def test_arguments_are_not_kept_alive_by_the_cache(make):
     def f(x, o):
+        if isinstance(o, torch.nn.Module):
+            return o(x)
         return x * (o.scale if isinstance(o, Options) else o)
 
     jf = thunder.jit(f)

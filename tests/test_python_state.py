@@ -337,3 +337,29 @@ def test_sharp_edges_report_what_the_prologue_cannot_check(program, args, what):
     assert any(what in m for m in reported), reported
     with pytest.raises(ThunderSharpEdgeError, match=what):
         thunder.jit(copy.copy(program), sharp_edges="error")(*args)
+
+
+def test_threads_tracing_modules_of_the_same_classes():
+    import threading
+
+    errors = []
+
+    def work(seed):
+        try:
+            torch.manual_seed(seed)
+            m = Scaled()
+            for i in range(3):
+                m.scale = float(i)
+                jm = thunder.jit(m)
+                x = torch.randn(2, 4)
+                assert torch.equal(jm(x), m(x))
+        except Exception as e:  # reported below, with the thread's traceback
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert "__getattribute__" not in Scaled.__dict__ and "__getattribute__" not in nn.Linear.__dict__

@@ -30,14 +30,14 @@ _KNOWN_COMPILE_OPTIONS = frozenset()
 
 def _make_jitted(cd: CompileData) -> Callable:
     from thunder.core import frontend
-    from thunder.core.cache import Cache, key_function, same_input_key
+    from thunder.core.cache import Cache, Call, key_function, same_input_key
     from thunder.core.pipeline import compile_entry
     from thunder.core.runtime import run_entry, first_inputs, run_inline
     from thunder.executors.pythonex import CacheMiss
 
     _check_jittable(cd.fn)
     cs = CompileStats()
-    cache = cs.cache = Cache(cd.cache_limit, _describe(cd.fn))
+    cache = cs.cache = Cache(cd.cache_limit, _describe(cd.fn), stacklevel=5 if cd.module is not None else 4)
     buckets = cache.buckets
     option = cd.cache_option
     key_of = same_input_key if option is CACHE_OPTIONS.SAME_INPUT else key_function(
@@ -68,7 +68,7 @@ def _make_jitted(cd: CompileData) -> Callable:
         entry = compile_entry(cd, args, kwargs)
         entry.last_used = cs.calls
         if not no_caching:
-            cache.add(key, entry, (args, kwargs, cd.fn))
+            cache.add(key, entry, Call(cd.fn, args, kwargs))
         cs.last_entry = entry
         return run_entry(entry, first_inputs(entry, args, kwargs))
 
@@ -78,8 +78,9 @@ def _make_jitted(cd: CompileData) -> Callable:
 
 
 def _describe(fn) -> str:
-    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
-    return f"{name} (an instance of {type(fn).__qualname__})" if isinstance(fn, pytorch.nn.Module) else name
+    if isinstance(fn, pytorch.nn.Module):
+        return f"the {type(fn).__qualname__} module"
+    return getattr(fn, "__qualname__", None) or type(fn).__qualname__
 
 
 def _check_jittable(fn):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import traceback
 import warnings
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -40,6 +41,14 @@ _NAN = NaNKey()
 _Tensor = torch.Tensor
 _Parameter = torch.nn.Parameter
 _Size = torch.Size
+
+
+class Call(NamedTuple):
+    """A call of a jitted callable, for describing what changes between calls."""
+
+    fn: Callable
+    args: tuple
+    kwargs: dict
 
 
 class RecompilationWarning(UserWarning):
@@ -116,7 +125,7 @@ def same_input_key(args, kwargs):
 class Cache:
     """The entries of one jitted callable, in buckets by key (see [Note: cache keys])."""
 
-    def __init__(self, limit: int, name: str):
+    def __init__(self, limit: int, name: str, stacklevel: int = 4):
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise ValueError(f"cache_limit must be a positive int, got {limit!r}")
         self.buckets: dict = {}
@@ -124,11 +133,12 @@ class Cache:
         self.name = name
         self.size = 0
         self.warned = False
+        self.stacklevel = stacklevel  # of the warning: the user's call
 
     def entries(self) -> list:
         return [e for bucket in self.buckets.values() for e in bucket]
 
-    def add(self, key, entry, call_args=None):
+    def add(self, key, entry, call: Call | None = None):
         """Stores ``entry``; past the limit, evicts the least recently used entry (and warns once)."""
         entry.key = key
         if self.size >= self.limit:
@@ -136,7 +146,7 @@ class Cache:
         if self.size >= self.limit:
             if not self.warned:
                 self.warned = True
-                warnings.warn(self._storm_message(key, call_args), RecompilationWarning, stacklevel=4)
+                warnings.warn(self._storm_message(key, call), RecompilationWarning, stacklevel=self.stacklevel)
             self._remove(min(self.entries(), key=lambda e: e.last_used))
         self.buckets.setdefault(key, []).insert(0, entry)
         self.size += 1
@@ -153,10 +163,10 @@ class Cache:
             if not entry.alive():
                 self._remove(entry)
 
-    def _storm_message(self, key, call_args) -> str:
-        changing = describe_changes([e.key for e in self.entries()] + [key], call_args)
-        if not changing and call_args is not None:
-            changing = failing_checks(self.buckets.get(key, ()), call_args[0], call_args[1])
+    def _storm_message(self, key, call: Call | None) -> str:
+        changing = describe_changes([e.key for e in self.entries()] + [key], call)
+        if not changing and call is not None:
+            changing = failing_checks(self.buckets.get(key, ()), call.args, call.kwargs)
         return (f"thunder.jit: {self.name} was compiled {self.limit + 1} times, more than its cache holds "
                 f"(cache_limit={self.limit}). What keeps changing between calls: {changing or 'unknown'}. thunder "
                 "keeps working and evicts the least recently used entry, but each recompilation traces and compiles "
@@ -164,25 +174,23 @@ class Cache:
                 "sizes, pass a changing number as a tensor, or use cache='symbolic values'), or raise cache_limit.")
 
 
-def _label(i: int, names: list) -> str:
-    return f"argument {names[i]!r}" if i < len(names) else f"argument {i}"
-
-
-def describe_changes(keys: list, call_args=None) -> str:
-    """Which arguments differ between these keys, in words, with a few of their values."""
-    if len({len(k) for k in keys if isinstance(k, tuple)}) > 1:
+def describe_changes(keys: list, call: Call | None = None) -> str:
+    """Which arguments differ between these keys (the last is ``call``'s), in words, with a few of their values."""
+    if len({len(k) if isinstance(k, tuple) else -1 for k in keys}) > 1:
         return "the number of arguments or the keyword arguments passed"
-    names = _arg_names(call_args)
+    if not isinstance(keys[-1], tuple):
+        return ""
+    names = _arg_names(call)
+    n_args = len(call.args) if call is not None else len(keys[-1])
     parts = []
-    n_args = len(call_args[0]) if call_args is not None else None
-    for i in range(len(keys[-1]) if isinstance(keys[-1], tuple) else 0):
+    for i in range(len(keys[-1])):
         values = list(dict.fromkeys(k[i] for k in keys))
         if len(values) < 2:
             continue
-        if n_args is not None and i >= n_args:
+        if i >= n_args:  # keyword arguments are keyed as name, value, name, value, ...
             label = f"keyword argument {keys[-1][i - 1]!r}" if (i - n_args) % 2 else "the keyword arguments passed"
         else:
-            label = _label(i, names)
+            label = f"argument {names[i]!r}" if i < len(names) else f"argument {i}"
         what = "shapes" if all(isinstance(v, torch.Size) for v in values) else "values"
         shown = ", ".join(_show(v) for v in values[-4:])
         parts.append(f"{label} ({what} {shown}{', ...' if len(values) > 4 else ''})")
@@ -193,13 +201,12 @@ def _show(v) -> str:
     return str(tuple(v)) if isinstance(v, torch.Size) else (v.__qualname__ if isinstance(v, type) else repr(v))
 
 
-def _arg_names(call_args) -> list:
-    if call_args is None:
+def _arg_names(call: Call | None) -> list:
+    if call is None:
         return []
-    fn, args, kwargs = call_args[2], call_args[0], call_args[1]
     from thunder.core.pipeline import _arg_names as names
 
-    return names(fn, args, kwargs)
+    return names(call.fn, call.args, call.kwargs)
 
 
 def failing_checks(entries, args, kwargs) -> str:

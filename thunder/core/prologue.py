@@ -61,6 +61,7 @@ class PrologueBuilder:
         self.weak_refs: list = []  # the cache entry is useless once one of these dies
         self.state_index = 0  # where the checks of Python state go: after the arguments are unpacked
         self.state_bsyms: list = []
+        self.constant_names: dict[int, str] = {}  # id(constant) -> its name (the trace's constants hold it alive)
 
     def _emit(self, op, *args, **kwargs):
         with tracectx(self.trace):
@@ -191,7 +192,8 @@ class PrologueBuilder:
         self.inputs.append((proxy, source))
 
     def module_var(self, module, qualname: str) -> Var:
-        return self.constant_var(module, "m_" + qualname.replace(".", "_") if qualname else "module")
+        """A module's variable: its argument when it was passed as one, else a constant."""
+        return self.object_var(module, "m_" + qualname.replace(".", "_") if qualname else "module")
 
     def object_var(self, obj, hint: str) -> Var:
         """An argument object's variable, else ``obj`` as a constant."""
@@ -208,13 +210,14 @@ class PrologueBuilder:
         self.state_bsyms.append(BoundSymbol(op, args, {}, None))
 
     def constant_var(self, obj, hint: str) -> Var:
-        for k, v in self.trace.constants.items():
-            if v is obj:
-                return Var(k)
+        name = self.constant_names.get(id(obj))
+        if name is not None:
+            return Var(name)
         name = frontend._sanitize(hint)
         while name in self.trace.constants or name in self.trace.names:
             name += "_"
         self.trace.constants[name] = obj
+        self.constant_names[id(obj)] = name
         self.trace.names.add(name)
         return Var(name)
 

@@ -216,12 +216,19 @@ def _library_prefixes() -> tuple[tuple, tuple, tuple]:
             prefixes([paths["purelib"], paths["platlib"]]))
 
 
+_LIBRARY_FILES: dict[str, bool] = {}
+
+
 def _is_library_file(filename: str, prefixes: tuple) -> bool:
-    if filename.startswith(("thunder.", "<frozen ")):
-        return True
+    known = _LIBRARY_FILES.get(filename)
+    if known is not None:
+        return known
     ours, stdlib, installed = prefixes
     path = filename if filename.startswith(ours + stdlib) else os.path.realpath(filename)
-    return path.startswith(ours) or (path.startswith(stdlib) and not path.startswith(installed))
+    library = (filename.startswith(("thunder.", "<frozen ")) or path.startswith(ours)
+               or (path.startswith(stdlib) and not path.startswith(installed)))
+    _LIBRARY_FILES[filename] = library
+    return library
 
 
 _LIBRARY_PREFIXES = _library_prefixes()
@@ -256,6 +263,7 @@ class StateRecorder:
         self.watched: dict[int, Watched] = {}
         self.patched: list[type] = []
         self.class_attrs: dict[tuple, Any] = {}  # (class, name) -> expected
+        self.class_lookups: dict[tuple, Any] = {}  # (class, name) -> _class_lookup(class, name), while tracing
         self.globals: dict[int, tuple] = {}  # id(globals dict) -> (dict, {name: expected})
         self.functions: dict[int, types.FunctionType] = {}
         self.cells: dict[int, tuple] = {}  # id(cell) -> (function, cell, name, expected)
@@ -330,7 +338,11 @@ class StateRecorder:
         if name == "_compiled_call_impl" and isinstance(w.obj, torch.nn.Module):
             w.items[name] = w.dict.get(name, MISSING)  # a module's call state (see _standard_call)
             return
-        cattr = _class_lookup(w.cls, name)
+        lookups = self.class_lookups
+        key = (w.cls, name)
+        cattr = lookups.get(key, lookups)  # the dict itself: not looked up yet
+        if cattr is lookups:
+            cattr = lookups[key] = _class_lookup(w.cls, name)
         if cattr is not MISSING and _is_data_descriptor(cattr):
             self._class_attr(w.cls, name, w.label)
             if isinstance(cattr, types.MemberDescriptorType):  # a slot
@@ -575,6 +587,7 @@ def watch_program(state: StateRecorder, fn, modules: list, objects: list):
 
 
 def _class_lookup(cls: type, name: str):
+    """What ``name`` is in the class dicts along ``cls``'s MRO (``MISSING``: nothing), as attribute lookup finds it."""
     for k in cls.__mro__:
         d = k.__dict__
         if name in d:
