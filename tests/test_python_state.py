@@ -178,6 +178,8 @@ CASES = [
     _module_case("forward pre-hook added", Block, _add_hook(lambda m: m, "pre"), restore=_remove_hooks),
     _module_case("forward hook removed", lambda: _with_hook(Block()), lambda m, a: _remove_hooks(), restore=_remove_hooks),
     _module_case("global module forward hook added", Block, _add_hook(lambda m: m, "global"), restore=_remove_hooks),
+    _module_case("global module forward hook added to a module with hooks", lambda: _with_hook(Block()),
+                 _add_hook(lambda m: m, "global"), restore=_remove_hooks),
     Case("global number", lambda: (uses_globals, (torch.randn(3),)), _set_global("GLOBAL_SCALE", 3.0),
          restore=lambda: globals().__setitem__("GLOBAL_SCALE", 2.0)),
     Case("global function replaced", lambda: (uses_globals, (torch.randn(3),)),

@@ -22,9 +22,11 @@ from thunder.executors.pythonex import MISSING, Contents
 def emit_checks(rec, pb):
     """Adds a check of everything ``rec`` (a ``StateRecorder``) recorded to the prologue ``pb`` (a ``PrologueBuilder``)."""
     objects, classes, calls, call_classes = [], [], [], []
+    any_call = False
     for w in rec.watched.values():
         if not w.seen:
             continue  # never read: the trace does not depend on it
+        any_call = any_call or (isinstance(w.obj, torch.nn.Module) and "_compiled_call_impl" in w.items)
         var = _var(pb, w)
         cls = pb.constant_var(w.cls, w.cls.__name__)
         if _standard_call(w):
@@ -43,6 +45,7 @@ def emit_checks(rec, pb):
         pb.emit_state(px.check_types_op, tuple(objects), tuple(classes))
     if calls:
         pb.emit_state(px.check_module_calls_op, tuple(calls), tuple(call_classes))
+    if any_call:  # torch's global module hooks run on every module call
         pb.emit_state(px.check_global_module_hooks_op, _value(rec, pb, px.global_module_hooks(), "global_hooks"))
     by_class: dict[type, dict] = {}
     for (cls, name), e in rec.class_attrs.items():
