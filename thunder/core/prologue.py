@@ -157,7 +157,7 @@ class PrologueBuilder:
         """Checks ``var`` is ``value`` without keeping it alive (a weak reference, else its id and type)."""
         if isinstance(value, Number):
             self._emit(literal_check(value), var, value)
-        elif isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType)):
+        elif isinstance(value, (type, types.BuiltinFunctionType, types.ModuleType)):
             self._emit(px.check_is_op, var, value)  # long-lived: a strong reference is harmless
         else:
             try:

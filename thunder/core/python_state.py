@@ -35,6 +35,7 @@ import sysconfig
 import threading
 import types
 import enum
+import weakref
 from typing import Any
 
 import torch
@@ -200,7 +201,7 @@ def _restore(cls, saved: dict):
             setattr(cls, name, value)
 
 
-_USER_CODE: dict = {}  # code object -> whether it is the user's (not a library's)
+_USER_CODE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # code -> whether it is the user's
 
 
 def _library_prefixes() -> tuple[tuple, tuple, tuple]:
@@ -509,6 +510,8 @@ class StateRecorder:
                 if name in read or name not in g:
                     continue
                 value = g[name]
+                if isinstance(value, types.ModuleType):
+                    continue  # an imported module (torch, F, math): assumed never rebound (see the README)
                 if isinstance(value, torch.Tensor):
                     if id(value) not in self.known_sources:
                         self.known_sources[id(value)] = frontend.GlobalSource(g, name)
