@@ -461,8 +461,9 @@ class StateRecorder:
 
     def _contents(self, value, label: str, depth: int):
         if len(value) > _MAX_CONTENTS or depth >= 3:
-            self._problem(f"{label} is a {type(value).__name__} of {len(value)} items: thunder checks that it is the same "
-                          "object on each call, but not its contents")
+            self._problem(f"{label} is a {type(value).__name__} of {len(value)} items{' nested in others' if depth else ''}"
+                          ": thunder checks that it is the same object on each call, but not its contents (it compares "
+                          f"the contents of lists, dicts and sets of up to {_MAX_CONTENTS} items, 3 levels deep)")
             return value
         if isinstance(value, (set, frozenset)):
             items = tuple(value)
@@ -550,7 +551,6 @@ class StateRecorder:
         known = {fn.__code__ for fn in self.functions.values()}
         nested = {c for code in ran for c in code.co_consts if isinstance(c, types.CodeType)}
         return [code for code in ran if set(code.co_freevars) - {"__class__"} and code not in known and code not in nested]
-
 
     def report(self):
         """Reports what thunder cannot check, as ``sharp_edges`` asks."""
