@@ -102,6 +102,10 @@ def takes_options(x, opts):
     return x * opts.scale + opts.shift
 
 
+def reads_vars(x, opts):
+    return x * sum(vars(opts).values())
+
+
 @dataclasses.dataclass
 class Case:
     name: str
@@ -193,6 +197,10 @@ CASES = [
     Case("dataclass argument field", lambda: (takes_options, (torch.randn(3), Options())),
          lambda f, a: setattr(a[1], "shift", 4)),
     Case("argument object replaced by an equal one", lambda: (takes_options, (torch.randn(3), Options())),
+         lambda f, a: (a[0], Options()), misses_after=1),
+    Case("argument object replaced by a different one", lambda: (takes_options, (torch.randn(3), Options())),
+         lambda f, a: (a[0], Options(scale=5.0))),
+    Case("argument object read as a whole replaced by an equal one", lambda: (reads_vars, (torch.randn(3), Options())),
          lambda f, a: (a[0], Options())),
 ]
 
@@ -365,3 +373,23 @@ def test_threads_tracing_modules_of_the_same_classes():
         t.join()
     assert not errors
     assert "__getattribute__" not in Scaled.__dict__ and "__getattribute__" not in nn.Linear.__dict__
+
+
+def test_fresh_argument_objects_holding_the_same_values_reuse_the_trace():
+    @dataclasses.dataclass
+    class Batch:
+        x: torch.Tensor
+        scale: float
+
+    def step(batch):
+        return batch.x * batch.scale
+
+    jstep = thunder.jit(step)
+    for i in range(4):
+        batch = Batch(torch.randn(3), 2.0)
+        assert torch.equal(jstep(batch), step(batch))
+    assert thunder.cache_misses(jstep) == 1 and thunder.cache_hits(jstep) == 3
+    batch = Batch(torch.randn(3), 3.0)
+    assert torch.equal(jstep(batch), step(batch))
+    assert thunder.cache_misses(jstep) == 2
+    assert "check_same_object" not in str(thunder.last_prologue_traces(jstep)[-1])

@@ -146,27 +146,35 @@ class PrologueBuilder:
             return frontend.InputDict(out)
         if self.functional:
             raise ValueError(f"Cannot unpack object of type {type(value)}. Please file an issue requesting support.")
-        # Any other object is used as it is: the trace depends on its identity and on what the program reads from it.
-        if self.check:
-            self._check_identity(value, var)
+        # Any other object is used as it is: the trace depends on what the program reads from it and, unless that
+        # is all it depends on, on its identity (see check_objects).
         self.objects.append((value, var, hint))
         self.object_vars[id(value)] = var
         return value
 
+    def check_objects(self, by_identity):
+        """Checks of the argument objects: by identity where ``by_identity(obj)`` says the trace depends on more
+        than the type and the attributes that were read from it (which the checks of Python state cover)."""
+        if not self.check:
+            return
+        for value, var, _ in self.objects:
+            if isinstance(value, Number):
+                self.emit_state(literal_check(value), var, value)
+            elif by_identity(value):
+                self._check_identity(value, var)
+
     def _check_identity(self, value, var: Var):
         """Checks ``var`` is ``value`` without keeping it alive (a weak reference, else its id and type)."""
-        if isinstance(value, Number):
-            self._emit(literal_check(value), var, value)
-        elif isinstance(value, (type, types.BuiltinFunctionType, types.ModuleType)):
-            self._emit(px.check_is_op, var, value)  # long-lived: a strong reference is harmless
-        else:
-            try:
-                ref = weakref.ref(value)
-            except TypeError:
-                self._emit(px.check_id_op, var, id(value), type(value))
-                return
-            self.weak_refs.append(ref)
-            self._emit(px.check_same_object_op, var, self.constant_var(ref, f"ref_{var.name}"))
+        if isinstance(value, (type, types.BuiltinFunctionType, types.ModuleType)):
+            self.emit_state(px.check_is_op, var, value)  # long-lived: a strong reference is harmless
+            return
+        try:
+            ref = weakref.ref(value)
+        except TypeError:
+            self.emit_state(px.check_id_op, var, id(value), type(value))
+            return
+        self.weak_refs.append(ref)
+        self.emit_state(px.check_same_object_op, var, self.constant_var(ref, f"ref_{var.name}"))
 
     def _check_tensor(self, proxy, value):
         if self.check:

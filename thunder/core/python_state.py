@@ -17,6 +17,10 @@ recompiles instead of running a stale trace:
 - Module calls: ``forward`` and ``_call_impl`` come from the class, no compiled call, and the hooks of
   the module and torch's global module hooks are those that ran (hooks are traced like the program).
 
+A non-tensor argument object is then checked by its type and these reads alone when it is a plain Python
+object something was read from (``by_identity``): a fresh dataclass holding the same values reuses the
+trace. Other argument objects are checked by identity, through a weak reference.
+
 Only the first read of a name counts (later reads see what the program itself wrote). Values are
 checked by kind (``expected``): value-like ones (numbers, strings, None, dtypes, enums, tuples of
 these) by type and value, functions, classes and modules by identity, small lists, dicts and sets by
@@ -36,6 +40,7 @@ import threading
 import types
 import enum
 import weakref
+from numbers import Number
 from typing import Any
 
 import torch
@@ -88,6 +93,7 @@ class Watched:
         self.items: dict[str, Any] = {}  # name -> expected, read from the instance __dict__
         self.attrs: dict[str, Any] = {}  # name -> expected, read through getattr (slots, custom __getattribute__)
         self.entries: dict[str, dict[str, Any]] = {}  # "_modules"/"_parameters"/"_buffers" -> name -> expected
+        self.whole = False  # its __dict__ was read as a whole (vars(obj), obj.__dict__): check it by identity
 
 
 def _instance_dict(obj):
@@ -277,7 +283,17 @@ class StateRecorder:
         """Adds a check of everything recorded to the prologue being built (``pb``, a ``PrologueBuilder``)."""
         from thunder.core.state_checks import emit_checks
 
+        pb.check_objects(self.by_identity)
         emit_checks(self, pb)
+
+    def by_identity(self, obj) -> bool:
+        """Whether an argument object must be the very object of the first call: unless it is a plain Python object
+        (its classes all defined in Python, not a module) whose attributes the program read one by one, and so
+        were recorded, in which case another object of the same class holding the same values gives the same trace."""
+        w = self.watched.get(id(obj))
+        if w is None or w.whole or not w.seen or isinstance(obj, torch.nn.Module):
+            return True  # (an object nothing was read from may be a sentinel, compared with `is`)
+        return not all(c is object or c.__flags__ & (1 << 9) for c in type(obj).__mro__)  # heap (Python) classes
 
     # -- what is watched ----------------------------------------------------------------------
     def watch(self, obj, label: str, *, var: Var | None = None, qualname: str | None = None) -> bool:
@@ -324,7 +340,11 @@ class StateRecorder:
     # -- reads ----------------------------------------------------------------------------------
     def on_read(self, obj, name: str, value):
         w = self.watched.get(id(obj))
-        if w is None or self.busy or name in w.seen or (name[:2] == "__" and name[-2:] == "__"):
+        if w is None or self.busy or name in w.seen:
+            return
+        if name[:2] == "__" and name[-2:] == "__":  # internals; the __dict__ of an object (not a module) read as a
+            if name == "__dict__" and not isinstance(obj, torch.nn.Module):  # whole: what it holds is not recorded
+                w.whole = True
             return
         w.seen.add(name)
         self.busy = True
@@ -582,6 +602,8 @@ def watch_program(state: StateRecorder, fn, modules: list, objects: list):
             fn = getattr(type(fn), "__call__", fn)
         state.discover(fn)
     for obj, var, hint in objects:
+        if isinstance(obj, Number):
+            continue  # checked by value
         if isinstance(obj, _IDENTITY_TYPES):
             state.discover(obj)
         elif not state.watch(obj, f"the argument {hint}", var=var):

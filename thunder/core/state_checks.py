@@ -24,8 +24,8 @@ def emit_checks(rec, pb):
     objects, classes, calls, call_classes = [], [], [], []
     any_call = False
     for w in rec.watched.values():
-        if not w.seen:
-            continue  # never read: the trace does not depend on it
+        if not w.seen and w.var is None:
+            continue  # never read: the trace does not depend on it (an argument's type is checked in any case)
         any_call = any_call or (isinstance(w.obj, torch.nn.Module) and "_compiled_call_impl" in w.items)
         var = _var(pb, w)
         cls = pb.constant_var(w.cls, w.cls.__name__)
