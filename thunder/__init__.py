@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import torch as pytorch  # `torch` names the thunder.torch submodule in this package
 
+from thunder.core.cache import DEFAULT_CACHE_LIMIT
 from thunder.core.compile_data import CompileData, CompileStats
 from thunder.core.interpreter import InterpreterError
 from thunder.core.module import ThunderModule
@@ -131,8 +132,6 @@ def jit(fn: Callable, /, *, langctx=None, executors=None, sharp_edges=None, cach
         raise ValueError(f"sharp_edges must be None, 'allow', 'warn' or 'error', got {sharp_edges!r}")
     if isinstance(fn, ThunderModule):
         raise TypeError("thunder.jit was given a ThunderModule; jit the original module instead")
-    from thunder.core.cache import DEFAULT_CACHE_LIMIT
-
     module = fn if isinstance(fn, pytorch.nn.Module) else None
     cd = CompileData(
         fn=fn, module=module, executors=resolve_executors(executors), cache_option=CACHE_OPTIONS.resolve(cache),

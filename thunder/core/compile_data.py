@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 import torch
 
+from thunder.core.cache import DEFAULT_CACHE_LIMIT
 from thunder.core.prologue import CACHE_OPTIONS
 
 
@@ -24,7 +25,7 @@ class CompileData:
     compile_options: dict = dataclasses.field(default_factory=dict)
     langctx: Any = None
     used_options: set = dataclasses.field(default_factory=set)
-    cache_limit: int = 32  # see thunder.core.cache.DEFAULT_CACHE_LIMIT
+    cache_limit: int = DEFAULT_CACHE_LIMIT
 
     @property
     def is_module(self) -> bool:
