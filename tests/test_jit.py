@@ -617,6 +617,124 @@ def test_dataclass_dict_and_namedtuple_outputs():
     assert m.l.weight.grad is not None
 
 
+def test_thunder_module_attributes_reach_the_original_module():
+    m = Net()
+    m.temperature = 0.5
+    jm = thunder.jit(m)
+    assert jm.temperature == 0.5 and jm.net_b is m.net_b and jm.get_submodule("net_b.linear").in_features == 4
+    assert thunder.jit(nn.Linear(3, 5)).out_features == 5
+    jm.temperature = 2.0  # writes reach the original too
+    assert m.temperature == 2.0 and "temperature" not in jm.__dict__
+    assert jm.extra_repr() == m.extra_repr() and "Linear(in_features=4, out_features=3" in repr(jm)
+    jm.eval()
+    assert not m.training and not jm.training
+    m.train()
+    assert jm.training
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        jm.nope
+    del jm.temperature
+    assert not hasattr(m, "temperature")
+
+
+def test_thunder_module_deepcopy_is_independent():
+    import copy
+
+    m = Net()
+    jm = thunder.jit(m, cache_limit=7)
+    x = torch.randn(2, 4)
+    jm(x)
+    jc = copy.deepcopy(jm)
+    assert isinstance(jc, thunder.ThunderModule) and jc._model is not m
+    assert thunder.compile_data(jc).cache_limit == 7 and thunder.cache_misses(jc) == 0
+    assert torch.equal(jc(x), jm(x))
+    with torch.no_grad():
+        jc.get_parameter("net_b.linear.weight").mul_(2)
+    assert torch.equal(jc(x), jc._model(x)) and torch.equal(jm(x), m(x)) and not torch.equal(jc(x), jm(x))
+
+
+def test_thunder_module_pickles_as_its_module_and_options():
+    import pickle
+
+    m = Net()
+    jm = thunder.jit(m, cache="symbolic values")
+    x = torch.randn(2, 4)
+    jm(x)
+    loaded = pickle.loads(pickle.dumps(jm))
+    assert isinstance(loaded, thunder.ThunderModule)
+    assert thunder.cache_option(loaded) is thunder.CACHE_OPTIONS.SYMBOLIC_VALUES
+    assert torch.equal(loaded(x), jm(x))
+
+
+def test_thunder_module_pickling_refuses_clearly_what_cannot_be_loaded_again():
+    import pickle
+    from thunder.extend import OperatorExecutor
+
+    jm = thunder.jit(Net(), executors=[OperatorExecutor("not_registered"), "torch"])
+    with pytest.raises(TypeError, match="Pickle the original module"):
+        pickle.dumps(jm)
+    jm = thunder.jit(Net(), my_option=lambda: None)
+    with pytest.raises(TypeError, match="Pickle the original module"):
+        pickle.dumps(jm)
+
+
+async def _coroutine(x):
+    return x
+
+
+def _generator(x):
+    yield x
+
+
+async def _async_generator(x):
+    yield x
+
+
+class _GeneratorModule(nn.Module):
+    def forward(self, x):
+        yield x
+
+
+@pytest.mark.parametrize("target, match", [
+    (nn.Linear, "class Linear"), (42, "not callable"), (_generator, "generator function"),
+    (_coroutine, "async function"), (_async_generator, "async generator"), (_GeneratorModule(), "generator function"),
+], ids=["class", "not callable", "generator", "coroutine", "async generator", "module with a generator forward"])
+def test_jit_refuses_what_it_cannot_compile(target, match):
+    from thunder.functional import jit as functional_jit
+
+    with pytest.raises(TypeError, match=match):
+        thunder.jit(target)
+    if not isinstance(target, nn.Module):
+        with pytest.raises(TypeError, match=match):
+            functional_jit(target)
+
+
+def test_jitted_function_called_inside_another_jitted_function():
+    inner = thunder.jit(lambda x, w: (x @ w).tanh())
+    layer = nn.Linear(3, 3)
+    jlayer = thunder.jit(layer)
+
+    def outer(x, w):
+        return inner(x, w).sum(0) * 2 + jlayer(x).sum()
+
+    jouter = thunder.jit(outer)
+    x = torch.randn(4, 3, requires_grad=True)
+    w = torch.randn(3, 3, requires_grad=True)
+    out = jouter(x, w)
+    expected = (x @ w).tanh().sum(0) * 2 + layer(x).sum()
+    torch.testing.assert_close(out, expected)
+    grads = torch.autograd.grad(out.sum(), (x, w, layer.weight))
+    expected_grads = torch.autograd.grad(expected.sum(), (x, w, layer.weight))
+    for g, e in zip(grads, expected_grads):
+        torch.testing.assert_close(g, e)
+    assert "tanh" in str(thunder.last_traces(jouter)[-1])  # the inner program is part of the outer trace
+    assert thunder.cache_misses(inner) == 0
+    with torch.no_grad():  # the inner module's parameters are fetched on each call, not baked in
+        layer.weight.mul_(2)
+        torch.testing.assert_close(jouter(x, w), (x @ w).tanh().sum(0) * 2 + layer(x).sum())
+        layer.weight = nn.Parameter(torch.randn(3, 3))
+        torch.testing.assert_close(jouter(x, w), (x @ w).tanh().sum(0) * 2 + layer(x).sum())
+
+
 # ---------------------------------------------------------------------------------------------
 # Executors
 # ---------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import torch as pytorch  # `torch` names the thunder.torch submodule in this package
 
+from thunder.core.cache import DEFAULT_CACHE_LIMIT
 from thunder.core.compile_data import CompileData, CompileStats
 from thunder.core.interpreter import InterpreterError
 from thunder.core.module import ThunderModule
@@ -29,37 +30,85 @@ _KNOWN_COMPILE_OPTIONS = frozenset()
 
 
 def _make_jitted(cd: CompileData) -> Callable:
+    from thunder.core import frontend
+    from thunder.core.cache import Cache, Call, key_function, same_input_key
     from thunder.core.pipeline import compile_entry
-    from thunder.core.runtime import run_entry
+    from thunder.core.runtime import run_entry, first_inputs, run_inline
+    from thunder.executors.pythonex import CacheMiss
 
+    _check_jittable(cd.fn)
     cs = CompileStats()
-    no_caching = cd.cache_option is CACHE_OPTIONS.NO_CACHING
-    entries = cs.entries
+    cache = cs.cache = Cache(cd.cache_limit, _describe(cd.fn), stacklevel=5 if cd.module is not None else 4)
+    buckets = cache.buckets
+    option = cd.cache_option
+    key_of = same_input_key if option is CACHE_OPTIONS.SAME_INPUT else key_function(
+        option is CACHE_OPTIONS.SYMBOLIC_VALUES)
+    no_caching = option is CACHE_OPTIONS.NO_CACHING
+    tracing = frontend._compiling_flag  # its depth is nonzero while any thread traces
 
     def fn_(*args, **kwargs):
+        if tracing.depth and frontend.current_tracer() is not None:
+            return run_inline(cd, args, kwargs)  # called inside another jitted program: traced into it
         cs.calls += 1
-        for entry in entries:
-            try:
-                inps = entry.prologue(args, kwargs)
-            except Exception:
-                continue
-            cs.cache_hits += 1
-            cs.last_entry = entry
-            return run_entry(entry, inps)
+        key = key_of(args, kwargs)
+        bucket = buckets.get(key)
+        if bucket is not None:
+            for entry in bucket:
+                try:
+                    inps = entry.prologue(args, kwargs)
+                except CacheMiss:
+                    continue
+                cs.cache_hits += 1
+                cs.last_entry = entry
+                entry.last_used = cs.calls
+                return run_entry(entry, inps)
+        return miss(args, kwargs, key)
+
+    def miss(args, kwargs, key):
         cs.cache_misses += 1
         entry = compile_entry(cd, args, kwargs)
+        entry.last_used = cs.calls
         if not no_caching:
-            entries.append(entry)
+            cache.add(key, entry, Call(cd.fn, args, kwargs))
         cs.last_entry = entry
-        return run_entry(entry, entry.prologue(args, kwargs))
+        return run_entry(entry, first_inputs(entry, args, kwargs))
 
     fn_._lc_cd = cd
     fn_._lc_cs = cs
     return fn_
 
 
+def _describe(fn) -> str:
+    if isinstance(fn, pytorch.nn.Module):
+        return f"the {type(fn).__qualname__} module"
+    return getattr(fn, "__qualname__", None) or type(fn).__qualname__
+
+
+def _check_jittable(fn):
+    """Refuses, when jitting, what thunder cannot compile: classes, non-callables, generators and coroutines."""
+    import inspect
+
+    if isinstance(fn, type):
+        raise TypeError(f"thunder.jit was given the class {fn.__qualname__}; jit an instance of it "
+                        f"(thunder.jit({fn.__qualname__}(...))) or a function")
+    if not callable(fn):
+        raise TypeError(f"thunder.jit needs a function or a torch.nn.Module, but got a {type(fn).__qualname__} object, "
+                        "which is not callable")
+    target = type(fn).forward if isinstance(fn, pytorch.nn.Module) else fn
+    if not inspect.isfunction(target) and not inspect.ismethod(target) and hasattr(type(target), "__call__"):
+        target = getattr(type(target), "__call__")
+    kind = ("a generator function" if inspect.isgeneratorfunction(target) else
+            "an async generator function" if inspect.isasyncgenfunction(target) else
+            "an async function" if inspect.iscoroutinefunction(target) else None)
+    if kind is not None:
+        raise TypeError(f"thunder.jit cannot compile {getattr(target, '__qualname__', target)!r}: it is {kind}, whose "
+                        "body runs later, step by step, outside the call thunder traces. Jit a function that returns "
+                        "the tensors instead (e.g. the body of one step).")
+
+
 def jit(fn: Callable, /, *, langctx=None, executors=None, sharp_edges=None, cache=None,
-        disable_torch_autograd: bool = False, transforms=None, **compile_options) -> Callable:
+        disable_torch_autograd: bool = False, transforms=None, cache_limit: int | None = None,
+        **compile_options) -> Callable:
     """Just-in-time compile a callable (function or model).
 
     Args:
@@ -67,12 +116,16 @@ def jit(fn: Callable, /, *, langctx=None, executors=None, sharp_edges=None, cach
         langctx: the language context; only torch (the default) is supported.
         executors: executors (objects or names such as ``"torch"``) tried in order.
         sharp_edges: ``None``/``"allow"`` (default), ``"warn"`` or ``"error"``: what to do when the program
-            reads tensors that are not its arguments (globals, closures, module attributes).
+            reads tensors that are not its arguments (globals, closures, module attributes), or Python
+            state thunder cannot check on later calls (see the README's sharp edges).
         cache: ``"no caching"``, ``"same input"``, ``"constant values"`` (default) or ``"symbolic values"``.
         disable_torch_autograd: trace for inference only, never connecting outputs to torch.autograd.
         transforms: ``thunder.transforms.base.Transform`` objects, applied in order at the points
             that class documents; the data-parallel transforms are among them.
+        cache_limit: the most compiled entries kept (default ``thunder.core.cache.DEFAULT_CACHE_LIMIT``, 32).
+            Past it thunder warns once, naming what keeps changing, and evicts the least recently used.
     """
+    _check_jittable(fn)
     if langctx not in (None, "torch"):
         raise ValueError(f"Unsupported langctx {langctx!r}; thunder.jit supports the torch language")
     if sharp_edges not in (None, "allow", "warn", "error"):
@@ -83,7 +136,8 @@ def jit(fn: Callable, /, *, langctx=None, executors=None, sharp_edges=None, cach
     cd = CompileData(
         fn=fn, module=module, executors=resolve_executors(executors), cache_option=CACHE_OPTIONS.resolve(cache),
         sharp_edges=sharp_edges, disable_torch_autograd=disable_torch_autograd, transforms=tuple(transforms or ()),
-        compile_options=dict(compile_options), langctx=langctx)
+        compile_options=dict(compile_options), langctx=langctx,
+        cache_limit=DEFAULT_CACHE_LIMIT if cache_limit is None else cache_limit)
     from thunder.transforms.base import Transform
 
     for t in cd.transforms:

@@ -57,10 +57,12 @@ class Printer:
             if math.isinf(x):
                 return "float('inf')" if x > 0 else "-float('inf')"
             if math.isnan(x):
-                return "float('nan')"
+                return "float('nan')" if math.copysign(1.0, x) > 0 else "-float('nan')"
             return repr(x)
         if isinstance(x, complex):
-            return repr(x)
+            if all(math.isfinite(v) and v != 0.0 for v in (x.real, x.imag)):
+                return repr(x)
+            return f"complex({self.value(x.real)}, {self.value(x.imag)})"  # repr loses nan, inf and signed zeros
         if isinstance(x, torch.dtype):
             self.imports["from thunder.core import dtypes"] = None
             return dtypes.print_name(x)

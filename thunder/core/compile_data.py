@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 import torch
 
+from thunder.core.cache import DEFAULT_CACHE_LIMIT
 from thunder.core.prologue import CACHE_OPTIONS
 
 
@@ -24,6 +25,7 @@ class CompileData:
     compile_options: dict = dataclasses.field(default_factory=dict)
     langctx: Any = None
     used_options: set = dataclasses.field(default_factory=set)
+    cache_limit: int = DEFAULT_CACHE_LIMIT
 
     @property
     def is_module(self) -> bool:
@@ -45,6 +47,13 @@ class CacheEntry:
     interpreted_instructions: list
     interpreter_log: list
     grad_info: Any = None  # autodiff bookkeeping for the autograd.Function
+    refs: tuple = ()  # weak references to argument objects the prologue checks by identity
+    key: Any = None  # the cache key it is stored under
+    last_used: int = 0  # the call that used it last (the cache evicts the least recently used entry)
+
+    def alive(self) -> bool:
+        """False once an argument object the entry was compiled for is gone: no call can match it again."""
+        return all(r() is not None for r in self.refs)
 
 
 @dataclasses.dataclass
@@ -55,7 +64,12 @@ class CompileStats:
     last_entry: CacheEntry | None = None
     last_trace_tracing_time_ms: float = 0.0
     last_compile_time_ms: float = 0.0
-    entries: list = dataclasses.field(default_factory=list)
+    cache: Any = None  # thunder.core.cache.Cache
+
+    @property
+    def entries(self) -> list:
+        """The cached entries, most recently compiled first within each key."""
+        return self.cache.entries() if self.cache is not None else []
 
     @property
     def last_traces(self):

@@ -4,13 +4,9 @@ import functools
 import torch
 
 
-@functools.lru_cache(maxsize=None)
-def _device(spec: str) -> torch.device:
-    return torch.device(spec)
-
-
-def Device(spec) -> torch.device:  # noqa: N802 - the printed name in traces
-    return spec if isinstance(spec, torch.device) else _device(spec)
+# The printed name in traces (prologues call it on every call, so it is the C-level cache itself):
+# a string or a torch.device gives the (equal) torch.device.
+Device = functools.lru_cache(maxsize=None)(torch.device)
 
 
 def print_name(device: torch.device) -> str:

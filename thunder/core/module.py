@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import contextlib
+import copy
+import pickle
 
 import torch
+
+_OWN = frozenset({"_model", "_forward_fn", "_lc_cd", "_lc_cs"})
 
 
 class ThunderModule(torch.nn.Module):
@@ -11,20 +15,92 @@ class ThunderModule(torch.nn.Module):
 
     This wrapper is returned by thunder.jit, you would typically not instantiate it manually.
     It shares the original module's parameters and buffers (in both directions): the queries below
-    answer for the original module, with the same names.
+    answer for the original module, with the same names. Other attributes (``jm.in_features``,
+    ``jm.training``, methods of the original module) are read from and written to the original
+    module, and hooks registered on it are registered on the original module (where the traced
+    program runs them; adding or removing one recompiles).
     """
 
     def __init__(self, model: torch.nn.Module, compiled_model_call):
         super().__init__()
         self._model = model
         self._forward_fn = compiled_model_call
+        del self.__dict__["training"]  # the original module's flag (see __getattr__)
 
     def forward(self, *args, **kwargs):
         return self._forward_fn(*args, **kwargs)
 
-    def __call__(self, *args, **kwargs):  # hooks on the ThunderModule are not supported (see the sharp edges)
+    def __call__(self, *args, **kwargs):  # hooks registered here go to the original module, which runs them
         return self._forward_fn(*args, **kwargs)
 
+    # -- attributes reach the original module ------------------------------------------------------
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            model = self.__dict__.get("_modules", {}).get("_model")
+            if model is None or name in _OWN:
+                raise
+        return getattr(model, name)
+
+    def __setattr__(self, name: str, value):
+        if name in _OWN or name in self.__dict__ or "_model" not in self.__dict__.get("_modules", {}):
+            super().__setattr__(name, value)
+        else:
+            setattr(self._model, name, value)
+
+    def __delattr__(self, name: str):
+        if name in _OWN or name in self.__dict__:
+            super().__delattr__(name)
+        else:
+            delattr(self._model, name)
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(dir(self._model)))
+
+    # -- hooks -------------------------------------------------------------------------------------
+    def register_forward_hook(self, *args, **kwargs):
+        return self._model.register_forward_hook(*args, **kwargs)
+
+    def register_forward_pre_hook(self, *args, **kwargs):
+        return self._model.register_forward_pre_hook(*args, **kwargs)
+
+    def register_full_backward_hook(self, *args, **kwargs):
+        return self._model.register_full_backward_hook(*args, **kwargs)
+
+    def register_full_backward_pre_hook(self, *args, **kwargs):
+        return self._model.register_full_backward_pre_hook(*args, **kwargs)
+
+    def register_backward_hook(self, *args, **kwargs):
+        return self._model.register_backward_hook(*args, **kwargs)
+
+    # -- copying and pickling ------------------------------------------------------------------------
+    def __deepcopy__(self, memo):
+        """An independent jitted copy: a deep copy of the original module, jitted with the same options."""
+        cd = self._lc_cd
+        model = copy.deepcopy(self._model, memo)
+        return _rejit(model, _jit_options(cd, executors=cd.executors, transforms=copy.deepcopy(cd.transforms, memo)))
+
+    def __reduce_ex__(self, protocol):
+        """Pickles the original module and the jit options; loading jits the module again."""
+        cd = self._lc_cd
+        from thunder.extend import _EXECUTORS
+
+        unregistered = [e for e in cd.executors if _EXECUTORS.get(e.name) is not e]
+        if unregistered:
+            raise TypeError(f"cannot pickle this ThunderModule: its executors {unregistered} are not registered by name "
+                            "(thunder.extend.register_executor), so they cannot be found again when loading. Pickle the "
+                            "original module (or its state_dict) instead, and jit it again after loading.")
+        options = _jit_options(cd, executors=tuple(e.name for e in cd.executors), transforms=cd.transforms)
+        try:
+            pickle.dumps(options, protocol)
+        except (pickle.PicklingError, TypeError, AttributeError) as e:
+            raise TypeError(f"cannot pickle this ThunderModule: its jit options (transforms or compile options) cannot "
+                            f"be pickled ({e}). Pickle the original module (or its state_dict) instead, and jit it "
+                            "again after loading.") from None
+        return _rejit, (self._model, options)
+
+    # -- the original module's parameters and state --------------------------------------------------
     def get_buffer(self, name):
         return self._model.get_buffer(name)
 
@@ -59,3 +135,15 @@ class ThunderModule(torch.nn.Module):
         Without a data-parallel transform this has no effect.
         """
         yield
+
+
+def _jit_options(cd, *, executors, transforms) -> dict:
+    return dict(langctx=cd.langctx, executors=executors, sharp_edges=cd.sharp_edges, cache=cd.cache_option.value,
+                disable_torch_autograd=cd.disable_torch_autograd, transforms=transforms, cache_limit=cd.cache_limit,
+                **cd.compile_options)
+
+
+def _rejit(model: torch.nn.Module, options: dict) -> ThunderModule:
+    import thunder
+
+    return thunder.jit(model, **options)

@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from thunder.core import checkpointing, frontend, random_state, side_effects
+from thunder.core import checkpointing, frontend, python_state, random_state, side_effects
 from thunder.core.compile_data import CacheEntry, CompileData
 from thunder.core.interpreter import InstructionRecorder
 from thunder.core.outputs import flatten_output, is_printable_structure
@@ -100,12 +100,14 @@ def trace_program(cd: CompileData, args, kwargs) -> TraceResult:
                              sharp_edges=cd.sharp_edges)
     recorder = InstructionRecorder()
     autocast_state = ltorch_autocast.state()
-    with module_tensors_as_proxies(cd.module, comp, prologue) as modules:
+    state = python_state.StateRecorder(tracer, cd.sharp_edges)
+    with module_tensors_as_proxies(cd.module, comp, prologue) as modules, contextlib.closing(state):
         for p, _ in prologue.inputs:
             if isinstance(p, TensorProxy):
                 tracer.register_input(p, prologue.values.get(p.name))
+        python_state.watch_program(state, cd.fn, modules, prologue.objects)
         with side_effects.watched(cd.fn, cd.sharp_edges), frontend.active(tracer), tracectx(comp), \
-                frontend.TracingMode(tracer), recorder:
+                frontend.TracingMode(tracer), recorder, state.active():
             out = cd.fn(*pargs, **pkwargs)
     prologue.check_containers()
     with tracectx(comp):
@@ -118,6 +120,9 @@ def trace_program(cd: CompileData, args, kwargs) -> TraceResult:
         prologue.unpack_source(captured.proxy, captured.source, t)
     prologue.check_layouts(tracer.layouts)
     prologue.check_updated_inputs([k for k in tracer.aliases.current if k in tracer.input_names])
+    if prologue.check:
+        state.emit(prologue)
+    state.report()
     prologue.check_state(autocast_state, modules)
     prologue.check_specialized(comp.specialized_numbers)
     if autocast_state[0] or autocast_state[2]:
@@ -141,6 +146,8 @@ def _real_tensor_of(source, tracer):
         return source.cell.cell_contents
     if isinstance(source, frontend.AttrSource):
         return getattr(source.obj, source.name)
+    if isinstance(source, frontend.ModuleTensorSource):  # a module reached from globals, closures or arguments
+        return source.module.__dict__[source.collection][source.name]
     return source.value
 
 
@@ -201,4 +208,5 @@ def make_entry(result: TraceResult, params: list, traces: list, *, output_rebuil
         interpreted_instructions=result.recorder.instructions,
         interpreter_log=result.recorder.log,
         grad_info=grad_info,
+        refs=tuple(result.prologue.weak_refs),
     )

@@ -10,6 +10,8 @@ checked too. The prologue returns the computation's inputs, or raises ``CacheMis
 from __future__ import annotations
 
 import enum
+import types
+import weakref
 from numbers import Number
 
 import torch
@@ -40,6 +42,7 @@ class CACHE_OPTIONS(enum.Enum):
 
 
 _LITERAL_TYPES = (str, type(None), torch.dtype, torch.device, slice, type(Ellipsis), torch.Size, bool)
+MAX_INPUT_DEPTH = 64  # containers nested deeper than this are refused (the prologue unpacks them level by level)
 
 
 class PrologueBuilder:
@@ -56,6 +59,12 @@ class PrologueBuilder:
         self.values: dict[str, torch.Tensor] = {}  # input name -> its tensor in the call being traced
         self.tensor_args: dict[int, tuple] = {}  # id of a tensor argument -> (its variable, its proxy)
         self.containers: list = []  # (input list or dict as the program got it, a copy, its variable)
+        self.objects: list = []  # (object, var, name): non-tensor argument objects, whose reads are recorded
+        self.object_vars: dict[int, Var] = {}
+        self.weak_refs: list = []  # the cache entry is useless once one of these dies
+        self.state_index = 0  # where the checks of Python state go: after the arguments are unpacked
+        self.state_bsyms: list = []
+        self.constant_names: dict[int, str] = {}  # id(constant) -> its name (the trace's constants hold it alive)
 
     def _emit(self, op, *args, **kwargs):
         with tracectx(self.trace):
@@ -85,16 +94,22 @@ class PrologueBuilder:
             var = Var(self._name(k if k.isidentifier() else "kwarg"))
             _record_unpack_key(self.trace, kwargs_var, k, var)
             pkwargs[k] = self._value(v, var, var.name)
+        self.state_index = len(self.trace.bound_symbols)
         return pargs, pkwargs
 
-    def _value(self, value, var: Var, hint: str):
+    def _value(self, value, var: Var, hint: str, depth: int = 0):
         """The traced stand-in for ``value`` (reached in the prologue as ``var``), with its checks."""
+        if depth > MAX_INPUT_DEPTH:
+            raise ValueError(
+                f"thunder.jit: an argument is nested more than {MAX_INPUT_DEPTH} containers deep (at {hint}); thunder "
+                "unpacks and checks nested tuples, lists and dicts level by level on every call. Pass the values in a "
+                "flatter structure (e.g. a list of tensors).")
         if isinstance(value, torch.Tensor):
             frontend.check_tensor_type(value)
             seen = self.tensor_args.get(id(value))
             if seen is not None:  # the same tensor twice: the program sees one tensor (x is y), as in eager
                 if self.check:
-                    self._emit(_check_is_op(), var, seen[0])
+                    self._emit(px.check_is_op, var, seen[0])
                 return seen[1]
             proxy = TensorProxy(var.name, tuple(value.shape), value.dtype, value.device, value.requires_grad)
             if isinstance(value, torch.nn.Parameter):
@@ -114,7 +129,7 @@ class PrologueBuilder:
                 self.symbolic[var.name] = proxy
                 return proxy
             if self.check:
-                self._emit(px.check_literal_op, var, value)
+                self._emit(literal_check(value), var, value)
             return value
         if isinstance(value, _LITERAL_TYPES):
             if self.check:
@@ -127,7 +142,7 @@ class PrologueBuilder:
                 self._emit(px.check_len_op, var, len(value))
             if value:
                 _record_unpack(self.trace, var, outs)
-            items = [self._value(v, o, o.name) for v, o in zip(value, outs)]
+            items = [self._value(v, o, o.name, depth + 1) for v, o in zip(value, outs)]
             if isinstance(value, list):
                 if self.functional:
                     return frontend.InputList(items)
@@ -142,17 +157,42 @@ class PrologueBuilder:
             for k, v in value.items():
                 o = Var(self._name(f"{hint}_{k}" if isinstance(k, str) and k.isidentifier() else f"{hint}_item"))
                 _record_unpack_key(self.trace, var, k, o)
-                out[k] = self._value(v, o, o.name)
+                out[k] = self._value(v, o, o.name, depth + 1)
             if self.functional:
                 return frontend.InputDict(out)
             self.containers.append((out, dict(out), var))
             return out
         if self.functional:
             raise ValueError(f"Cannot unpack object of type {type(value)}. Please file an issue requesting support.")
-        # Any other object is used as it is; the trace depends on its identity.
-        if self.check:
-            self._emit(px.check_literal_op if isinstance(value, Number) else _check_is_op(), var, value)
+        # Any other object is used as it is: the trace depends on what the program reads from it and, unless that
+        # is all it depends on, on its identity (see check_objects).
+        self.objects.append((value, var, hint))
+        self.object_vars[id(value)] = var
         return value
+
+    def check_objects(self, by_identity):
+        """Checks of the argument objects: by identity where ``by_identity(obj)`` says the trace depends on more
+        than the type and the attributes that were read from it (which the checks of Python state cover)."""
+        if not self.check:
+            return
+        for value, var, _ in self.objects:
+            if isinstance(value, Number):
+                self.emit_state(literal_check(value), var, value)
+            elif by_identity(value):
+                self._check_identity(value, var)
+
+    def _check_identity(self, value, var: Var):
+        """Checks ``var`` is ``value`` without keeping it alive (a weak reference, else its id and type)."""
+        if isinstance(value, (type, types.BuiltinFunctionType, types.ModuleType)):
+            self.emit_state(px.check_is_op, var, value)  # long-lived: a strong reference is harmless
+            return
+        try:
+            ref = weakref.ref(value)
+        except TypeError:
+            self.emit_state(px.check_id_op, var, id(value), type(value))
+            return
+        self.weak_refs.append(ref)
+        self.emit_state(px.check_same_object_op, var, self.constant_var(ref, f"ref_{var.name}"))
 
     def _check_tensor(self, proxy, value):
         if self.check:
@@ -166,7 +206,8 @@ class PrologueBuilder:
                 mvar = self.module_var(source.module, source.qualname)
                 _record_python(self.trace, px.unpack_module_tensor, (mvar, source.collection, source.name), proxy)
             elif isinstance(source, frontend.AttrSource):
-                _record_python(self.trace, px.unpack_attr, (self.constant_var(source.obj, "obj_" + source.label), source.name), proxy)
+                _record_python(self.trace, px.unpack_attr, (self.object_var(source.obj, "obj_" + source.label), source.name),
+                               proxy)
             elif isinstance(source, frontend.GlobalSource):
                 _record_python(self.trace, px.unpack_key, (self.constant_var(source.globals_dict, "fn_globals"), source.name), proxy)
             elif isinstance(source, frontend.CellSource):
@@ -178,16 +219,32 @@ class PrologueBuilder:
         self.values[proxy.name] = value
 
     def module_var(self, module, qualname: str) -> Var:
-        return self.constant_var(module, "m_" + qualname.replace(".", "_") if qualname else "module")
+        """A module's variable: its argument when it was passed as one, else a constant."""
+        return self.object_var(module, "m_" + qualname.replace(".", "_") if qualname else "module")
+
+    def object_var(self, obj, hint: str) -> Var:
+        """An argument object's variable, else ``obj`` as a constant."""
+        var = self.object_vars.get(id(obj))
+        return var if var is not None else self.constant_var(obj, hint)
+
+    def missing_var(self) -> Var:
+        return self.constant_var(px.MISSING, "MISSING")
+
+    def emit_state(self, op, *args):
+        """Records a check of Python state; these go right after the arguments are unpacked (see ``finish``)."""
+        from thunder.core.symbol import BoundSymbol
+
+        self.state_bsyms.append(BoundSymbol(op, args, {}, None))
 
     def constant_var(self, obj, hint: str) -> Var:
-        for k, v in self.trace.constants.items():
-            if v is obj:
-                return Var(k)
+        name = self.constant_names.get(id(obj))
+        if name is not None:
+            return Var(name)
         name = frontend._sanitize(hint)
         while name in self.trace.constants or name in self.trace.names:
             name += "_"
         self.trace.constants[name] = obj
+        self.constant_names[id(obj)] = name
         self.trace.names.add(name)
         return Var(name)
 
@@ -259,7 +316,8 @@ class PrologueBuilder:
         tensor_vars = tuple(v for v, _ in self.tensor_args.values())
         if len(tensor_vars) > 1:  # distinct tensor arguments stay distinct (x is y, and in-place updates)
             self._emit(px.check_distinct_op, tensor_vars)
-        self._emit(px.check_global_state_op, torch.is_grad_enabled(), torch.get_default_dtype(), autocast_state)
+        self._emit(px.check_global_state_op, torch.is_grad_enabled(), torch.get_default_dtype(), autocast_state,
+                   torch.are_deterministic_algorithms_enabled())
         if modules:
             mvars = tuple(self.module_var(m, q) for q, m in modules)
             self._emit(px.check_training_op, mvars, tuple(m.training for _, m in modules))
@@ -269,9 +327,13 @@ class PrologueBuilder:
             return
         for name in sorted(names):
             p = self.symbolic[name]
-            self._emit(px.check_literal_op, Var(name), p.value)
+            self._emit(literal_check(p.value), Var(name), p.value)
 
     def finish(self, params: list) -> TraceCtx:
+        """The prologue trace, returning ``params``. Call once."""
+        i = self.state_index
+        self.trace.bound_symbols[i:i] = self.state_bsyms
+        self.state_bsyms = []
         with tracectx(self.trace):
             px.python_return(tuple(params))
         return self.trace
@@ -291,21 +353,16 @@ def _record_unpack_key(trace, dict_var, key, out):
     _record_python(trace, px.unpack_key, (dict_var, key), out)
 
 
-_CHECK_IS = None
 _CONSTANT = None
 
 
-def _check_is_op():
-    global _CHECK_IS
-    if _CHECK_IS is None:
-        _CHECK_IS = px.ex.register_operator("check_is", fn=check_is, meta=px._no_output,
-                                            imports=("from thunder.core.prologue import check_is",))
-    return _CHECK_IS
-
-
-def check_is(x, obj):
-    if x is not obj:
-        raise px.CacheMiss
+def literal_check(value):
+    """The check of a number: ``check_number`` where NaN or the sign of zero matters, else ``check_literal``."""
+    if isinstance(value, float) and (value != value or value == 0.0):
+        return px.check_number_op
+    if isinstance(value, complex) and (value != value or value.real == 0.0 or value.imag == 0.0):
+        return px.check_number_op
+    return px.check_literal_op
 
 
 def _constant_op():

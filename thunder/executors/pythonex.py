@@ -5,7 +5,10 @@ only the checks themselves.
 """
 from __future__ import annotations
 
+from math import copysign as _copysign
+
 import torch
+from torch.nn.modules import module as _module_module
 
 from thunder.core.codeutils import flat_proxies
 from thunder.extend import OperatorExecutor, register_executor
@@ -137,16 +140,43 @@ def check_literal(x, value):
         raise CacheMiss
 
 
+def check_number(x, value):
+    """``x`` is the float or complex ``value`` as a program sees it: NaN matches NaN, 0.0 does not match -0.0."""
+    if type(x) is not type(value) or not same_value(x, value):
+        raise CacheMiss
+
+
 def check_type(x, typ: type):
     if type(x) is not typ:
         raise CacheMiss
 
 
+def check_is(x, obj):
+    if x is not obj:
+        raise CacheMiss
+
+
+def check_same_object(x, ref):
+    """``x`` is the object ``ref`` (a weak reference) refers to: the cache does not keep it alive."""
+    if x is not ref():
+        raise CacheMiss
+
+
+def check_id(x, ident: int, typ: type):
+    """``x`` is the object with this id (one that takes no weak reference) and type."""
+    if id(x) != ident or type(x) is not typ:
+        raise CacheMiss
+
+
 _any_autocast = torch._C._is_any_autocast_enabled
+_deterministic = torch._C._get_deterministic_algorithms
+GLOBAL_MODULE_HOOKS = ("_global_backward_pre_hooks", "_global_backward_hooks", "_global_forward_pre_hooks",
+                       "_global_forward_hooks", "_global_forward_hooks_with_kwargs", "_global_forward_hooks_always_called")
 
 
-def check_global_state(grad_enabled: bool, default_dtype, autocast_state: tuple):
-    if torch.is_grad_enabled() is not grad_enabled or torch.get_default_dtype() is not default_dtype:
+def check_global_state(grad_enabled: bool, default_dtype, autocast_state: tuple, deterministic: bool = False):
+    if (torch.is_grad_enabled() is not grad_enabled or torch.get_default_dtype() is not default_dtype
+            or _deterministic() is not deterministic):
         raise CacheMiss
     if autocast_state[0] or autocast_state[2]:
         if _autocast_state() != autocast_state:
@@ -166,6 +196,205 @@ def check_training(modules: tuple, flags: tuple):
             raise CacheMiss
 
 
-for _fn in (check_tensor, check_layout, check_distinct, check_unshared, check_len, check_keys, check_literal, check_type, check_global_state, check_training):
+for _fn in (check_tensor, check_layout, check_distinct, check_unshared, check_len, check_keys, check_literal, check_number,
+            check_type, check_is, check_same_object, check_id, check_global_state, check_training):
     globals()[_fn.__name__ + "_op"] = ex.register_operator(_fn.__name__, fn=_fn, meta=_no_output,
                                                            imports=(_IMPORT.format(_fn.__name__),))
+
+
+# -- checks of Python state (see [Note: Python state] in thunder/core/python_state.py) ------------------
+
+
+class _Missing:
+    """Stands for an attribute, key, global or cell that holds nothing."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return "MISSING"
+
+    def __reduce__(self):
+        return "MISSING"
+
+
+MISSING = _Missing()
+
+
+class Contents:
+    """A list, dict or set as the program read it while traced: a later value matches by its contents."""
+
+    __slots__ = ("type", "items")
+
+    def __init__(self, typ: type, items: tuple):
+        self.type = typ
+        self.items = items  # (key, value) pairs for mappings, elements otherwise
+
+    def matches(self, x) -> bool:
+        if type(x) is not self.type or len(x) != len(self.items):
+            return False
+        if isinstance(x, (set, frozenset)):
+            return x == set(self.items)
+        pairs = zip(x.items(), self.items) if isinstance(x, dict) else zip(x, self.items)
+        if isinstance(x, dict):
+            return all((k is k0 or same_value(k, k0)) and (v is v0 or same_value(v, v0)) for (k, v), (k0, v0) in pairs)
+        return all(a is b or same_value(a, b) for a, b in pairs)
+
+    def __repr__(self):
+        return f"Contents({self.type.__name__}, {self.items!r})"
+
+
+class MethodOf:
+    """A method bound afresh on each read (a classmethod read through its class): matches by function and owner."""
+
+    __slots__ = ("func", "owner")
+
+    def __init__(self, method):
+        self.func, self.owner = method.__func__, method.__self__
+
+    def matches(self, x) -> bool:
+        return getattr(x, "__func__", None) is self.func and getattr(x, "__self__", None) is self.owner
+
+    def __repr__(self):
+        return f"MethodOf({self.func.__qualname__})"
+
+
+_EQUAL_TYPES = frozenset({int, bool, str, bytes, type(None), torch.dtype, torch.device, type(Ellipsis), range})
+
+
+_SNAPSHOT_TYPES = {Contents, MethodOf}
+
+
+def register_snapshot_type(cls: type):
+    """Expected values of this class are matched by their ``matches(x)`` method."""
+    _SNAPSHOT_TYPES.add(cls)
+
+
+def same_value(x, v) -> bool:
+    """Whether ``x`` (read now) is the value the trace saw as ``v`` (callers test ``x is v`` first).
+
+    Value-like values match by type and value (NaN matches NaN of the same sign, 0.0 does not match -0.0,
+    so a trace never mixes them up); ``Contents`` and ``MethodOf`` by what they describe; anything else only by identity.
+    """
+    t = type(v)
+    if t in _SNAPSHOT_TYPES:
+        return v.matches(x)
+    if type(x) is not t:
+        return False
+    if t is float:
+        if x != x:  # NaN: any NaN of the same sign (the sign shows in results, e.g. torch.signbit)
+            return v != v and _copysign(1.0, x) == _copysign(1.0, v)
+        return x == v and (x != 0.0 or _copysign(1.0, x) == _copysign(1.0, v))
+    if t is complex:
+        return same_value(x.real, v.real) and same_value(x.imag, v.imag)
+    if t in _EQUAL_TYPES:
+        return x == v
+    if t is tuple or t is torch.Size or (issubclass(t, tuple) and hasattr(t, "_fields")):
+        return len(x) == len(v) and all(a is b or same_value(a, b) for a, b in zip(x, v))
+    if t is frozenset:
+        return x == v
+    if t is slice:
+        return same_value((x.start, x.stop, x.step), (v.start, v.stop, v.step))
+    return False
+
+
+_FAST_EQUAL = frozenset({int, float, str, bytes})
+
+
+# [Note: fast checks] A prologue check compares what a name holds now (x) with what the trace read (v): mostly
+# the very same object (``x is v``); else, for ints, floats and strings, an equal value of the same type, nonzero
+# (the sign of a float zero matters); else ``same_value``, which knows NaN, signed zeros, tuples and snapshots.
+def check_items(d, names: tuple, values: tuple):
+    """Each name in the mapping ``d`` (an object's ``__dict__``, a module's ``_modules``, a globals dict) holds
+    what the trace read there (``MISSING``: nothing)."""
+    get = d.get
+    for name, v in zip(names, values):
+        x = get(name, MISSING)
+        if x is not v and not (type(x) is type(v) in _FAST_EQUAL and x == v and x) and not same_value(x, v):
+            raise CacheMiss
+
+
+def check_attrs(obj, names: tuple, values: tuple):
+    """As ``check_items``, for attributes read through ``getattr`` (slots, properties of objects without a ``__dict__``)."""
+    for name, v in zip(names, values):
+        x = getattr(obj, name, MISSING)
+        if x is not v and not (type(x) is type(v) in _FAST_EQUAL and x == v and x) and not same_value(x, v):
+            raise CacheMiss
+
+
+def check_class_attrs(cls: type, names: tuple, values: tuple):
+    """Attributes the program read through a class (methods such as ``forward``, class constants) are unchanged."""
+    for name, v in zip(names, values):
+        x = getattr(cls, name, MISSING)
+        if x is not v and not (type(x) is type(v) in _FAST_EQUAL and x == v and x) and not same_value(x, v):
+            raise CacheMiss
+
+
+def check_cells(cells: tuple, values: tuple):
+    """Closure cells of the functions that ran hold what they held while traced."""
+    for cell, v in zip(cells, values):
+        try:
+            x = cell.cell_contents
+        except ValueError:  # an empty cell
+            x = MISSING
+        if x is not v and not (type(x) is type(v) in _FAST_EQUAL and x == v and x) and not same_value(x, v):
+            raise CacheMiss
+
+
+def check_types(objects: tuple, classes: tuple):
+    for obj, cls in zip(objects, classes):
+        if type(obj) is not cls:
+            raise CacheMiss
+
+
+def check_module_calls(modules: tuple, classes: tuple):
+    """Each module is of its class and called as when traced: through the class's ``forward``, without hooks or
+    a compiled call."""
+    for m, cls in zip(modules, classes):
+        d = m.__dict__
+        if (type(m) is not cls or d["_forward_hooks"] or d["_forward_pre_hooks"] or d["_backward_hooks"]
+                or d["_backward_pre_hooks"] or d.get("_compiled_call_impl") is not None or "forward" in d
+                or "_call_impl" in d):
+            raise CacheMiss
+
+
+_GLOBAL_HOOK_DICTS = tuple(getattr(_module_module, n) for n in GLOBAL_MODULE_HOOKS)
+_G0, _G1, _G2, _G3 = _GLOBAL_HOOK_DICTS[:4]
+
+
+def check_global_module_hooks(snapshots: tuple):
+    """torch's global module hooks (``register_module_forward_hook`` & co.) are those the trace ran: usually none."""
+    if not snapshots:
+        if _G0 or _G1 or _G2 or _G3:
+            raise CacheMiss
+        return
+    for d, snap in zip(_GLOBAL_HOOK_DICTS, snapshots):
+        if not snap.matches(d):
+            raise CacheMiss
+
+
+def global_module_hooks() -> tuple:
+    """The state ``check_global_module_hooks`` checks: () when there are no global module hooks."""
+    if not any(_GLOBAL_HOOK_DICTS):
+        return ()
+    return tuple(Contents(type(d), tuple(d.items())) for d in _GLOBAL_HOOK_DICTS)
+
+
+for _fn in (check_attrs, check_class_attrs, check_cells, check_types, check_module_calls, check_global_module_hooks):
+    globals()[_fn.__name__ + "_op"] = ex.register_operator(_fn.__name__, fn=_fn, meta=_no_output,
+                                                           imports=(_IMPORT.format(_fn.__name__),))
+
+
+def _print_check_items(bsym, p):
+    obj, attr, names, values = bsym.args
+    p.imports[_IMPORT.format("check_items")] = None
+    where = p.value(obj) + (f".{attr}" if attr else "")
+    return f"check_items({where}, {p.value(names)}, {p.value(values)})"
+
+
+check_items_op = _op("check_items", check_items, printer=_print_check_items)
+
+
+CHECKS = frozenset({check_tensor_op, check_len_op, check_keys_op, check_literal_op, check_number_op, check_type_op,
+                    check_is_op, check_same_object_op, check_id_op, check_global_state_op, check_training_op,
+                    check_attrs_op, check_class_attrs_op, check_cells_op, check_types_op, check_module_calls_op,
+                    check_global_module_hooks_op, check_items_op})

@@ -1,0 +1,625 @@
+"""The Python state a traced program reads, recorded while tracing and checked by the prologue on every call.
+
+[Note: Python state]
+A trace bakes in every Python value the program read while it was traced: numbers and flags on modules
+(a dropout's ``self.p``), submodules (``self.fc``), methods (``forward``), hooks, globals and closure
+cells of the functions that ran, attributes of objects passed as arguments. ``StateRecorder`` records
+these reads while the program is traced; each then becomes a prologue check, so that a later change
+recompiles instead of running a stale trace:
+
+- Attribute reads of *watched* objects: the jitted module and its submodules, non-tensor argument
+  objects, and the modules and plain objects reached from them, from globals or from closures (e.g.
+  ``self.config``). Reads are seen by replacing ``__getattribute__`` (and ``__getattr__``,
+  ``__setattr__``) on the watched objects' classes while tracing; the replacements record only in the
+  tracing thread and only for watched objects, and are removed when tracing ends.
+- Globals and closure cells of the user's functions that ran: a trace function (chained to any other,
+  e.g. the instruction recorder's) sees each function start, and the names its code loads.
+- Module calls: ``forward`` and ``_call_impl`` come from the class, no compiled call, and the hooks of
+  the module and torch's global module hooks are those that ran (hooks are traced like the program).
+
+A non-tensor argument object is then checked by its type and these reads alone when it is a plain Python
+object something was read from (``by_identity``): a fresh dataclass holding the same values reuses the
+trace. Other argument objects are checked by identity, through a weak reference.
+
+Only the first read of a name counts (later reads see what the program itself wrote). Values are
+checked by kind (``expected``): value-like ones (numbers, strings, None, dtypes, enums, tuples of
+these) by type and value, functions, classes and modules by identity, small lists, dicts and sets by
+their contents, other objects by identity, and, when they are watched, by their own recorded reads.
+What cannot be checked this way (attributes of objects of library or C types, large or nested
+containers, closures of functions reached some other way, attributes the program writes) is reported
+under ``sharp_edges="warn"`` / ``"error"``.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import sysconfig
+import threading
+import types
+import enum
+import weakref
+from numbers import Number
+from typing import Any
+
+import torch
+
+from thunder.core import frontend
+from thunder.core.proxies import Var
+from thunder.executors import pythonex as px
+from thunder.executors.pythonex import MISSING, Contents, MethodOf
+
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+_CALL_STATE = {"_compiled_call_impl": (None, MISSING), "forward": (MISSING,), "_call_impl": (MISSING,)}
+_VALUE_TYPES = (int, float, complex, bool, str, bytes, type(None), torch.dtype, torch.device, type(Ellipsis), range,
+                enum.Enum)
+_IDENTITY_TYPES = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType, type,
+                   types.MethodWrapperType, types.WrapperDescriptorType, types.MethodDescriptorType)
+_UNCHECKED_TYPES = (logging.Logger,)  # library objects whose state does not change what a program computes
+_MAX_CONTENTS = 64  # larger containers are checked by identity only (and reported as a sharp edge)
+_NO_CHECK = object()  # tensors: fetched again by the prologue, not compared
+
+
+class Keys:
+    """A module's ``_parameters`` / ``_buffers`` read as a whole: its names (the tensors are fetched on each call)."""
+
+    __slots__ = ("type", "keys")
+
+    def __init__(self, d):
+        self.type, self.keys = type(d), tuple(d)
+
+    def matches(self, x) -> bool:
+        return type(x) is self.type and tuple(x) == self.keys
+
+    def __repr__(self):
+        return f"Keys({self.keys!r})"
+
+
+px.register_snapshot_type(Keys)
+
+
+class Watched:
+    """A watched object and what the program read from it."""
+
+    def __init__(self, obj, label: str, var: Var | None, qualname: str | None):
+        self.obj = obj
+        self.cls = type(obj)
+        self.label = label
+        self.var = var  # its prologue variable when it is an argument
+        self.qualname = qualname  # its name in the jitted module, for modules of the jitted module
+        self.dict = _instance_dict(obj)
+        self.seen: set[str] = set()
+        self.items: dict[str, Any] = {}  # name -> expected, read from the instance __dict__
+        self.attrs: dict[str, Any] = {}  # name -> expected, read through getattr (slots, custom __getattribute__)
+        self.entries: dict[str, dict[str, Any]] = {}  # "_modules"/"_parameters"/"_buffers" -> name -> expected
+        self.whole = False  # its __dict__ was read as a whole (vars(obj), obj.__dict__): check it by identity
+
+
+def _instance_dict(obj):
+    try:
+        return object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Class patches: recording attribute reads of watched objects
+# ---------------------------------------------------------------------------------------------
+
+
+class _Active(threading.local):
+    recorder: "StateRecorder | None" = None
+
+
+_ACTIVE = _Active()
+_PATCH_LOCK = threading.Lock()
+_PATCHES: dict[type, list] = {}  # class -> [count, {name: saved value or MISSING}]
+
+
+def current() -> "StateRecorder | None":
+    """The recorder of the program this thread is tracing, if any."""
+    return _ACTIVE.recorder
+
+
+def _patched_getattribute(orig):
+    def __getattribute__(self, name):
+        try:
+            value = orig(self, name)
+        except AttributeError:
+            rec = _ACTIVE.recorder
+            if rec is not None:
+                rec.on_missing(self, name)
+            raise
+        rec = _ACTIVE.recorder
+        if rec is not None:
+            rec.on_read(self, name, value)
+        return value
+
+    return __getattribute__
+
+
+def _patched_getattr(orig):
+    def __getattr__(self, name):
+        try:
+            value = orig(self, name)
+        except AttributeError:
+            rec = _ACTIVE.recorder
+            if rec is not None:
+                rec.on_getattr(self, name, MISSING)
+            raise
+        rec = _ACTIVE.recorder
+        if rec is not None:
+            rec.on_getattr(self, name, value)
+        return value
+
+    return __getattr__
+
+
+def _patched_setattr(orig):
+    def __setattr__(self, name, value):
+        orig(self, name, value)
+        rec = _ACTIVE.recorder
+        if rec is not None:
+            rec.on_write(self, name)
+
+    return __setattr__
+
+
+def _patch(cls: type) -> bool:
+    """Installs the recording methods on ``cls`` (counted: several tracing threads may share a class)."""
+    with _PATCH_LOCK:
+        entry = _PATCHES.get(cls)
+        if entry is None:
+            saved = {}
+            originals = {"__getattribute__": cls.__getattribute__, "__setattr__": cls.__setattr__}
+            if getattr(cls, "__getattr__", None) is not None:
+                originals["__getattr__"] = cls.__getattr__
+            makers = {"__getattribute__": _patched_getattribute, "__getattr__": _patched_getattr,
+                      "__setattr__": _patched_setattr}
+            try:
+                for name, orig in originals.items():
+                    saved[name] = cls.__dict__.get(name, MISSING)
+                    setattr(cls, name, makers[name](orig))
+            except (TypeError, AttributeError):  # a class that cannot be changed
+                _restore(cls, saved)
+                return False
+            entry = _PATCHES[cls] = [0, saved]
+        entry[0] += 1
+        return True
+
+
+def _unpatch(cls: type):
+    with _PATCH_LOCK:
+        entry = _PATCHES[cls]
+        entry[0] -= 1
+        if entry[0] == 0:
+            del _PATCHES[cls]
+            _restore(cls, entry[1])
+
+
+def _restore(cls, saved: dict):
+    for name, value in saved.items():
+        if value is MISSING:
+            if name in cls.__dict__:
+                delattr(cls, name)
+        else:
+            setattr(cls, name, value)
+
+
+_USER_CODE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # code -> whether it is the user's
+
+
+def _library_prefixes() -> tuple[tuple, tuple, tuple]:
+    """Prefixes of library files: thunder and torch, and the standard library except its installed packages
+    (site-packages: e.g. transformers' code counts as the user's)."""
+    thunder_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = sysconfig.get_paths()
+
+    def prefixes(dirs):
+        return tuple(dict.fromkeys(os.path.realpath(d) + os.sep for d in dirs))
+
+    return (prefixes([thunder_root, os.path.dirname(torch.__file__)]), prefixes([paths["stdlib"], paths["platstdlib"]]),
+            prefixes([paths["purelib"], paths["platlib"]]))
+
+
+_LIBRARY_FILES: dict[str, bool] = {}
+
+
+def _is_library_file(filename: str, prefixes: tuple) -> bool:
+    known = _LIBRARY_FILES.get(filename)
+    if known is not None:
+        return known
+    ours, stdlib, installed = prefixes
+    path = filename if filename.startswith(ours + stdlib) else os.path.realpath(filename)
+    library = (filename.startswith(("thunder.", "<frozen ")) or path.startswith(ours)
+               or (path.startswith(stdlib) and not path.startswith(installed)))
+    _LIBRARY_FILES[filename] = library
+    return library
+
+
+_LIBRARY_PREFIXES = _library_prefixes()
+
+
+def _watchable(cls: type, skipped: tuple) -> bool:
+    """Instances of classes defined in Python outside torch, thunder and the standard library, and all modules."""
+    if cls.__flags__ & (1 << 8) or not cls.__flags__ & (1 << 9):  # immutable or static (C) types
+        return False
+    if issubclass(cls, torch.nn.Module):
+        return True
+    if issubclass(cls, (torch.Tensor, enum.Enum, BaseException)) or cls.__module__ == "builtins":
+        return False
+    module = sys.modules.get(cls.__module__)
+    filename = getattr(module, "__file__", None)
+    return filename is not None and not _is_library_file(filename, skipped)
+
+
+# ---------------------------------------------------------------------------------------------
+# The recorder
+# ---------------------------------------------------------------------------------------------
+
+
+class StateRecorder:
+    """Records the Python state one trace depends on (see [Note: Python state])."""
+
+    def __init__(self, tracer, sharp_edges=None):
+        self.tracer = tracer
+        self.known_sources = tracer.known_sources
+        self.sharp_edges = sharp_edges
+        self.skipped = _LIBRARY_PREFIXES
+        self.watched: dict[int, Watched] = {}
+        self.patched: list[type] = []
+        self.class_attrs: dict[tuple, Any] = {}  # (class, name) -> expected
+        self.class_lookups: dict[tuple, Any] = {}  # (class, name) -> _class_lookup(class, name), while tracing
+        self.globals: dict[int, tuple] = {}  # id(globals dict) -> (dict, {name: expected})
+        self.functions: dict[int, types.FunctionType] = {}
+        self.cells: dict[int, tuple] = {}  # id(cell) -> (function, cell, name, expected)
+        self.codes: dict = {}  # code objects that ran -> True when it is user code
+        self.problems: dict[str, None] = {}
+        self.busy = False
+        self._prev_trace = None
+
+    def emit(self, pb):
+        """Adds a check of everything recorded to the prologue being built (``pb``, a ``PrologueBuilder``)."""
+        from thunder.core.state_checks import emit_checks
+
+        pb.check_objects(self.by_identity)
+        emit_checks(self, pb)
+
+    def by_identity(self, obj) -> bool:
+        """Whether an argument object must be the very object of the first call: unless it is a plain Python object
+        (its classes all defined in Python, not a module) whose attributes the program read one by one, and so
+        were recorded, in which case another object of the same class holding the same values gives the same trace."""
+        w = self.watched.get(id(obj))
+        if w is None or w.whole or not w.seen or isinstance(obj, torch.nn.Module):
+            return True  # (an object nothing was read from may be a sentinel, compared with `is`)
+        return not all(c is object or c.__flags__ & (1 << 9) for c in type(obj).__mro__)  # heap (Python) classes
+
+    # -- what is watched ----------------------------------------------------------------------
+    def watch(self, obj, label: str, *, var: Var | None = None, qualname: str | None = None) -> bool:
+        if id(obj) in self.watched:
+            return True
+        cls = type(obj)
+        if not _watchable(cls, self.skipped) or not _patch(cls):
+            return False
+        self.patched.append(cls)
+        self.watched[id(obj)] = Watched(obj, label, var, qualname)
+        if isinstance(obj, torch.nn.Module) and qualname is None:
+            self._module_sources(obj, label)
+        return True
+
+    def _module_sources(self, module: torch.nn.Module, label: str):
+        """Parameters and buffers of a module outside the jitted module are fetched from it on every call."""
+        for collection in ("_parameters", "_buffers"):
+            for name, t in module.__dict__[collection].items():
+                if isinstance(t, torch.Tensor) and id(t) not in self.known_sources:
+                    self.known_sources[id(t)] = frontend.ModuleTensorSource(module, label, collection, name)
+
+    def discover(self, fn):
+        """A function the program may call: tensors in its closure are fetched on each call, other cells are
+        checked if it runs (against what they hold now, before it runs)."""
+        fn = getattr(fn, "__func__", fn)
+        if not isinstance(fn, types.FunctionType) or id(fn) in self.functions:
+            return
+        self.functions[id(fn)] = fn
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+            if name == "__class__" or id(cell) in self.cells:
+                continue
+            try:
+                v = cell.cell_contents
+            except ValueError:
+                self.cells[id(cell)] = (fn, cell, name, MISSING)
+                continue
+            if isinstance(v, torch.Tensor):
+                if id(v) not in self.known_sources:
+                    self.known_sources[id(v)] = frontend.CellSource(cell, name)
+                continue
+            self.cells[id(cell)] = (fn, cell, name, self.expected(v, f"{fn.__qualname__}'s closure variable {name}",
+                                                                  None, None))
+
+    # -- reads ----------------------------------------------------------------------------------
+    def on_read(self, obj, name: str, value):
+        w = self.watched.get(id(obj))
+        if w is None or self.busy or name in w.seen:
+            return
+        if name[:2] == "__" and name[-2:] == "__":  # internals; the __dict__ of an object (not a module) read as a
+            if name == "__dict__" and not isinstance(obj, torch.nn.Module):  # whole: what it holds is not recorded
+                w.whole = True
+            return
+        w.seen.add(name)
+        self.busy = True
+        try:
+            self._read(w, name, value)
+        finally:
+            self.busy = False
+
+    def _read(self, w: Watched, name: str, value):
+        if w.qualname is not None and name == "training":
+            return  # checked for every module of the jitted module (check_training)
+        if name == "_compiled_call_impl" and isinstance(w.obj, torch.nn.Module):
+            w.items[name] = w.dict.get(name, MISSING)  # a module's call state (see _standard_call)
+            return
+        lookups = self.class_lookups
+        key = (w.cls, name)
+        cattr = lookups.get(key, lookups)  # the dict itself: not looked up yet
+        if cattr is lookups:
+            cattr = lookups[key] = _class_lookup(w.cls, name)
+        if cattr is not MISSING and _is_data_descriptor(cattr):
+            self._class_attr(w.cls, name, w.label)
+            if isinstance(cattr, types.MemberDescriptorType):  # a slot
+                w.attrs[name] = self.expected(value, f"{w.label}.{name}", w.obj, name)
+            return
+        if w.dict is not None and name in w.dict:
+            if name in ("_parameters", "_buffers") and isinstance(w.obj, torch.nn.Module):
+                w.items[name] = Keys(value)
+                return
+            w.items[name] = self.expected(value, f"{w.label}.{name}", w.obj, name)
+        elif cattr is not MISSING:
+            if w.dict is not None:
+                w.items[name] = MISSING  # not shadowed by an instance attribute
+            self._class_attr(w.cls, name, w.label)
+        else:  # produced by the class's own __getattribute__
+            w.attrs[name] = self.expected(value, f"{w.label}.{name}", w.obj, name)
+
+    def on_missing(self, obj, name: str):
+        w = self.watched.get(id(obj))
+        if w is None or self.busy or name in w.seen or getattr(w.cls, "__getattr__", None) is not None:
+            return
+        w.seen.add(name)
+        if w.dict is not None:
+            w.items[name] = MISSING
+        else:
+            w.attrs[name] = MISSING
+
+    def on_getattr(self, obj, name: str, value):
+        """A read that ``__getattr__`` answered (or failed to: ``MISSING``): a module's parameters, buffers, submodules."""
+        w = self.watched.get(id(obj))
+        if w is None or self.busy or name in w.seen:
+            return
+        w.seen.add(name)
+        self.busy = True
+        try:
+            if not isinstance(obj, torch.nn.Module):
+                w.attrs[name] = value if value is MISSING else self.expected(value, f"{w.label}.{name}", obj, name)
+            elif value is MISSING:
+                w.items[name] = MISSING
+                for collection in ("_parameters", "_buffers", "_modules"):
+                    w.entries.setdefault(collection, {})[name] = MISSING
+            else:
+                self._module_entry(w, name, value)
+        finally:
+            self.busy = False
+
+    def _module_entry(self, w: Watched, name: str, value):
+        for collection in ("_parameters", "_buffers", "_modules"):
+            if name not in w.dict.get(collection, ()):
+                continue
+            if value is None:  # e.g. a Linear without bias: a later parameter must recompile
+                w.entries.setdefault(collection, {})[name] = None
+            elif collection == "_modules":
+                w.entries.setdefault(collection, {})[name] = value
+                self._watch_child(value, w, name)
+            elif not isinstance(value, frontend.TensorProxy) and id(value) not in self.known_sources:
+                self.known_sources[id(value)] = frontend.ModuleTensorSource(w.obj, w.label, collection, name)
+            return  # tensors are fetched by the prologue on each call
+        w.attrs[name] = self.expected(value, f"{w.label}.{name}", w.obj, name)  # the class's own __getattr__
+
+    def on_write(self, obj, name: str):
+        w = self.watched.get(id(obj))
+        if w is None or self.busy:
+            return
+        self._problem(f"{w.label}.{name} is assigned while the program is traced; thunder does not repeat "
+                      "assignments to Python attributes on later calls (only tensor operations run)")
+        w.seen.add(name)  # later reads see what the program wrote, not outside state
+
+    def _watch_child(self, module, parent: Watched, name: str):
+        if id(module) in self.watched:
+            return
+        qualname = None
+        if parent.qualname is not None:
+            qualname = f"{parent.qualname}.{name}" if parent.qualname else name
+        self.watch(module, f"{parent.label}.{name}", qualname=qualname)
+
+    def _class_attr(self, cls: type, name: str, label: str):
+        key = (cls, name)
+        if key in self.class_attrs:
+            return
+        value = getattr(cls, name, MISSING)
+        if isinstance(value, types.MethodType) and getattr(cls, name, None) is not value:
+            self.class_attrs[key] = MethodOf(value)  # a classmethod: bound afresh on each read
+            self.discover(value)
+        elif hasattr(type(value), "__get__") and not isinstance(value, types.FunctionType):
+            self.class_attrs[key] = value  # a descriptor (property, ...): what it reads from the object is recorded
+            self.discover(getattr(value, "fget", None))
+        else:
+            self.class_attrs[key] = self.expected(value, f"{cls.__qualname__}.{name}", None, None)
+
+    # -- what a value is checked against ----------------------------------------------------------
+    def expected(self, value, label: str, owner, name, depth: int = 0):
+        """What the prologue compares a value read by the program with (see [Note: Python state])."""
+        if isinstance(value, torch.Tensor):
+            if owner is not None and id(value) not in self.known_sources and not isinstance(value, frontend.TensorProxy):
+                self.known_sources[id(value)] = frontend.AttrSource(owner, label, name)
+            return _NO_CHECK
+        if isinstance(value, _VALUE_TYPES):
+            return value
+        if isinstance(value, tuple) and type(value) in (tuple, torch.Size) and depth < 4:
+            if all(self.expected(v, label, None, None, depth + 1) is v for v in value):
+                return value
+        if isinstance(value, _IDENTITY_TYPES):
+            self.discover(value)
+            return value
+        if type(value) in (list, dict, set, frozenset, tuple) or type(value).__name__ == "OrderedDict":
+            return self._contents(value, label, depth)
+        if isinstance(value, torch.nn.Module):
+            self.watch(value, label)
+            return value
+        if not self.watch(value, label) and not isinstance(value, _UNCHECKED_TYPES):
+            self._problem(f"{label} is a {type(value).__qualname__} object: thunder checks that it is the same object "
+                          "on each call, but not its attributes; changing them after the first call is not seen")
+        return value
+
+    def _contents(self, value, label: str, depth: int):
+        if len(value) > _MAX_CONTENTS or depth >= 3:
+            self._problem(f"{label} is a {type(value).__name__} of {len(value)} items{' nested in others' if depth else ''}"
+                          ": thunder checks that it is the same object on each call, but not its contents (it compares "
+                          f"the contents of lists, dicts and sets of up to {_MAX_CONTENTS} items, 3 levels deep)")
+            return value
+        if isinstance(value, (set, frozenset)):
+            items = tuple(value)
+            if all(isinstance(v, _VALUE_TYPES) for v in items):
+                return Contents(type(value), items)
+            self._problem(f"{label} is a set of objects: thunder checks that it is the same set, but not its contents")
+            return value
+        if isinstance(value, dict):
+            items = tuple((k, self._item(v, label, depth)) for k, v in value.items())
+        else:
+            items = tuple(self._item(v, label, depth) for v in value)
+        return Contents(type(value), items)
+
+    def _item(self, v, label: str, depth: int):
+        e = self.expected(v, label + "[...]", None, None, depth + 1)
+        return v if e is _NO_CHECK else e  # a tensor in a container: the same tensor object
+
+    def _problem(self, message: str):
+        self.problems[message] = None
+
+    # -- globals and closures of the functions that ran -------------------------------------------
+    def _trace_calls(self, frame, event, arg):
+        code = frame.f_code
+        if code not in self.codes:
+            self._new_code(frame)
+        prev = self._prev_trace
+        return prev(frame, event, arg) if prev is not None else None
+
+    def _new_code(self, frame):
+        code = frame.f_code
+        user = _USER_CODE.get(code)
+        if user is None:
+            user = _USER_CODE[code] = not _is_library_file(code.co_filename, self.skipped)
+        self.codes[code] = user
+        if not user:
+            return
+        g = frame.f_globals
+        entry = self.globals.get(id(g))
+        if entry is None:
+            entry = self.globals[id(g)] = (g, {})
+        read = entry[1]
+        self.busy = True
+        try:
+            for name in code.co_names:
+                if name in read or name not in g:
+                    continue
+                value = g[name]
+                if isinstance(value, types.ModuleType):
+                    continue  # an imported module (torch, F, math): assumed never rebound (see the README)
+                if isinstance(value, torch.Tensor):
+                    if id(value) not in self.known_sources:
+                        self.known_sources[id(value)] = frontend.GlobalSource(g, name)
+                    continue
+                read[name] = self.expected(value, f"the global {name}", None, None)
+        finally:
+            self.busy = False
+
+    @contextlib.contextmanager
+    def active(self):
+        """Records while the program runs in this thread."""
+        prev_rec = _ACTIVE.recorder
+        self._prev_trace = sys.gettrace()
+        _ACTIVE.recorder = self
+        sys.settrace(self._trace_calls)
+        try:
+            yield self
+        finally:
+            sys.settrace(self._prev_trace)
+            _ACTIVE.recorder = prev_rec
+
+    def close(self):
+        """Removes the class patches (call once, after tracing)."""
+        for cls in self.patched:
+            _unpatch(cls)
+        self.patched.clear()
+
+    def ran_cells(self) -> list:
+        """(cell, name, expected) of the closures of the user's functions that ran."""
+        ran = {code for code, user in self.codes.items() if user}
+        return [(cell, name, e) for fn, cell, name, e in self.cells.values() if fn.__code__ in ran and e is not _NO_CHECK]
+
+    def unchecked_closures(self) -> list:
+        """User functions with closures that ran but that thunder reached no function object of."""
+        ran = [code for code, user in self.codes.items() if user]
+        known = {fn.__code__ for fn in self.functions.values()}
+        nested = {c for code in ran for c in code.co_consts if isinstance(c, types.CodeType)}
+        return [code for code in ran if set(code.co_freevars) - {"__class__"} and code not in known and code not in nested]
+
+    def report(self):
+        """Reports what thunder cannot check, as ``sharp_edges`` asks."""
+        for code in self.unchecked_closures():
+            self._problem(f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno}) reads variables of an enclosing "
+                          "function (a closure) that thunder cannot check, as it reached the function in a way it does "
+                          "not follow; changing them after the first call is not seen")
+        if self.sharp_edges not in ("warn", "error") or not self.problems:
+            return
+        if self.sharp_edges == "error":
+            raise frontend.ThunderSharpEdgeError("Sharp edge: " + "\n".join(self.problems))
+        import warnings
+
+        for message in self.problems:
+            warnings.warn("Sharp edge: " + message, stacklevel=4)
+
+
+def watch_program(state: StateRecorder, fn, modules: list, objects: list):
+    """Starts watching what a program starts from: the jitted module and its submodules (``modules``, from
+    ``named_modules``), else the function and what it is bound to, and the non-tensor argument objects."""
+    for qualname, m in modules:
+        state.watch(m, "module" + ("." + qualname if qualname else ""), qualname=qualname)
+    if not modules:
+        owner = getattr(fn, "__self__", None)
+        if owner is not None and not isinstance(owner, types.ModuleType):
+            state.watch(owner, getattr(fn, "__qualname__", "the jitted method").split(".")[0])
+        elif not isinstance(fn, (types.FunctionType, types.BuiltinFunctionType)):
+            state.watch(fn, type(fn).__qualname__)
+            fn = getattr(type(fn), "__call__", fn)
+        state.discover(fn)
+    for obj, var, hint in objects:
+        if isinstance(obj, Number):
+            continue  # checked by value
+        if isinstance(obj, _IDENTITY_TYPES):
+            state.discover(obj)
+        elif not state.watch(obj, f"the argument {hint}", var=var):
+            state._problem(f"the argument {hint} is a {type(obj).__qualname__} object: thunder checks that the same "
+                           "object is passed, but not its attributes; changing them after the first call is not seen")
+
+
+def _class_lookup(cls: type, name: str):
+    """What ``name`` is in the class dicts along ``cls``'s MRO (``MISSING``: nothing), as attribute lookup finds it."""
+    for k in cls.__mro__:
+        d = k.__dict__
+        if name in d:
+            return d[name]
+    return MISSING
+
+
+def _is_data_descriptor(x) -> bool:
+    t = type(x)
+    return hasattr(t, "__set__") or hasattr(t, "__delete__")
