@@ -181,6 +181,14 @@ def same(a, b) -> bool:
     return decide(operator.eq, a, b) is True
 
 
+def unknown_equality(a, b, where: str) -> str:
+    """The error for shape logic that needs two different extents, at least one known only at run time, to match."""
+    said = "; ".join(f"{x.name} is {x.origin}" for x in (a, b) if is_runtime(x))
+    return (f"thunder cannot tell whether the extents {_name(a)} and {_name(b)} are equal ({where}); {said}. "
+            "They may be equal when the program runs, but thunder traces it for all values: compute both from the same "
+            "operation (e.g. select with one mask or one set of indices and reuse it).")
+
+
 def is_one(x) -> bool:
     """Whether an extent is 1; a run-time extent never is (torch's size-oblivious rule)."""
     return not is_runtime(x) and x == 1

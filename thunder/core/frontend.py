@@ -27,7 +27,7 @@ from torch.overrides import TorchFunctionMode
 
 from thunder.core import prims
 from thunder.core.interpreter import InterpreterError
-from thunder.core.proxies import TensorProxy, NumberProxy
+from thunder.core.proxies import TensorProxy, NumberProxy, SymbolicTensorProxy
 from thunder.core.symbol import Tag
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.torch import TORCH_TO_SYMBOL, INPLACE_TO_SYMBOL
@@ -141,6 +141,15 @@ for _name in ("shape", "dtype", "device", "ndim", "requires_grad", "is_cuda", "i
             _PASSTHROUGH.add(_obj)
 _PASSTHROUGH |= {torch.is_tensor, torch.is_floating_point, torch.is_complex, torch.numel, torch.Tensor.__format__,
                  torch.result_type}
+
+# Size queries of a tensor with run-time extents answer with its symbolic shape (see [Note: run-time
+# extents] in thunder/core/extents.py); its C-level tensor has placeholder sizes.
+_SYMBOLIC_QUERIES = {torch.numel: SymbolicTensorProxy.numel}
+for _name in ("shape", "size", "numel", "nelement", "__len__", "stride", "nbytes"):
+    _attr = getattr(SymbolicTensorProxy, _name)
+    for _obj in (_TB.get(_name), torch.Tensor.__dict__.get(_name)):
+        if _obj is not None:
+            _SYMBOLIC_QUERIES[_obj] = _attr.fget if isinstance(_attr, property) else _attr
 
 _CONTIGUOUS = {_TB.get("is_contiguous")}
 _ITER = torch.Tensor.__iter__
@@ -332,6 +341,8 @@ class Tracer:
     def handle(self, func, args, kwargs):
         key = property_key(func)
         if key in _PASSTHROUGH:
+            if args and type(args[0]) is SymbolicTensorProxy and key in _SYMBOLIC_QUERIES:
+                return _SYMBOLIC_QUERIES[key](*args, **kwargs)
             return func(*args, **kwargs)
         if key in _CONTIGUOUS:
             return True
@@ -367,7 +378,10 @@ class Tracer:
     def call(self, sym, args, kwargs):
         args, kwargs = ltorch_autocast.maybe_autocast(sym, args, kwargs)
         out = sym(*args, **kwargs)
-        if getattr(sym, "is_view", False) and args and isinstance(args[0], TensorProxy):
+        is_view = getattr(sym, "is_view", False)
+        if callable(is_view):  # e.g. indexing: a view for basic indices, a copy for tensor indices
+            is_view = is_view(*args, **kwargs)
+        if is_view and args and isinstance(args[0], TensorProxy):
             base = self.view_base.get(args[0].name, args[0].name)
             for o in _tensor_leaves(out, []):
                 if o is not args[0]:

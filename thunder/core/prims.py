@@ -15,7 +15,7 @@ from numbers import Number
 import torch
 
 from thunder.core import dtypes
-from thunder.core.extents import as_extent, is_one, is_runtime, is_zero, same, same_shape
+from thunder.core.extents import as_extent, is_one, is_runtime, is_zero, prod_poly, same, same_shape, unknown_equality
 from thunder.core.proxies import NUMBER_OPS, TensorProxy, NumberProxy
 from thunder.core.symbol import Symbol, Tag
 from thunder.core.trace import get_tracectx
@@ -55,9 +55,7 @@ def broadcast_shapes(*shapes) -> tuple:
                 continue
             if not is_one(out[i]):
                 if is_runtime(d) or is_runtime(out[i]):
-                    raise NotImplementedError(
-                        f"thunder cannot broadcast extents {_extent_name(out[i])} and {_extent_name(d)} at dimension {i}: "
-                        "at least one is known only at run time and they are not the same extent")
+                    raise NotImplementedError(unknown_equality(out[i], d, f"broadcast at dimension {i}"))
                 raise RuntimeError(f"The size of tensor a ({out[i]}) must match the size of tensor b ({d}) at non-singleton dimension {i}")
             out[i] = d
     # a dimension of size 0 broadcasts with 1 to 0
@@ -68,8 +66,12 @@ def broadcast_shapes(*shapes) -> tuple:
     return tuple(out)
 
 
-def _extent_name(x) -> str:
-    return x.name if isinstance(x, NumberProxy) else str(x)
+def _check_contraction(m, n, what, a, b):
+    if same(m, n):
+        return
+    if is_runtime(m) or is_runtime(n):
+        raise NotImplementedError(unknown_equality(m, n, f"{what} of {a.name} and {b.name}"))
+    raise RuntimeError(f"{what}: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied")
 
 
 def _check(cond: bool, msg):
@@ -335,7 +337,7 @@ def _where_meta(pred, a, b):
     tensors = [x for x in (pred, a, b) if isinstance(x, TensorProxy)]
     ref = tensors[0]
     for t in tensors[1:]:
-        _check(tuple(t.shape) == tuple(ref.shape), "prims.where: shapes differ")
+        _check(same_shape(tuple(t.shape), tuple(ref.shape)), "prims.where: shapes differ")
     vals = [x for x in (a, b) if isinstance(x, TensorProxy)]
     if vals:
         dtype = vals[0].dtype
@@ -379,7 +381,7 @@ make_prim("shallow_copy", shallow_copy_meta)
 def broadcast_in_dim_meta(a, shape, broadcast_dimensions):
     _check(len(broadcast_dimensions) == a.ndim, "prims.broadcast_in_dim: one broadcast dimension per input dimension")
     for d, s in zip(broadcast_dimensions, a.shape):
-        _check(s == 1 or s == shape[d], lambda: f"prims.broadcast_in_dim: cannot broadcast {tuple(a.shape)} to {shape}")
+        _check(is_one(s) or same(s, shape[d]), lambda: f"prims.broadcast_in_dim: cannot broadcast {tuple(a.shape)} to {shape}")
     return _new_tensor(shape, a.dtype, a.device, _requires_grad(a))
 
 
@@ -387,7 +389,8 @@ make_prim("broadcast_in_dim", broadcast_in_dim_meta)
 
 
 def reshape_meta(a, shape):
-    _check(math.prod(shape) == a.numel(), lambda: f"prims.reshape: cannot reshape {tuple(a.shape)} to {tuple(shape)}")
+    _check(prod_poly(shape).key() == prod_poly(a.shape).key(),
+           lambda: f"prims.reshape: cannot reshape {tuple(a.shape)} to {tuple(shape)}")
     return _new_tensor(shape, a.dtype, a.device, _requires_grad(a))
 
 
@@ -404,8 +407,18 @@ make_prim("transpose", transpose_meta)
 
 def slice_meta(a, start_indices, end_indices, strides=None):
     strides = strides or [1] * a.ndim
-    shape = [max(0, (e - s + st - 1) // st) for s, e, st in zip(start_indices, end_indices, strides)]
+    shape = [_slice_extent(s, e, st) for s, e, st in zip(start_indices, end_indices, strides)]
     return _new_tensor(shape, a.dtype, a.device, _requires_grad(a))
+
+
+def _slice_extent(start, stop, step):
+    if not (is_runtime(start) or is_runtime(stop)):
+        return builtins.max(0, (stop - start + step - 1) // step)
+    from thunder.core.extents import decide, materialize, poly_of
+
+    if step == 1 and decide(operator.ge, stop, start):  # e.g. the part of a concatenation
+        return materialize(poly_of(stop) - poly_of(start))
+    return builtins.max(0, (stop - start + step - 1) // step)
 
 
 make_prim("slice_prim", slice_meta)
@@ -432,7 +445,7 @@ make_prim("cat", cat_meta)
 def pad_meta(a, padding_value, padding_config):
     shape = []
     for s, (lo, hi, dilation) in zip(a.shape, padding_config):
-        shape.append(lo + hi + s + max(0, s - 1) * dilation)
+        shape.append(s if lo == hi == dilation == 0 else lo + hi + s + builtins.max(0, s - 1) * dilation)
     return _new_tensor(shape, a.dtype, a.device, _requires_grad(a))
 
 
@@ -573,7 +586,7 @@ def matmul_meta(a, b):
         return _new_tensor(a.shape[:-1], a.dtype, a.device, _requires_grad(a, b))
     if a.ndim == 1:
         return _new_tensor(tuple(b.shape[:-2]) + (b.shape[-1],), a.dtype, a.device, _requires_grad(a, b))
-    _check(a.shape[-1] == b.shape[-2], lambda: f"prims.matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied")
+    _check_contraction(a.shape[-1], b.shape[-2], "prims.matmul", a, b)
     batch = broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
     return _new_tensor(tuple(batch) + (a.shape[-2], b.shape[-1]), a.dtype, a.device, _requires_grad(a, b))
 
@@ -582,7 +595,7 @@ make_prim("matmul", matmul_meta)
 
 
 def linear_meta(a, w, bias):
-    _check(a.shape[-1] == w.shape[-1], lambda: f"prims.linear: shapes {tuple(a.shape)} and {tuple(w.shape)} cannot be multiplied")
+    _check_contraction(a.shape[-1], w.shape[-1], "prims.linear", a, w)
     shape = tuple(a.shape[:-1]) + ((w.shape[0],) if w.ndim == 2 else ())
     return _new_tensor(shape, a.dtype, a.device, _requires_grad(a, w, bias))
 

@@ -8,7 +8,7 @@ import torch
 
 from thunder.core import prims
 from thunder.core.devices import normalize
-from thunder.core.extents import as_extent
+from thunder.core.extents import as_extent, is_runtime
 from thunder.core.proxies import TensorProxy, NumberProxy
 from thunder.core.symbol import Tag
 from thunder.torch.registry import number_torchsymbol, torchsymbol
@@ -114,6 +114,8 @@ def arange(start, end=None, step=1, *, out=None, dtype=None, layout=None, device
         start, end = 0, start
     if dtype is None:
         dtype = torch.int64 if all(isinstance(x, int) for x in (start, end, step)) else torch.get_default_dtype()
+    if is_runtime(end) and start == 0 and step == 1:  # arange over a run-time extent
+        return prims.iota(end, start=0, step=1, device=_device(device), dtype=dtype)
     length = math.ceil((end - start) / step)
     check(length >= 0, "arange: upper bound and larger bound inconsistent with step sign")
     return prims.iota(length, start=start, step=step, device=_device(device), dtype=dtype)

@@ -7,9 +7,11 @@ import torch
 import torch.nn.functional as F
 
 from thunder.core import prims
+from thunder.core.extents import same_shape
 from thunder.core.proxies import TensorProxy, NumberProxy
 from thunder.torch.registry import TORCH_TO_SYMBOL, _method, number_torchsymbol, torchsymbol
 from thunder.torch.utils import Kind, broadcast, check, convert, elementwise_binary, elementwise_unary, promote
+from thunder.torch import fallback
 
 # ---------------------------------------------------------------------------------------------
 # Unary: name -> (type promotion kind, torch namespaces that have it)
@@ -283,8 +285,8 @@ def nextafter(a, b):
 
 @number_torchsymbol(torch.where)
 def where(condition, input=None, other=None):
-    check(input is not None and other is not None, "torch.where(condition) with one argument is data-dependent and not supported",
-          NotImplementedError)
+    if input is None and other is None:  # the indices of the nonzero elements: run-time extents
+        return fallback.fallback_call(torch.where, (condition,), {})
     computation, result = promote(input, other)
     condition, input, other = broadcast(condition, input, other)
     if not isinstance(condition, TensorProxy):
@@ -306,9 +308,9 @@ def masked_fill(a, mask, value):
     if isinstance(value, TensorProxy):
         value = convert(value, a.dtype)
         mask, a2, value = broadcast(mask, a, value)
-        check(tuple(a2.shape) == tuple(a.shape), "masked_fill: the mask must be broadcastable to the input")
+        check(same_shape(tuple(a2.shape), tuple(a.shape)), "masked_fill: the mask must be broadcastable to the input")
         return prims.where(mask, value, a)
-    mask = broadcast(mask, a)[0] if tuple(mask.shape) != tuple(a.shape) else mask
+    mask = broadcast(mask, a)[0] if not same_shape(tuple(mask.shape), tuple(a.shape)) else mask
     return prims.where(mask, convert(value, a.dtype), a)
 
 
