@@ -59,6 +59,7 @@ class TraceCtx:
         self.specialized_numbers: set[str] = set()  # NumberProxy inputs whose values the prologue must check
         self.has_extents = False  # whether run-time extents occur (see [Note: run-time extents] in extents.py)
         self.unbound_extents: list = []  # fresh extents awaiting their definition
+        self.nonzero_counts: dict = {}  # tensor name -> the extent counting its nonzero elements
 
     # -- names -----------------------------------------------------------------------------
     def make_name(self, prefix: str = "t") -> str:
@@ -113,6 +114,7 @@ class TraceCtx:
         t._counters = dict(self._counters)
         t.specialized_numbers = self.specialized_numbers  # shared: every trace derived for a cache entry adds to it
         t.has_extents = self.has_extents
+        t.nonzero_counts = dict(self.nonzero_counts)
         t.bound_symbols = list(bound_symbols) if bound_symbols is not None else []
         t._scopes = [t.bound_symbols]
         return t

@@ -13,7 +13,7 @@ import operator
 
 import torch
 
-from thunder.core.extents import fresh
+from thunder.core.extents import fresh, same_shape
 from thunder.core.proxies import TensorProxy
 from thunder.core.trace import get_tracectx
 
@@ -38,9 +38,19 @@ def _extent(name: str, what: str):
     return fresh(get_tracectx(), f"{what} of {name}")
 
 
+def _count(name: str, t: TensorProxy):
+    """The number of nonzero (True) elements of ``t``: one extent per tensor, shared by every operation that
+    selects by it (``x[m]``, ``y[m]``, ``m.nonzero()``, ``torch.where(m)`` all have ``m``'s count)."""
+    counts = get_tracectx().nonzero_counts
+    if t.name not in counts:
+        what = f"True elements of boolean mask {t.name}" if t.dtype is torch.bool else f"nonzero elements of tensor {t.name}"
+        counts[t.name] = fresh(get_tracectx(), f"the number of {what} ({name})")
+    return counts[t.name]
+
+
 @rule(torch.nonzero, torch.Tensor.nonzero, torch._C.TensorBase.nonzero)
 def nonzero(name, a, *, out=None, as_tuple=False):
-    n = _extent(name, "the number of nonzero elements in the input")
+    n = _count(name, a)
     if as_tuple:
         return tuple(_tensor((n,), torch.int64, a) for _ in range(max(a.ndim, 1)))
     return _tensor((n, a.ndim), torch.int64, a)
@@ -60,7 +70,7 @@ def where(name, condition, input=None, other=None):
 
 @rule(torch.masked_select, torch.Tensor.masked_select)
 def masked_select(name, a, mask):
-    n = _extent(name, "the number of elements selected by the mask")
+    n = _count(name, mask) if same_shape(tuple(mask.shape), tuple(a.shape)) else _extent(name, "the number of elements selected")
     return _tensor((n,), a.dtype, a, requires_grad=True)
 
 
@@ -105,6 +115,13 @@ def repeat_interleave(name, a, repeats=None, dim=None, *, output_size=None):
     return _tensor(tuple(n if i == dim else s for i, s in enumerate(a.shape)), a.dtype, a, requires_grad=True)
 
 
+@rule(torch.nn.functional.one_hot)
+def one_hot(name, a, num_classes=-1):
+    """With ``num_classes=-1`` the classes are counted from the data: one more than the largest value."""
+    n = num_classes if num_classes >= 0 else _extent(name, "the number of classes (the largest value plus one)")
+    return _tensor(tuple(a.shape) + (n,), torch.int64, a)
+
+
 @rule(operator.getitem)
 def getitem(name, a, key):
     """Boolean masks in an index select a run-time number of elements: each is traced as the integer
@@ -118,7 +135,7 @@ def getitem(name, a, key):
     replaced = []
     for x in items:
         if isinstance(x, TensorProxy) and x.dtype is torch.bool:
-            n = _extent(name, f"the number of True elements of the boolean mask {x.name}")
+            n = _count(name, x)
             replaced += [_tensor((n,), torch.int64, x)] * max(x.ndim, 1)
         else:
             replaced.append(x)

@@ -63,7 +63,7 @@ def printable_name(fn) -> str | None:
 
 def describe(fn) -> str:
     if fn is operator.getitem:
-        return "tensor indexing (Tensor.__getitem__)"
+        return "tensor indexing"
     return printable_name(fn) or getattr(fn, "__qualname__", None) or repr(fn)
 
 
