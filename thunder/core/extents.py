@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import operator
 
-from thunder.core.proxies import NumberProxy, TensorProxy, DataDependentError
+from thunder.core.proxies import NumberProxy, TensorProxy
 
 # ---------------------------------------------------------------------------------------------
 # Polynomials over extents
@@ -134,13 +134,14 @@ def is_runtime(x) -> bool:
 # Comparisons
 # ---------------------------------------------------------------------------------------------
 
+# op -> (the sign facts of ``a - b`` under which op(a, b) holds, those under which it fails)
 _DECIDE = {
-    operator.eq: lambda lo, hi: True if lo == hi == 0 else (False if (lo is not None and lo > 0) or (hi is not None and hi < 0) else None),
-    operator.ne: lambda lo, hi: False if lo == hi == 0 else (True if (lo is not None and lo > 0) or (hi is not None and hi < 0) else None),
-    operator.lt: lambda lo, hi: True if hi is not None and hi < 0 else (False if lo is not None and lo >= 0 else None),
-    operator.le: lambda lo, hi: True if hi is not None and hi <= 0 else (False if lo is not None and lo > 0 else None),
-    operator.gt: lambda lo, hi: True if lo is not None and lo > 0 else (False if hi is not None and hi <= 0 else None),
-    operator.ge: lambda lo, hi: True if lo is not None and lo >= 0 else (False if hi is not None and hi < 0 else None),
+    operator.eq: (("zero",), ("positive", "negative")),
+    operator.ne: (("positive", "negative"), ("zero",)),
+    operator.lt: (("negative",), ("nonnegative",)),
+    operator.le: (("nonpositive",), ("positive",)),
+    operator.gt: (("positive",), ("nonpositive",)),
+    operator.ge: (("nonnegative",), ("negative",)),
 }
 _SYMBOLS = {operator.eq: "==", operator.ne: "!=", operator.lt: "<", operator.le: "<=", operator.gt: ">",
             operator.ge: ">="}
@@ -151,7 +152,14 @@ def decide(op, a, b):
     if isinstance(b, float) or isinstance(a, float):
         return None
     lo, hi = (poly_of(a) - poly_of(b)).bounds()
-    return _DECIDE[op](lo, hi)
+    facts = {"zero": lo == hi == 0, "positive": lo is not None and lo > 0, "nonnegative": lo is not None and lo >= 0,
+             "negative": hi is not None and hi < 0, "nonpositive": hi is not None and hi <= 0}
+    holds, fails = _DECIDE[op]
+    if any(facts[f] for f in holds):
+        return True
+    if any(facts[f] for f in fails):
+        return False
+    return None
 
 
 def compare(op, a, b) -> bool:
@@ -159,8 +167,7 @@ def compare(op, a, b) -> bool:
     result = decide(op, a, b) if _comparable(a) and _comparable(b) else None
     if result is None:
         p = a if is_runtime(a) else b
-        other = b if p is a else a
-        raise p.data_dependent(f"The comparison {_name(a)} {_SYMBOLS[op]} {_name(other) if other is b else _name(b)}")
+        raise p.data_dependent(f"The comparison {_name(a)} {_SYMBOLS[op]} {_name(b)}")
     return result
 
 
@@ -237,6 +244,23 @@ def prod_poly(values) -> Poly:
     for v in values:
         out = out * poly_of(v)
     return out
+
+
+def infer_shape(input_shape, shape) -> tuple:
+    """``shape`` with its -1 resolved for an input of ``input_shape``, where run-time extents are involved:
+    the -1 is the input's size divided exactly by the other extents (``(i0, 4)`` viewed as ``(-1,)`` is ``4 * i0``)."""
+    total, shape = prod_poly(input_shape), list(shape)
+    if -1 in shape:
+        i = shape.index(-1)
+        inferred = total.exact_div(prod_poly(s for j, s in enumerate(shape) if j != i))
+        if inferred is None:
+            raise NotImplementedError(
+                f"thunder cannot infer the -1 in shape {list(shape)} for an input of shape {tuple(input_shape)}: the "
+                "other extents do not divide the input's size exactly for every run-time value. Give the extent explicitly.")
+        shape[i] = materialize(inferred)
+    if prod_poly(shape).key() != total.key():
+        raise RuntimeError(f"shape '{list(shape)}' is invalid for input of shape {tuple(input_shape)}")
+    return tuple(shape)
 
 
 def materialize(poly: Poly):
@@ -372,7 +396,3 @@ def _flat_tensors(x):
     from thunder.core.codeutils import flat_proxies
 
     return [p for p in flat_proxies(x) if isinstance(p, TensorProxy)]
-
-
-def error_for(p: NumberProxy, what: str) -> DataDependentError:
-    return p.data_dependent(what)

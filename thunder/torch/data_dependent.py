@@ -142,6 +142,23 @@ def getitem(name, a, key):
     return meta_outputs(operator.getitem, (a, tuple(replaced)), {})
 
 
+def setitem_impl(a, key, value):
+    """Functional ``a[key] = value``, as the torch executor runs it."""
+    out = a.clone()
+    out[key] = value
+    return out
+
+
+@rule(setitem_impl)
+def setitem(name, a, key, value):
+    """``a[mask] = value`` keeps ``a``'s metadata; torch checks the value against the selection when it runs."""
+    items = key if isinstance(key, tuple) else (key,)
+    if not any(isinstance(x, TensorProxy) and x.dtype is torch.bool for x in items):
+        return None  # other keys: torch's meta kernel checks the value's shape while tracing
+    grad = torch.is_grad_enabled() and (a.requires_grad or isinstance(value, TensorProxy) and value.requires_grad)
+    return get_tracectx().tensor(tuple(a.shape), a.dtype, a.device, grad)
+
+
 def outputs(fn, describe: str, args, kwargs):
     """The outputs of ``fn``'s call by its rule, or None where it has none."""
     r = RULES.get(fn)

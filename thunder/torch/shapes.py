@@ -9,13 +9,13 @@ import torch
 import torch.nn.functional as F
 
 from thunder.core import prims
-from thunder.core.extents import (as_extent, is_one, is_runtime, is_symbolic_shape, is_zero, materialize, prod, prod_poly, same,
+from thunder.core.extents import (as_extent, infer_shape, is_one, is_runtime, is_symbolic_shape, is_zero, prod, same,
                                   same_shape)
 from thunder.core.proxies import TensorProxy, NumberProxy
 from thunder.torch.registry import torchsymbol
 from thunder.torch.utils import canonicalize_dim, canonicalize_dims, check, convert, expand_to
-from thunder.core.trace import get_tracectx
-from thunder.torch import data_dependent, fallback
+from thunder.torch import fallback
+from thunder.torch.data_dependent import setitem_impl as _setitem_impl
 
 
 def _shape_arg(shape) -> tuple:
@@ -28,7 +28,7 @@ def _shape_arg(shape) -> tuple:
 def _infer_shape(input_shape, shape) -> tuple:
     """``shape`` with its -1 resolved for an input of ``input_shape`` (run-time extents included)."""
     if is_symbolic_shape(input_shape) or is_symbolic_shape(shape):
-        return _infer_symbolic_shape(input_shape, shape)
+        return infer_shape(input_shape, shape)
     numel = math.prod(input_shape)
     shape = list(shape)
     if -1 in shape:
@@ -37,20 +37,6 @@ def _infer_shape(input_shape, shape) -> tuple:
         check(rest != 0 and numel % rest == 0, lambda: f"shape '{list(shape)}' is invalid for input of size {numel}")
         shape[i] = numel // rest
     check(math.prod(shape) == numel, lambda: f"shape '{list(shape)}' is invalid for input of size {numel}")
-    return tuple(shape)
-
-
-def _infer_symbolic_shape(input_shape, shape) -> tuple:
-    total, shape = prod_poly(input_shape), list(shape)
-    if -1 in shape:
-        i = shape.index(-1)
-        inferred = total.exact_div(prod_poly(s for j, s in enumerate(shape) if j != i))
-        check(inferred is not None, lambda: (
-            f"thunder cannot infer the -1 in shape {list(shape)} for an input of shape {tuple(input_shape)}: the other "
-            "extents do not divide the input's size exactly for every run-time value. Give the extent explicitly."),
-            NotImplementedError)
-        shape[i] = materialize(inferred)
-    check(prod_poly(shape).key() == total.key(), lambda: f"shape '{list(shape)}' is invalid for input of shape {tuple(input_shape)}")
     return tuple(shape)
 
 
@@ -500,22 +486,6 @@ def getitem(a, key):
 
 
 getitem.is_view = lambda a, key: _is_basic_index(key)  # tensor indices copy, as in torch
-
-
-def _setitem_impl(a, key, value):
-    out = a.clone()
-    out[key] = value
-    return out
-
-
-@data_dependent.rule(_setitem_impl)
-def _setitem_with_mask(name, a, key, value):
-    """``a[mask] = value`` keeps ``a``'s metadata; torch checks the value against the selection when it runs."""
-    items = key if isinstance(key, tuple) else (key,)
-    if not any(isinstance(x, TensorProxy) and x.dtype is torch.bool for x in items):
-        return None  # other keys: torch's meta kernel checks the value's shape while tracing
-    grad = torch.is_grad_enabled() and (a.requires_grad or isinstance(value, TensorProxy) and value.requires_grad)
-    return get_tracectx().tensor(tuple(a.shape), a.dtype, a.device, grad)
 
 
 @torchsymbol(name="setitem", torch_impl=_setitem_impl)
