@@ -47,6 +47,21 @@ def _index_add(x):
     return torch.zeros_like(x).index_add(0, idx, x[idx] * 2)
 
 
+def _selected_rows(x):
+    return torch.nonzero(x[:, 0] > 0)[:, 0]
+
+
+def _index_put(x, w):
+    idx = _selected_rows(x)
+    return torch.zeros_like(x).index_put((idx,), x[idx] * w, accumulate=True)
+
+
+def _scatter(x):
+    m = x > 0
+    rows = torch.nonzero(m)[:, :1].expand(-1, 3)
+    return torch.zeros(6, 3).scatter(0, rows, x[m].unsqueeze(1).expand(-1, 3))
+
+
 def _moe_litgpt(x, router, w):
     """litgpt's LLaMAMoE routing: one-argument where, advanced indexing, ``y[idx] += ...``."""
     probs, indices = torch.topk(router, 2)
@@ -114,6 +129,12 @@ CASES = {
     "mean_all": (lambda x: x[x > 0].mean(), _randn(6, 3), True),
     "index_select": (lambda x: x.index_select(0, torch.nonzero(x[:, 0] > 0)[:, 0]), _randn(6, 3), True),
     "index_add": (_index_add, _randn(6, 3), True),
+    "index_put_accumulate": (_index_put, lambda: (torch.randn(6, 3), torch.randn(3)), True),
+    "index_copy": (lambda x: (lambda i: torch.zeros_like(x).index_copy(0, i, x[i] * 3))(_selected_rows(x)),
+                   _randn(6, 3), True),
+    "scatter": (_scatter, _randn(6, 3), True),
+    "masked_scatter": (lambda x: (lambda m: torch.zeros_like(x).masked_scatter(m, x[m] * 2))(x > 0), _randn(6, 3), True),
+    "sort_selection": (lambda x: torch.sort(x[_selected_rows(x)][:, 1])[0], _randn(6, 3), True),
     "gather": (lambda x: torch.gather(_rows(x), 1, torch.zeros_like(_rows(x), dtype=torch.long)), _randn(6, 3), True),
     "scatter_add": (lambda x: (lambda m: torch.zeros(3).scatter_add(0, torch.nonzero(m)[:, 1], x[m]))(x > 0),
                     _randn(6, 3), True),
@@ -217,6 +238,26 @@ def test_extents_that_cannot_be_matched_raise():
         return x[x[:, 0] > 0].T @ x[x[:, 0] > 0]
 
     with pytest.raises(NotImplementedError, match="cannot tell whether the extents i0 and i1 are equal"):
+        thunder.jit(fn)(torch.randn(6, 3))
+
+
+@pytest.mark.parametrize("update", [lambda y: y.index_put_((torch.tensor([0, 2]),), torch.ones(3)),
+                                    lambda y: y.zero_(), lambda y: y.fill_(2.0)], ids=["index_put_", "zero_", "fill_"])
+def test_inplace_op_without_definition_raises_instead_of_dropping_the_update(update):
+    def fn(x):
+        y = x * 2
+        update(y)
+        return y
+
+    with pytest.raises(NotImplementedError, match="in-place operation torch.Tensor"):
+        thunder.jit(fn)(torch.randn(6, 3))
+
+
+def test_fallback_op_on_unmatched_extents_raises():
+    def fn(x):  # two selections by equal but separately computed masks
+        return torch.zeros_like(x).index_copy(0, _selected_rows(x), x[_selected_rows(x)])
+
+    with pytest.raises(NotImplementedError, match="index_copy on inputs whose shapes hold extents known only"):
         thunder.jit(fn)(torch.randn(6, 3))
 
 

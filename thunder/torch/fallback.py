@@ -92,7 +92,15 @@ def meta_outputs(fn, args, kwargs, *, device=None):
     check(len(roots) <= len(_PLACEHOLDERS[0]),
           lambda: f"thunder cannot trace {describe(fn)} on inputs with more than {len(_PLACEHOLDERS[0])} run-time extents",
           NotImplementedError)
-    runs = [_run(fn, args, kwargs, dict(zip(roots, values))) for values in _PLACEHOLDERS[:2 if roots else 1]]
+    try:
+        runs = [_run(fn, args, kwargs, dict(zip(roots, values))) for values in _PLACEHOLDERS[:2 if roots else 1]]
+    except RuntimeError as e:
+        if not roots:
+            raise
+        raise NotImplementedError(
+            f"thunder cannot trace {describe(fn)} on inputs whose shapes hold extents known only at run time "
+            f"({', '.join(roots)}): torch's meta kernel rejects them at placeholder sizes ({e}). If two of them are equal "
+            "when the program runs, compute them from the same operation (one mask, one set of indices).") from e
     outs = [tree_flatten(r)[0] for r in runs]
     if proxies and not any(isinstance(x, torch.Tensor) for x in outs[0]):
         raise NotImplementedError(
@@ -242,6 +250,10 @@ def fallback_symbol(fn) -> Symbol:
         return sym
     path = printable_name(fn)
     name = path.removeprefix("torch.") if path else getattr(fn, "__name__", "op")
+    check(not (name.endswith("_") and not name.endswith("__") and getattr(fn, "__name__", "") not in _RANDOM_NAMES),
+          lambda: f"thunder has no definition of the in-place operation {path}, so it cannot update its input as eager "
+                  "does; compute the new value with out-of-place operations and assign it (y = ...) instead.",
+          NotImplementedError)
     tags = (Tag.RANDOM,) if getattr(fn, "__name__", "") in _RANDOM_NAMES else ()
 
     def meta(*args, **kwargs):
