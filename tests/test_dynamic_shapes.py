@@ -110,6 +110,8 @@ CASES = {
                                  lambda: (torch.randint(0, 6, (10,)),), False),
     "unique_consecutive": (lambda x: torch.unique_consecutive(x, return_counts=True),
                            lambda: (torch.randint(0, 2, (10,)),), False),
+    "bincount": (lambda x, w: (torch.bincount(x), torch.bincount(x, w, minlength=3)),
+                 lambda: (torch.randint(0, 6, (10,)), torch.rand(10)), False),
     "repeat_interleave": (lambda x, r: torch.repeat_interleave(x, r, dim=0) * 2,
                           lambda: (torch.randn(4, 3), torch.randint(0, 3, (4,))), True),
     "repeat_interleave_indices": (lambda r: torch.repeat_interleave(r), lambda: (torch.randint(0, 3, (4,)),), False),

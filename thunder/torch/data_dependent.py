@@ -115,6 +115,16 @@ def repeat_interleave(name, a, repeats=None, dim=None, *, output_size=None):
     return _tensor(tuple(n if i == dim else s for i, s in enumerate(a.shape)), a.dtype, a, requires_grad=True)
 
 
+@rule(torch.bincount, torch.Tensor.bincount)
+def bincount(name, a, weights=None, minlength=0):
+    n = _extent(name, "the number of bins (the largest value plus one, at least minlength)")
+    if weights is None:
+        dtype = torch.int64
+    else:  # as torch's kernel: float32 weights count in float32, any other weights in float64
+        dtype = torch.float32 if weights.dtype is torch.float32 else torch.float64
+    return _tensor((n,), dtype, a)
+
+
 @rule(torch.nn.functional.one_hot)
 def one_hot(name, a, num_classes=-1):
     """With ``num_classes=-1`` the classes are counted from the data: one more than the largest value."""

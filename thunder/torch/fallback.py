@@ -9,6 +9,7 @@ run-time extents from torch's fake tensors (see [Note: fallback metadata with ru
 from __future__ import annotations
 
 import operator
+import re
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
@@ -208,7 +209,7 @@ def _run(fn, args, kwargs, values: dict):
             return fn(*margs, **mkwargs)
     except (NotImplementedError, RuntimeError) as e:
         meta_error = e
-    out = _run_fake(fn, args, kwargs, single)
+    out = _run_fake(fn, args, kwargs, single) if _dynamic_output_shape(meta_error) else None
     if out is None:
         msg = str(meta_error)
         if isinstance(meta_error, NotImplementedError):
@@ -217,6 +218,20 @@ def _run(fn, args, kwargs, values: dict):
             raise NotImplementedError(f"thunder cannot trace {describe(fn)}: its output depends on tensor values ({msg})") from meta_error
         raise meta_error
     return out
+
+
+def _dynamic_output_shape(meta_error) -> bool:
+    """Whether the meta kernel failed for an aten operation whose output shape depends on data (torch tags those
+    ``dynamic_output_shape``; fake tensors, expensive to set up, are tried only for them)."""
+    msg = str(meta_error)
+    if not isinstance(meta_error, NotImplementedError):
+        return False
+    if "data-independent" in msg:  # nonzero's meta registration
+        return True
+    match = re.match(r"aten::(\w+)", msg)
+    packet = getattr(torch.ops.aten, match.group(1), None) if match else None
+    return packet is not None and any(
+        torch.Tag.dynamic_output_shape in getattr(packet, o).tags for o in packet.overloads())
 
 
 def _run_fake(fn, args, kwargs, values: dict):
