@@ -67,6 +67,9 @@ PROGRAMS = {
     "zeros": (lambda x, n: torch.zeros(abs(n), 2), RECOMPILE),
     "tensor_of_number": (lambda x, n: torch.tensor([n, 2 * n]), RECOMPILE),
     "dropout": (lambda x, n: F.dropout(x, abs(n) / 10 % 1), RECOMPILE),
+    "as_tensor": (lambda x, n: torch.as_tensor(n) + x, RECOMPILE),
+    "max_builtin": (lambda x, n: x * max(n, 2), RECOMPILE),
+    "sum_of_numbers": (lambda x, n: x * sum([n, n, 1]), REUSE),
     "isinstance_number": (lambda x, n: x * 2 if isinstance(n, (int, float)) else x, REUSE),
 }
 
@@ -139,6 +142,12 @@ def test_number_arithmetic_prints_as_python():
     jfn(torch.ones(2), 5)
     src = str(thunder.last_traces(jfn)[-1])
     assert "f0 = n / 2" in src and "i0 = n // 3" in src, src
+
+
+def test_torch_shape_utilities_on_numbers_raise_clearly():
+    jfn = thunder.jit(lambda x, n: torch.broadcast_shapes((n, 1), (1, 4)), cache="symbolic values")
+    with pytest.raises(TypeError, match="int\\(n\\) specializes the trace"):
+        jfn(torch.ones(2), 3)
 
 
 def test_division_by_zero_raises_as_eager():

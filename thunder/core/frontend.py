@@ -33,7 +33,7 @@ from thunder.core.trace import TraceCtx, tracectx
 from thunder.torch import TORCH_TO_SYMBOL, INPLACE_TO_SYMBOL
 from thunder.torch import shapes as ltorch_shapes
 from thunder.torch.fallback import fallback_symbol, describe
-from thunder.torch.registry import property_key
+from thunder.torch.registry import has_number_proxy, number_values, property_key
 from thunder.torch import autocast as ltorch_autocast
 
 # ---------------------------------------------------------------------------------------------
@@ -391,7 +391,8 @@ class Tracer:
 
     def _unknown(self, func, args, kwargs):
         tensors = _tensor_leaves((args, kwargs), [])
-        if not tensors:
+        args, kwargs = number_values(args), number_values(kwargs)  # torch sees numbers (specialized), not proxies
+        if not tensors and not has_number_proxy((args, kwargs)):  # a run-time extent's use is traced
             out = func(*args, **kwargs)  # utilities such as torch.broadcast_shapes
             if not _tensor_leaves(out, []):
                 return out

@@ -295,9 +295,17 @@ class OtherNumberProxy(NumberProxy):
         raise RuntimeError(f"thunder internal error: {func} was called with a NumberProxy outside tracing")
 
 
+def _no_node(self):
+    raise TypeError(
+        f"The traced number {self.name} reached torch code that works on torch.SymInt/SymFloat shapes without going "
+        "through a torch operation thunder traces (e.g. torch.broadcast_shapes on plain tuples); thunder cannot follow "
+        f"it. Pass a concrete value there (int({self.name}) specializes the trace), or call it outside the jitted function.")
+
+
 for _cls in (IntProxy, FloatProxy):  # torch.SymInt's and SymFloat's own methods need a symbolic node
     for _attr in ("as_integer_ratio", "bit_length", "conjugate", "is_integer"):
         setattr(_cls, _attr, _number_attribute(_attr))
+    _cls.node = property(_no_node)
 
 _PROXY_CLASSES = {int: IntProxy, float: FloatProxy, complex: OtherNumberProxy, bool: OtherNumberProxy}
 _NUMBER_TYPES = (int, float, complex)

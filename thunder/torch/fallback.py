@@ -103,6 +103,10 @@ def meta_outputs(fn, args, kwargs, *, device=None):
             f"({', '.join(roots)}): torch's meta kernel rejects them at placeholder sizes ({e}). If two of them are equal "
             "when the program runs, compute them from the same operation (one mask, one set of indices).") from e
     outs = [tree_flatten(r)[0] for r in runs]
+    if roots and any(isinstance(x, (int, float, torch.SymInt)) for x in outs[0]):
+        raise NotImplementedError(
+            f"thunder cannot trace {describe(fn)}: it returns a Python number computed from extents known only at run "
+            f"time ({', '.join(roots)})")
     if proxies and not any(isinstance(x, torch.Tensor) for x in outs[0]):
         raise NotImplementedError(
             f"thunder cannot trace {describe(fn)}: it returns a Python value ({type(runs[0]).__name__}) computed from "

@@ -74,30 +74,35 @@ def _number_values(fn):
 
     @functools.wraps(fn)
     def definition(*args, **kwargs):
-        if _has_number(args) or _has_number(kwargs.values()):
-            args, kwargs = _values(args), _values(kwargs)
-        return fn(*args, **kwargs)
+        return fn(*number_values(args), **number_values(kwargs))
 
     return definition
 
 
-def _has_number(xs) -> bool:
-    for x in xs:
-        if isinstance(x, NumberProxy) or isinstance(x, (tuple, list, slice)) and _has_number(
-                (x.start, x.stop, x.step) if isinstance(x, slice) else x):
-            return True
+def has_number_proxy(x) -> bool:
+    if isinstance(x, NumberProxy):
+        return True
+    if isinstance(x, slice):
+        return has_number_proxy((x.start, x.stop, x.step))
+    if isinstance(x, (tuple, list)):
+        return any(has_number_proxy(y) for y in x)
+    if isinstance(x, dict):
+        return any(has_number_proxy(y) for y in x.values())
     return False
 
 
-def _values(x):
+def number_values(x):
+    """``x`` with the values of its NumberProxies (specializing the trace on them); run-time extents stay."""
+    if not has_number_proxy(x):
+        return x
     if isinstance(x, NumberProxy):
         return x if x.origin is not None else x._specialize()
     if isinstance(x, slice):
-        return slice(_values(x.start), _values(x.stop), _values(x.step))
+        return slice(number_values(x.start), number_values(x.stop), number_values(x.step))
     if type(x) in (tuple, list):
-        return type(x)(_values(y) for y in x)
+        return type(x)(number_values(y) for y in x)
     if isinstance(x, dict):
-        return {k: _values(v) for k, v in x.items()}
+        return {k: number_values(v) for k, v in x.items()}
     return x
 
 
