@@ -28,7 +28,7 @@ from thunder.core.functionalization import Aliases, ViewStep, view_chain
 from thunder.core.interpreter import InterpreterError
 from thunder.core.layouts import Layouts, UnknownLayout
 from thunder.core.outputs import flatten_output
-from thunder.core.proxies import TensorProxy, NumberProxy
+from thunder.core.proxies import TensorProxy, NumberProxy, SymbolicTensorProxy
 from thunder.core.symbol import Symbol
 from thunder.core.tensor_queries import TracedGradFn
 from thunder.core.trace import TraceCtx, tracectx
@@ -36,7 +36,7 @@ from thunder.torch import TORCH_TO_SYMBOL
 from thunder.torch import shapes as ltorch_shapes
 from thunder.torch.fallback import fallback_symbol, describe, first_positional, inplace_call, inplace_fallback_symbol
 from thunder.torch.inplace import PlanKind, plan_for, detached_update
-from thunder.torch.registry import Updates, property_key
+from thunder.torch.registry import Updates, has_number_proxy, number_values, property_key
 from thunder.torch.utils import convert
 from thunder.torch import autocast as ltorch_autocast
 
@@ -313,6 +313,8 @@ class Tracer:
     # -- the interception point --------------------------------------------------------------
     def handle(self, func, args, kwargs):
         key = property_key(func)
+        if key in _SYMBOLIC_QUERIES and args and type(self.resolve(args[0])) is SymbolicTensorProxy:
+            return _SYMBOLIC_QUERIES[key](self.resolve(args[0]), *args[1:], **kwargs)
         if key in tensor_queries.METADATA:
             return func(*self.resolve(args), **kwargs)
         if key in _QUERIES:
@@ -370,10 +372,13 @@ class Tracer:
 
     def _record_views(self, sym, bsym, args, kwargs, out, torch_fn):
         base = args[0]
+        is_view = getattr(sym, "is_view", False)
+        if callable(is_view):  # e.g. indexing: a view for basic indices, a copy for tensor indices
+            is_view = is_view(*args, **kwargs)
         if sym.name in ("detach", "data"):
             self.aliases.add_view(base, out, ViewStep(sym, args[1:], kwargs, None, (), kind="detach"))
             return
-        might_alias = getattr(sym, "is_view", False) or sym.name in _MAYBE_VIEWS or getattr(sym, "is_fallback", False)
+        might_alias = is_view or sym.name in _MAYBE_VIEWS or getattr(sym, "is_fallback", False)
         if not might_alias:
             return
         outs = out if isinstance(out, (tuple, list)) else (out,)
@@ -381,9 +386,8 @@ class Tracer:
             if not isinstance(o, TensorProxy) or o is base:
                 continue
             chain = view_chain(bsym, base, o)
-            definite = getattr(sym, "is_view", False) and chain is not None and all(
-                _is_view_prim(b) or _is_fallback_view(b) for b in chain)
-            if getattr(sym, "is_view", False) and not definite and not getattr(sym, "is_fallback", False):
+            definite = is_view and chain is not None and all(_is_view_prim(b) or _is_fallback_view(b) for b in chain)
+            if is_view and not definite and not getattr(sym, "is_fallback", False):
                 continue  # a view op that copies here (advanced indexing)
             decide = None if definite else functools.partial(self.layouts.aliases, torch_fn, args, kwargs, i, base)
             index = i if isinstance(out, (tuple, list)) else None
@@ -393,7 +397,8 @@ class Tracer:
 
     def _unknown(self, func, first, args, kwargs):
         tensors = _tensor_leaves((args, kwargs), [])
-        if not tensors:
+        args, kwargs = number_values(args), number_values(kwargs)  # torch sees numbers (specialized), not proxies
+        if not tensors and not has_number_proxy((args, kwargs)):  # a run-time extent's use is traced
             out = func(*args, **kwargs)  # utilities such as torch.broadcast_shapes
             if not _tensor_leaves(out, []):
                 return out
@@ -633,6 +638,17 @@ for _table, _method in ((tensor_queries.STORAGE_OFFSET, Tracer._storage_offset),
 
 _ITER = torch.Tensor.__iter__
 _SETITEM = torch._C.TensorBase.__dict__["__setitem__"]
+
+# Size queries of a tensor with run-time extents answer with its symbolic shape (see [Note: run-time
+# extents] in thunder/core/extents.py); its C-level tensor has placeholder sizes.
+_SYMBOLIC_QUERIES = {torch.numel: SymbolicTensorProxy.numel}
+for _name in ("shape", "size", "numel", "nelement", "__len__", "stride", "nbytes", "is_contiguous"):
+    _attr = getattr(SymbolicTensorProxy, _name, None)
+    if _attr is None:
+        continue
+    for _obj in (torch._C.TensorBase.__dict__.get(_name), torch.Tensor.__dict__.get(_name)):
+        if _obj is not None:
+            _SYMBOLIC_QUERIES[_obj] = _attr.fget if isinstance(_attr, property) else _attr
 # Operations whose result is a view of their input only when the input's strides allow it.
 _MAYBE_VIEWS = frozenset({"reshape", "reshape_as", "flatten", "contiguous"})
 _VIEW_PRIMS = frozenset({"reshape", "squeeze", "broadcast_in_dim", "transpose", "slice_prim", "shallow_copy"})

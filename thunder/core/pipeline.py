@@ -124,7 +124,6 @@ def trace_program(cd: CompileData, args, kwargs) -> TraceResult:
         state.emit(prologue)
     state.report()
     prologue.check_state(autocast_state, modules)
-    prologue.check_specialized(comp.specialized_numbers)
     if autocast_state[0] or autocast_state[2]:
         comp.decorators.append("@no_autocast")
     comp.params = [p for p, _ in prologue.inputs]
@@ -194,6 +193,9 @@ def make_entry(result: TraceResult, params: list, traces: list, *, output_rebuil
                grad_info=None) -> CacheEntry:
     """A cache entry running ``traces[-1]`` (and ``backward_traces[-1]``, when training) behind a fresh prologue."""
     finish_start = time.perf_counter_ns()
+    # Numbers specialized anywhere while building this entry (tracing, autodiff, executors): the traces
+    # derived from the computation share one set (see [Note: Python number semantics] in proxies.py).
+    result.prologue.check_specialized(result.computation.specialized_numbers)
     prologue_trace = result.prologue.finish(params)
     prologue_trace.set_provenance("Prologue", finish_start)
     return CacheEntry(

@@ -8,14 +8,15 @@ torch executor gives each an implementation, and autodiff gives each a gradient 
 from __future__ import annotations
 
 import builtins
-
 import math
+import operator
 from numbers import Number
 
 import torch
 
 from thunder.core import dtypes
-from thunder.core.proxies import TensorProxy, NumberProxy
+from thunder.core.extents import as_extent, is_one, is_runtime, is_zero, prod_poly, same, same_shape, unknown_equality
+from thunder.core.proxies import NUMBER_OPS, TensorProxy, NumberProxy
 from thunder.core.symbol import Symbol, Tag
 from thunder.core.trace import get_tracectx
 
@@ -34,13 +35,7 @@ def all_prims() -> dict[str, Symbol]:
 
 
 def _new_tensor(shape, dtype, device, requires_grad=False) -> TensorProxy:
-    return get_tracectx().tensor(tuple(int(s) for s in shape), dtype, device, requires_grad)
-
-
-def _new_number(python_type, value, inputs) -> NumberProxy:
-    trace = get_tracectx()
-    prefix = {int: "i", float: "f", bool: "b", complex: "c"}[python_type]
-    return NumberProxy(trace.make_name(prefix), python_type, value, frozenset(inputs))
+    return get_tracectx().tensor(tuple(as_extent(s) for s in shape), dtype, device, requires_grad)
 
 
 def _requires_grad(*args) -> bool:
@@ -51,22 +46,32 @@ def _requires_grad(*args) -> bool:
 
 
 def broadcast_shapes(*shapes) -> tuple:
-    """torch's broadcasting of shapes (without importing torch's symbolic-shape machinery)."""
+    """torch's broadcasting of shapes; a run-time extent is never 1 (see [Note: run-time extents] in extents.py)."""
     ndim = max((len(s) for s in shapes), default=0)
     out = [1] * ndim
     for s in shapes:
         for i, d in enumerate(s, ndim - len(s)):
-            if d == 1:
+            if is_one(d) or same(out[i], d):
                 continue
-            if out[i] != 1 and out[i] != d:
+            if not is_one(out[i]):
+                if is_runtime(d) or is_runtime(out[i]):
+                    raise NotImplementedError(unknown_equality(out[i], d, f"broadcast at dimension {i}"))
                 raise RuntimeError(f"The size of tensor a ({out[i]}) must match the size of tensor b ({d}) at non-singleton dimension {i}")
             out[i] = d
     # a dimension of size 0 broadcasts with 1 to 0
     for s in shapes:
         for i, d in enumerate(s, ndim - len(s)):
-            if d == 0:
+            if is_zero(d):
                 out[i] = 0
     return tuple(out)
+
+
+def _check_contraction(m, n, what, a, b):
+    if same(m, n):
+        return
+    if is_runtime(m) or is_runtime(n):
+        raise NotImplementedError(unknown_equality(m, n, f"{what} of {a.name} and {b.name}"))
+    raise RuntimeError(f"{what}: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied")
 
 
 def _check(cond: bool, msg):
@@ -78,31 +83,17 @@ def _check(cond: bool, msg):
 # Elementwise
 # ---------------------------------------------------------------------------------------------
 
-def _number_value(fn, args):
-    values = [a.value if isinstance(a, NumberProxy) else a for a in args]
-    try:
-        return fn(*values)
-    except Exception:
-        return None
-
-
 def _elementwise_meta(name: str, nargs: int, *, output_dtype=None, number_fn=None):
     """Meta for elementwise primitives: tensors of one shape (numbers allowed), output of that shape."""
 
     def meta(*args):
         tensors = [a for a in args if isinstance(a, TensorProxy)]
         if not tensors:
-            # Arithmetic on NumberProxy inputs (symbolic values).
-            value = _number_value(number_fn, args) if number_fn else None
-            inputs = set()
-            for a in args:
-                if isinstance(a, NumberProxy):
-                    inputs |= a.inputs
-            ptype = type(value) if value is not None else float
-            return _new_number(ptype if ptype in (int, float, bool, complex) else float, value, inputs)
+            return _number_result(name, number_fn, args)
         t0 = tensors[0]
         for t in tensors[1:]:
-            _check(tuple(t.shape) == tuple(t0.shape), lambda: f"prims.{name}: shapes {tuple(t0.shape)} and {tuple(t.shape)} differ")
+            _check(same_shape(tuple(t.shape), tuple(t0.shape)),
+                   lambda: f"prims.{name}: shapes {tuple(t0.shape)} and {tuple(t.shape)} differ")
             _check(t.device == t0.device, lambda: f"prims.{name}: devices {t0.device} and {t.device} differ")
         dtype = output_dtype(t0.dtype) if output_dtype else t0.dtype
         return _new_tensor(t0.shape, dtype, t0.device, _requires_grad(*args) and dtypes.is_inexact(dtype))
@@ -122,8 +113,9 @@ def _positional_signature(n: int):
 _BOOL = lambda dtype: torch.bool  # noqa: E731
 _REAL = dtypes.to_real
 
+# name -> (output dtype of the tensor primitive, the Python function it is on numbers)
 UNARY = {
-    "abs": (_REAL, abs), "neg": (None, lambda a: -a), "exp": (None, math.exp), "exp2": (None, lambda a: 2.0**a),
+    "abs": (_REAL, abs), "neg": (None, operator.neg), "exp": (None, math.exp), "exp2": (None, lambda a: 2.0**a),
     "expm1": (None, math.expm1), "log": (None, math.log), "log1p": (None, math.log1p), "log2": (None, math.log2),
     "log10": (None, math.log10), "sin": (None, math.sin), "cos": (None, math.cos), "tan": (None, math.tan),
     "asin": (None, math.asin), "acos": (None, math.acos), "atan": (None, math.atan), "sinh": (None, math.sinh),
@@ -131,7 +123,7 @@ UNARY = {
     "atanh": (None, math.atanh), "sqrt": (None, math.sqrt), "rsqrt": (None, lambda a: 1 / math.sqrt(a)),
     "reciprocal": (None, lambda a: 1 / a), "sign": (None, None), "floor": (None, math.floor), "ceil": (None, math.ceil),
     "round": (None, round), "trunc": (None, math.trunc), "erf": (None, math.erf), "erfc": (None, math.erfc),
-    "erfinv": (None, None), "lgamma": (None, math.lgamma), "digamma": (None, None), "bitwise_not": (None, lambda a: ~a),
+    "erfinv": (None, None), "lgamma": (None, math.lgamma), "digamma": (None, None), "bitwise_not": (None, operator.invert),
     "isfinite": (_BOOL, math.isfinite), "isnan": (_BOOL, math.isnan), "isinf": (_BOOL, math.isinf),
     "signbit": (_BOOL, None), "real": (_REAL, None), "imag": (_REAL, None), "sigmoid": (None, None),
 }
@@ -139,27 +131,213 @@ for _name, (_out, _fn) in UNARY.items():
     make_prim(_name, _elementwise_meta(_name, 1, output_dtype=_out, number_fn=_fn))
 
 BINARY = {
-    "add": (None, lambda a, b: a + b), "sub": (None, lambda a, b: a - b), "mul": (None, lambda a, b: a * b),
-    "div": (None, lambda a, b: a / b), "floor_divide": (None, lambda a, b: a // b),
-    "remainder": (None, lambda a, b: a % b), "fmod": (None, math.fmod), "pow": (None, lambda a, b: a**b),
+    "add": (None, operator.add), "sub": (None, operator.sub), "mul": (None, operator.mul),
+    "div": (None, operator.truediv), "floor_divide": (None, operator.floordiv),
+    "remainder": (None, operator.mod), "fmod": (None, math.fmod), "pow": (None, operator.pow),
     "atan2": (None, math.atan2), "maximum": (None, max), "minimum": (None, min),
-    "eq": (_BOOL, lambda a, b: a == b), "ne": (_BOOL, lambda a, b: a != b), "lt": (_BOOL, lambda a, b: a < b),
-    "le": (_BOOL, lambda a, b: a <= b), "gt": (_BOOL, lambda a, b: a > b), "ge": (_BOOL, lambda a, b: a >= b),
-    "bitwise_and": (None, lambda a, b: a & b), "bitwise_or": (None, lambda a, b: a | b),
-    "bitwise_xor": (None, lambda a, b: a ^ b), "bitwise_left_shift": (None, lambda a, b: a << b),
-    "bitwise_right_shift": (None, lambda a, b: a >> b), "copysign": (None, math.copysign),
-    "hypot": (None, math.hypot), "nextafter": (None, None), "logical_and": (_BOOL, lambda a, b: bool(a and b)),
+    "eq": (_BOOL, operator.eq), "ne": (_BOOL, operator.ne), "lt": (_BOOL, operator.lt),
+    "le": (_BOOL, operator.le), "gt": (_BOOL, operator.gt), "ge": (_BOOL, operator.ge),
+    "bitwise_and": (None, operator.and_), "bitwise_or": (None, operator.or_),
+    "bitwise_xor": (None, operator.xor), "bitwise_left_shift": (None, operator.lshift),
+    "bitwise_right_shift": (None, operator.rshift), "copysign": (None, math.copysign),
+    "hypot": (None, math.hypot), "nextafter": (None, math.nextafter), "logical_and": (_BOOL, lambda a, b: bool(a and b)),
     "logical_or": (_BOOL, lambda a, b: bool(a or b)), "logical_xor": (_BOOL, lambda a, b: bool(a) != bool(b)),
 }
 for _name, (_out, _fn) in BINARY.items():
     make_prim(_name, _elementwise_meta(_name, 2, output_dtype=_out, number_fn=_fn))
 
 
+# ---------------------------------------------------------------------------------------------
+# Numbers: the elementwise primitives applied to Python numbers compute what Python computes
+# (see [Note: Python number semantics] in proxies.py); the python executor runs them as Python.
+# ---------------------------------------------------------------------------------------------
+
+NUMBER_FNS = {name: fn for name, (_, fn) in (UNARY | BINARY).items() if fn is not None}
+NUMBER_FNS["round_to"] = builtins.round
+_CATEGORY = {bool: 0, int: 1, float: 2, complex: 3}
+_TYPES = (bool, int, float, complex)
+_INT_RESULT = frozenset({"bitwise_left_shift", "bitwise_right_shift", "bitwise_not", "floor", "ceil", "trunc", "round"})
+
+
+def _ptype(x) -> type:
+    if isinstance(x, NumberProxy):
+        return x.python_type
+    return next(t for t in _TYPES if isinstance(x, t))
+
+
+def _nonneg(x) -> bool:
+    if isinstance(x, NumberProxy):
+        lower = x.poly.bounds()[0] if x.poly is not None else None
+        return lower is not None and lower >= 0
+    return x >= 0
+
+
+def _number_type(name: str, args):
+    """The Python type of ``name`` on numbers of these types; None where it depends on their values."""
+    cat = builtins.max(_CATEGORY[_ptype(a)] for a in args)
+    if name == "div":
+        return _TYPES[builtins.max(cat, 2)]
+    if name == "pow":
+        return _pow_type(*args, cat)
+    if name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+        return bool if cat == 0 else int
+    if name in _INT_RESULT:
+        return int
+    if name in ("maximum", "minimum"):
+        return None  # max() and min() return one of their operands
+    if name == "round_to":
+        return float if _ptype(args[0]) is float else int
+    if name == "abs" and cat == 3:
+        return float
+    if name in ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "isfinite", "isnan",
+                "isinf"):
+        return bool
+    if name in ("fmod", "atan2", "copysign", "hypot", "nextafter") or name in UNARY and name not in ("abs", "neg"):
+        return float
+    return _TYPES[builtins.max(cat, 1)]
+
+
+def _pow_type(a, b, cat):
+    if cat == 3:
+        return complex
+    if cat <= 1:  # int ** int is an int, unless the exponent is negative
+        if _nonneg(b):
+            return int
+        return None if isinstance(b, NumberProxy) else float
+    # with a float: a float, unless a negative base meets a non-integral exponent (then complex)
+    if _nonneg(a) or _ptype(b) in (bool, int) or not isinstance(b, NumberProxy) and float(b).is_integer():
+        return float
+    return None
+
+
+def _number_result(name: str, fn, args) -> NumberProxy:
+    check_fn = fn if fn is not None else NUMBER_FNS.get(name)
+    if check_fn is None:
+        raise NotImplementedError(f"prims.{name} has no meaning for Python numbers")
+    ptype = _number_type(name, args)
+    if ptype is None:  # the result's type depends on the values: specialize on them
+        for a in args:
+            if isinstance(a, NumberProxy):
+                a._specialize(f"The Python operation {name} (whose result type depends on its operands' values)")
+    runtime = [a for a in args if is_runtime(a)]
+    value = None if runtime else check_fn(*(a.value if isinstance(a, NumberProxy) else a for a in args))
+    ptype = ptype or type(value)
+    inputs = frozenset().union(*(a.inputs for a in args if isinstance(a, NumberProxy)))
+    out = _new_number(ptype, value, inputs, runtime[0].origin if runtime else None)
+    if ptype is int:  # for comparisons of run-time extents, and signs (``2 ** abs(n)`` is an int)
+        out.poly = _result_poly(name, args, out)
+    return out
+
+
+def _new_number(python_type, value, inputs, origin=None) -> NumberProxy:
+    trace = get_tracectx()
+    prefix = {int: "i", float: "f", bool: "b", complex: "c"}[python_type]
+    return NumberProxy(trace.make_name(prefix), python_type, value, frozenset(inputs), origin=origin)
+
+
+_POLY_OPS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul}
+
+
+def _result_poly(name, args, out):
+    from thunder.core.extents import Poly, poly_of
+
+    if name in _POLY_OPS and all(_ptype(a) in (bool, int) for a in args):
+        return _POLY_OPS[name](poly_of(args[0]), poly_of(args[1]))
+    if name == "neg" and _ptype(args[0]) is int:
+        return -poly_of(args[0])
+    if name == "floor_divide":
+        exact = poly_of(args[0]).exact_div(poly_of(args[1]))
+        if exact is not None:
+            return exact
+    nonneg = name in ("floor_divide", "remainder") and all(_nonneg(a) for a in args) or name == "abs"
+    return Poly.root(out, nonneg=nonneg)
+
+
+_NO_FOLD = object()
+
+
+def _fold(name, args):
+    """The result without recording, where it is an operand or a constant (``n * 1``, ``(4 * i0) // 4``)."""
+    if not all(_ptype(a) is int for a in args):
+        return _NO_FOLD
+    a = args[0]
+    b = args[1] if len(args) > 1 else None
+    identity = {"add": 0, "sub": 0, "mul": 1, "floor_divide": 1, "pow": 1}.get(name)
+    if identity is not None and type(b) is int and b == identity:
+        return a
+    if name in ("add", "mul") and type(a) is int and a == identity:
+        return b
+    if not any(is_runtime(x) for x in args):
+        return _NO_FOLD
+    from thunder.core.extents import poly_of, materialize
+
+    if name in _POLY_OPS:
+        poly = _POLY_OPS[name](poly_of(a), poly_of(b))
+        if poly.constant() is not None:
+            return poly.constant()
+        for x in (a, b):
+            if isinstance(x, NumberProxy) and poly_of(x).key() == poly.key():
+                return x
+    if name in ("floor_divide", "remainder"):
+        exact = poly_of(a).exact_div(poly_of(b))
+        if exact is not None:
+            if name == "remainder":
+                return 0
+            if exact.constant() is not None or len(exact.terms) == 1 and list(exact.terms.values()) == [1]:
+                return materialize(exact)
+    return _NO_FOLD
+
+
+def _number_op(name: str):
+    def op(*args):
+        folded = _fold(name, args)
+        return folded if folded is not _NO_FOLD else _PRIMS[name](*args)
+
+    return op
+
+
+def _round(a, ndigits=None):
+    if ndigits is None:
+        return _number_op("round")(a)
+    return _number_op("round_to")(a, ndigits)
+
+
+def _pos(a):
+    return a if a.python_type is not bool else _number_op("add")(a, 0)
+
+
+def _divmod(a, b):
+    return _number_op("floor_divide")(a, b), _number_op("remainder")(a, b)
+
+
+NUMBER_OPS.update({dunder: _number_op(prim) for dunder, prim in (
+    ("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"), ("floordiv", "floor_divide"),
+    ("mod", "remainder"), ("pow", "pow"), ("and", "bitwise_and"), ("or", "bitwise_or"), ("xor", "bitwise_xor"),
+    ("lshift", "bitwise_left_shift"), ("rshift", "bitwise_right_shift"), ("neg", "neg"), ("abs", "abs"),
+    ("invert", "bitwise_not"), ("floor", "floor"), ("ceil", "ceil"), ("trunc", "trunc"))})
+NUMBER_OPS.update(round=_round, pos=_pos, divmod=_divmod)
+
+
+def round_to_meta(a, ndigits):
+    return _number_result("round_to", builtins.round, (a, ndigits))
+
+
+def size_meta(a, dim: int):
+    """The run-time extent of ``a`` at ``dim`` (see [Note: run-time extents] in extents.py)."""
+    return a.shape[dim]
+
+
+# Primitives of numbers only: run by the python executor.
+NUMBER_PRIMS = frozenset({"round_to", "size"})
+make_prim("round_to", round_to_meta)
+make_prim("size", size_meta)
+
+
 def _where_meta(pred, a, b):
     tensors = [x for x in (pred, a, b) if isinstance(x, TensorProxy)]
     ref = tensors[0]
     for t in tensors[1:]:
-        _check(tuple(t.shape) == tuple(ref.shape), "prims.where: shapes differ")
+        _check(same_shape(tuple(t.shape), tuple(ref.shape)), "prims.where: shapes differ")
     vals = [x for x in (a, b) if isinstance(x, TensorProxy)]
     if vals:
         dtype = vals[0].dtype
@@ -173,7 +351,8 @@ make_prim("where", _where_meta)
 
 def convert_element_type_meta(a, dtype: torch.dtype):
     if isinstance(a, NumberProxy):
-        return _new_number(dtypes.python_type_of(dtype), a.value, a.inputs)
+        ptype = dtypes.python_type_of(dtype)
+        return _new_number(ptype, None if a.value is None else ptype(a.value), a.inputs, a.origin)
     return _new_tensor(a.shape, dtype, a.device, _requires_grad(a) and dtypes.is_inexact(dtype))
 
 
@@ -202,7 +381,7 @@ make_prim("shallow_copy", shallow_copy_meta)
 def broadcast_in_dim_meta(a, shape, broadcast_dimensions):
     _check(len(broadcast_dimensions) == a.ndim, "prims.broadcast_in_dim: one broadcast dimension per input dimension")
     for d, s in zip(broadcast_dimensions, a.shape):
-        _check(s == 1 or s == shape[d], lambda: f"prims.broadcast_in_dim: cannot broadcast {tuple(a.shape)} to {shape}")
+        _check(is_one(s) or same(s, shape[d]), lambda: f"prims.broadcast_in_dim: cannot broadcast {tuple(a.shape)} to {shape}")
     return _new_tensor(shape, a.dtype, a.device, _requires_grad(a))
 
 
@@ -210,7 +389,8 @@ make_prim("broadcast_in_dim", broadcast_in_dim_meta)
 
 
 def reshape_meta(a, shape):
-    _check(math.prod(shape) == a.numel(), lambda: f"prims.reshape: cannot reshape {tuple(a.shape)} to {tuple(shape)}")
+    _check(prod_poly(shape).key() == prod_poly(a.shape).key(),
+           lambda: f"prims.reshape: cannot reshape {tuple(a.shape)} to {tuple(shape)}")
     return _new_tensor(shape, a.dtype, a.device, _requires_grad(a))
 
 
@@ -227,8 +407,18 @@ make_prim("transpose", transpose_meta)
 
 def slice_meta(a, start_indices, end_indices, strides=None):
     strides = strides or [1] * a.ndim
-    shape = [max(0, (e - s + st - 1) // st) for s, e, st in zip(start_indices, end_indices, strides)]
+    shape = [_slice_extent(s, e, st) for s, e, st in zip(start_indices, end_indices, strides)]
     return _new_tensor(shape, a.dtype, a.device, _requires_grad(a))
+
+
+def _slice_extent(start, stop, step):
+    if not (is_runtime(start) or is_runtime(stop)):
+        return builtins.max(0, (stop - start + step - 1) // step)
+    from thunder.core.extents import decide, materialize, poly_of
+
+    if step == 1 and decide(operator.ge, stop, start):  # e.g. the part of a concatenation
+        return materialize(poly_of(stop) - poly_of(start))
+    return builtins.max(0, (stop - start + step - 1) // step)
 
 
 make_prim("slice_prim", slice_meta)
@@ -255,7 +445,7 @@ make_prim("cat", cat_meta)
 def pad_meta(a, padding_value, padding_config):
     shape = []
     for s, (lo, hi, dilation) in zip(a.shape, padding_config):
-        shape.append(lo + hi + s + max(0, s - 1) * dilation)
+        shape.append(s if lo == hi == dilation == 0 else lo + hi + s + builtins.max(0, s - 1) * dilation)
     return _new_tensor(shape, a.dtype, a.device, _requires_grad(a))
 
 
@@ -396,7 +586,7 @@ def matmul_meta(a, b):
         return _new_tensor(a.shape[:-1], a.dtype, a.device, _requires_grad(a, b))
     if a.ndim == 1:
         return _new_tensor(tuple(b.shape[:-2]) + (b.shape[-1],), a.dtype, a.device, _requires_grad(a, b))
-    _check(a.shape[-1] == b.shape[-2], lambda: f"prims.matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied")
+    _check_contraction(a.shape[-1], b.shape[-2], "prims.matmul", a, b)
     batch = broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
     return _new_tensor(tuple(batch) + (a.shape[-2], b.shape[-1]), a.dtype, a.device, _requires_grad(a, b))
 
@@ -405,7 +595,7 @@ make_prim("matmul", matmul_meta)
 
 
 def linear_meta(a, w, bias):
-    _check(a.shape[-1] == w.shape[-1], lambda: f"prims.linear: shapes {tuple(a.shape)} and {tuple(w.shape)} cannot be multiplied")
+    _check_contraction(a.shape[-1], w.shape[-1], "prims.linear", a, w)
     shape = tuple(a.shape[:-1]) + ((w.shape[0],) if w.ndim == 2 else ())
     return _new_tensor(shape, a.dtype, a.device, _requires_grad(a, w, bias))
 

@@ -3,12 +3,17 @@
 A ``TensorProxy`` is a ``torch.Tensor`` wrapper subclass that carries metadata (shape, dtype,
 device, requires_grad) but no storage, so library code that checks ``isinstance(x, torch.Tensor)``
 or reads ``x.shape`` works unchanged while thunder records what is done with it. A
-``NumberProxy`` stands for a Python number that is a runtime input (``cache="symbolic values"``).
+``NumberProxy`` stands for a Python number: an input (``cache="symbolic values"``), arithmetic on
+inputs, or a tensor extent known only at run time. A tensor proxy whose shape holds such extents
+is a ``SymbolicTensorProxy``: its ``shape`` is a tuple of ints and NumberProxies.
 
 Proxies are compared by identity and named uniquely within a trace; never use ``==`` on a
 ``TensorProxy`` inside thunder (it is a torch operation, not a comparison).
 """
 from __future__ import annotations
+
+import numbers
+import operator
 
 import torch
 
@@ -43,10 +48,16 @@ class TensorProxy(torch.Tensor):
 
     @staticmethod
     def __new__(cls, name: str, shape, dtype: torch.dtype, device: torch.device, requires_grad: bool = False):
+        shape = tuple(shape)
+        symbolic = any(isinstance(s, NumberProxy) for s in shape)
+        if symbolic:
+            cls = SymbolicTensorProxy
         t = torch.Tensor._make_wrapper_subclass(
-            cls, tuple(shape), dtype=dtype, device=device, requires_grad=requires_grad and dtypes.is_inexact(dtype)
-        )
+            cls, tuple(_PLACEHOLDER if isinstance(s, NumberProxy) else s for s in shape) if symbolic else shape,
+            dtype=dtype, device=device, requires_grad=requires_grad and dtypes.is_inexact(dtype))
         t.name = name
+        if symbolic:
+            t._thunder_shape = SymbolicSize(shape)
         return t
 
     # All torch functions are intercepted by the tracing mode; none may reach the proxy itself.
@@ -98,10 +109,70 @@ class TensorProxy(torch.Tensor):
         return self
 
 
+# The size the C-level tensor of a SymbolicTensorProxy has in place of a run-time extent; thunder and
+# the traced program read the extent itself through ``shape``, ``size()``, ``numel()`` and ``len()``.
+_PLACEHOLDER = 8_191
+
+
+class SymbolicSize(tuple):
+    """The shape of a tensor with run-time extents: a tuple of ints and NumberProxies, used like ``torch.Size``."""
+
+    def __getitem__(self, i):
+        out = tuple.__getitem__(self, i)
+        return SymbolicSize(out) if isinstance(i, slice) else out
+
+    def numel(self):
+        from thunder.core.extents import prod
+
+        return prod(self)
+
+    def __repr__(self):
+        return "torch.Size([" + ", ".join(s.name if isinstance(s, NumberProxy) else str(s) for s in self) + "])"
+
+    __str__ = __repr__
+
+
+class SymbolicTensorProxy(TensorProxy):
+    """A tensor proxy whose shape holds run-time extents (see [Note: run-time extents] in extents.py)."""
+
+    __slots__ = ()
+
+    @property
+    def shape(self) -> SymbolicSize:
+        return self._thunder_shape
+
+    def size(self, dim=None):
+        if dim is None:
+            return self._thunder_shape
+        return self._thunder_shape[operator.index(dim)]
+
+    def numel(self):
+        return self._thunder_shape.numel()
+
+    nelement = numel
+
+    @property
+    def nbytes(self):
+        return self.numel() * self.element_size()
+
+    def __len__(self):
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        first = self._thunder_shape[0]
+        if isinstance(first, NumberProxy):
+            raise first.data_dependent(f"len() of tensor {self.name}")
+        return first
+
+    def stride(self, dim=None):
+        raise NotImplementedError(
+            f"Tensor.stride() of {self.name}, whose shape {self._thunder_shape} has extents known only at run time, "
+            "is not supported by thunder; avoid reading strides in the jitted function")
+
+
 def type_string(x) -> str:
-    """``cpu f32[2, 2]`` for a tensor proxy, ``int 3`` style for numbers."""
+    """``cpu f32[2, 2]`` for a tensor proxy (``cpu f32[i0, 2]`` with a run-time extent), ``int`` for numbers."""
     if isinstance(x, TensorProxy):
-        shape = ", ".join(str(s) for s in x.shape)
+        shape = ", ".join(s.name if isinstance(s, NumberProxy) else str(s) for s in x.shape)
         return f"{device_str(x.device)} {dtypes.short_name(x.dtype)}[{shape}]"
     if isinstance(x, NumberProxy):
         return f"{x.python_type.__name__}"
@@ -109,25 +180,42 @@ def type_string(x) -> str:
 
 
 class NumberProxy:
-    """A Python number that is an input of the trace rather than a constant.
+    """A Python number the trace computes with: an input (``cache="symbolic values"``), arithmetic on
+    inputs, or a tensor extent known only at run time (see [Note: run-time extents] in extents.py).
 
-    Arithmetic on it is recorded. Converting it to a concrete Python value (``bool()``, ``int()``,
-    indexing, comparisons used for control flow) specializes the trace on its current value: the
-    prologue then checks that value, exactly as with ``cache="constant values"``.
+    [Note: Python number semantics]
+    Arithmetic on a NumberProxy is recorded (``prims``) and runs as Python's own operators, so results
+    have Python's values and types (true division, int ** negative int, float64 rounding, ...). What
+    needs a concrete value (``bool()``, ``int()``, ``float()``, ``str()``, ``hash()``, indexing,
+    comparisons for control flow) specializes the trace: the prologue then checks the input's value,
+    as with ``cache="constant values"``. A run-time extent cannot be specialized: such uses raise
+    ``DataDependentError`` naming the operation that produced it.
     """
 
-    __slots__ = ("name", "python_type", "value", "inputs")
+    __slots__ = ("name", "python_type", "value", "inputs", "origin", "poly")
 
-    def __init__(self, name: str, python_type: type, value, inputs: frozenset):
+    def __new__(cls, name: str, python_type: type, value, inputs: frozenset, *, origin: str | None = None):
+        return object.__new__(_PROXY_CLASSES[python_type] if cls is NumberProxy else cls)
+
+    def __init__(self, name: str, python_type: type, value, inputs: frozenset, *, origin: str | None = None):
         self.name = name
         self.python_type = python_type
-        self.value = value  # the value seen while tracing
+        self.value = value  # the value seen while tracing (None for run-time extents)
         self.inputs = inputs  # names of the NumberProxy inputs this value was computed from
+        self.origin = origin  # for values known only at run time: which operation they come from
+        self.poly = None  # canonical polynomial of run-time extents (thunder.core.extents.Poly)
 
-    def __repr__(self):
-        return f"NumberProxy(name={self.name}, {self.python_type.__name__})"
+    def data_dependent(self, what: str) -> DataDependentError:
+        return DataDependentError(
+            f"{what} needs the value of {self.name}, {self.origin}, which is known only when the program runs: "
+            "thunder traces the program once for all such values. Keep it in tensor shapes and torch operations, "
+            "or move the Python code that needs it (control flow, range(), int(), indexing, printing) out of the "
+            "jitted function.")
 
-    def _specialize(self):
+    def _specialize(self, what: str = "Converting a number to a Python value"):
+        """The value seen while tracing; the prologue will check that the inputs it depends on keep their values."""
+        if self.origin is not None:
+            raise self.data_dependent(what)
         from thunder.core.trace import get_tracectx
 
         trace = get_tracectx()
@@ -135,84 +223,152 @@ class NumberProxy:
             trace.specialized_numbers.update(self.inputs)
         return self.value
 
+    def __repr__(self):
+        if self.origin is not None:
+            return f"{self.name}"
+        return repr(self._specialize("repr()"))
+
+    def __str__(self):
+        return str(self._specialize("str()"))
+
+    def __format__(self, spec):
+        return format(self._specialize("Formatting (f-string, str.format)"), spec)
+
     def __bool__(self):
-        return bool(self._specialize())
+        return bool(self._specialize("bool() (e.g. `if n:`)"))
 
     def __int__(self):
-        return int(self._specialize())
+        return int(self._specialize("int()"))
 
     def __float__(self):
-        return float(self._specialize())
+        return float(self._specialize("float()"))
+
+    def __complex__(self):
+        return complex(self._specialize("complex()"))
 
     def __index__(self):
-        return self._specialize().__index__()
+        return operator.index(self._specialize("Using a number as an index or size (__index__)"))
 
     def __hash__(self):
-        return id(self)
+        return hash(self._specialize("hash() (a dict key or set member)"))
 
-    # Comparisons produce Python bools for control flow: they specialize.
-    def __eq__(self, other):
-        return self._specialize() == _concrete(other)
+    @property
+    def __class__(self):
+        # ``isinstance(n, int)`` holds for an int proxy, as for the number it stands for; ``type(n)`` is the proxy's class
+        return self.python_type
 
-    def __ne__(self, other):
-        return self._specialize() != _concrete(other)
+    def __copy__(self):
+        return self
 
-    def __lt__(self, other):
-        return self._specialize() < _concrete(other)
+    def __deepcopy__(self, memo):
+        return self
 
-    def __le__(self, other):
-        return self._specialize() <= _concrete(other)
-
-    def __gt__(self, other):
-        return self._specialize() > _concrete(other)
-
-    def __ge__(self, other):
-        return self._specialize() >= _concrete(other)
+    def __reduce_ex__(self, protocol):
+        raise TypeError(f"NumberProxy {self.name} cannot be pickled")
 
 
-def _concrete(x):
-    return x._specialize() if isinstance(x, NumberProxy) else x
+def _number_attribute(name: str):
+    return property(lambda self: getattr(self._specialize(f"The attribute .{name}"), name))
 
 
-_TENSOR_OPS = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "floor_divide": "floor_divide",
-               "remainder": "remainder", "pow": "pow"}
+for _attr in ("real", "imag", "conjugate", "is_integer", "bit_length", "bit_count", "as_integer_ratio", "numerator",
+              "denominator", "hex"):
+    setattr(NumberProxy, _attr, _number_attribute(_attr))
 
 
-def _number_binary(name: str, reflected: bool = False):
+# [Note: number proxies reach the tracing mode]
+# torch's argument parser takes a torch.SymInt or torch.SymFloat wherever it takes an int or a float
+# (sizes, scalars, dims) without converting it, so ``torch.zeros(n, 4)``, ``x * n`` and
+# ``torch.full((2,), n)`` reach thunder's TorchFunctionMode with the proxy itself. Int and float
+# proxies therefore subclass those classes (none of their symbolic machinery is used); other proxies
+# (complex, bool) are made visible to the parser by ``__torch_function__``.
+class IntProxy(NumberProxy, torch.SymInt):
+    __slots__ = ()
+
+
+class FloatProxy(NumberProxy, torch.SymFloat):
+    __slots__ = ()
+
+
+class OtherNumberProxy(NumberProxy):
+    __slots__ = ()
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        raise RuntimeError(f"thunder internal error: {func} was called with a NumberProxy outside tracing")
+
+
+def _no_node(self):
+    raise TypeError(
+        f"The traced number {self.name} reached torch code that works on torch.SymInt/SymFloat shapes without going "
+        "through a torch operation thunder traces (e.g. torch.broadcast_shapes on plain tuples); thunder cannot follow "
+        f"it. Pass a concrete value there (int({self.name}) specializes the trace), or call it outside the jitted function.")
+
+
+for _cls in (IntProxy, FloatProxy):  # torch.SymInt's and SymFloat's own methods need a symbolic node
+    for _attr in ("as_integer_ratio", "bit_length", "conjugate", "is_integer"):
+        setattr(_cls, _attr, _number_attribute(_attr))
+    _cls.node = property(_no_node)
+
+_PROXY_CLASSES = {int: IntProxy, float: FloatProxy, complex: OtherNumberProxy, bool: OtherNumberProxy}
+_NUMBER_TYPES = (int, float, complex)
+
+# Python operations on number proxies, filled in by thunder.core.prims (which records them):
+# name -> fn(a, b) for binary operations, fn(a) for unary ones, fn(a, ndigits) for round.
+NUMBER_OPS: dict = {}
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (NumberProxy, *_NUMBER_TYPES)) and not isinstance(x, torch.Tensor)
+
+
+def _binary_method(op: str, reflected: bool = False):
     def method(self, other):
-        from thunder.core import prims
+        if not _is_number(other):
+            return NotImplemented  # a tensor operand: Tensor's reflected method records the torch operation
+        return NUMBER_OPS[op](other, self) if reflected else NUMBER_OPS[op](self, other)
 
-        if isinstance(other, TensorProxy):
-            # tensor (op) number: the torch-language op, recorded through the active tracer
-            from thunder.core.frontend import current_tracer
-            import thunder.torch as ltorch
+    method.__name__ = f"__{'r' if reflected else ''}{op}__"
+    return method
 
-            sym = getattr(ltorch, _TENSOR_OPS[name])
-            args = (other, self) if reflected else (self, other)
-            return current_tracer().call(sym, args, {})
-        if not isinstance(other, (int, float, bool, NumberProxy)) or isinstance(other, torch.Tensor):
+
+for _op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor", "lshift", "rshift",
+            "divmod"):
+    setattr(NumberProxy, f"__{_op}__", _binary_method(_op))
+    setattr(NumberProxy, f"__r{_op}__", _binary_method(_op, reflected=True))
+
+for _op in ("neg", "pos", "abs", "invert", "floor", "ceil", "trunc"):
+    setattr(NumberProxy, f"__{_op}__", (lambda op: lambda self: NUMBER_OPS[op](self))(_op))
+
+
+def _round(self, ndigits=None):
+    return NUMBER_OPS["round"](self, ndigits)
+
+
+NumberProxy.__round__ = _round
+
+
+def _comparison(op):
+    def method(self, other):
+        if not _is_number(other):
             return NotImplemented
-        fn = getattr(prims, name)
-        return fn(other, self) if reflected else fn(self, other)
+        if self.origin is not None or (isinstance(other, NumberProxy) and other.origin is not None):
+            from thunder.core.extents import compare
+
+            return compare(op, self, other)
+        a = self._specialize("A comparison")
+        b = other._specialize("A comparison") if isinstance(other, NumberProxy) else other
+        return op(a, b)
 
     return method
 
 
-for _op, _prim in (("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"), ("floordiv", "floor_divide"),
-                   ("mod", "remainder"), ("pow", "pow")):
-    setattr(NumberProxy, f"__{_op}__", _number_binary(_prim))
-    setattr(NumberProxy, f"__r{_op}__", _number_binary(_prim, reflected=True))
+for _name, _op in (("eq", operator.eq), ("ne", operator.ne), ("lt", operator.lt), ("le", operator.le),
+                   ("gt", operator.gt), ("ge", operator.ge)):
+    setattr(NumberProxy, f"__{_name}__", _comparison(_op))
 
+numbers.Number.register(NumberProxy)
 
-def _number_neg(self):
-    from thunder.core import prims
-
-    return prims.neg(self)
-
-
-NumberProxy.__neg__ = _number_neg
-NumberProxy.__pos__ = lambda self: self
-NumberProxy.__abs__ = lambda self: __import__("thunder.core.prims", fromlist=["abs"]).abs(self)
 
 class Var:
     """A named value of any Python type, used by prologues (``args``, a module, a list)."""

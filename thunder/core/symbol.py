@@ -77,7 +77,13 @@ class Symbol:
             finally:
                 subsymbols = tuple(trace.pop_scope())
         nargs, nkwargs = self.normalize(args, kwargs)
-        trace.record(BoundSymbol(self, nargs, nkwargs, out, subsymbols, trace.current_tags))
+        bsym = BoundSymbol(self, nargs, nkwargs, out, subsymbols, trace.current_tags)
+        if trace.has_extents:
+            from thunder.core.extents import record
+
+            record(trace, bsym)
+        else:
+            trace.record(bsym)
         return out
 
 

@@ -56,7 +56,10 @@ class TraceCtx:
         # state used while recording
         self._scopes: list[list] = [self.bound_symbols]
         self.current_tags = frozenset()
-        self.specialized_numbers: set[str] = set()
+        self.specialized_numbers: set[str] = set()  # NumberProxy inputs whose values the prologue must check
+        self.has_extents = False  # whether run-time extents occur (see [Note: run-time extents] in extents.py)
+        self.unbound_extents: list = []  # fresh extents awaiting their definition
+        self.nonzero_counts: dict = {}  # tensor name -> the extent counting its nonzero elements
 
     # -- names -----------------------------------------------------------------------------
     def make_name(self, prefix: str = "t") -> str:
@@ -109,6 +112,9 @@ class TraceCtx:
         t.constants = dict(self.constants)
         t.names = set(self.names)
         t._counters = dict(self._counters)
+        t.specialized_numbers = self.specialized_numbers  # shared: every trace derived for a cache entry adds to it
+        t.has_extents = self.has_extents
+        t.nonzero_counts = dict(self.nonzero_counts)
         t.bound_symbols = list(bound_symbols) if bound_symbols is not None else []
         t._scopes = [t.bound_symbols]
         return t

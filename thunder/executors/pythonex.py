@@ -398,3 +398,56 @@ CHECKS = frozenset({check_tensor_op, check_len_op, check_keys_op, check_literal_
                     check_is_op, check_same_object_op, check_id_op, check_global_state_op, check_training_op,
                     check_attrs_op, check_class_attrs_op, check_cells_op, check_types_op, check_module_calls_op,
                     check_global_module_hooks_op, check_items_op})
+
+# -- numbers: arithmetic on NumberProxies runs as Python (see [Note: Python number semantics]) -----
+
+from thunder.core import prims  # noqa: E402
+from thunder.core.proxies import TensorProxy  # noqa: E402
+
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floor_divide": "//", "remainder": "%", "pow": "**",
+          "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^", "bitwise_left_shift": "<<",
+          "bitwise_right_shift": ">>"}
+_PREFIX = {"neg": "-", "bitwise_not": "~"}
+
+
+def _operand(p, x) -> str:
+    s = p.value(x)
+    return f"({s})" if s.startswith("-") else s
+
+
+def _number_printer(name, fn):
+    def printer(bsym, p):
+        out = p.output(bsym.output)
+        args = [_operand(p, a) for a in bsym.args]
+        if name in _INFIX:
+            return f"{out} = {args[0]} {_INFIX[name]} {args[1]}"
+        if name in _PREFIX:
+            return f"{out} = {_PREFIX[name]}{args[0]}"
+        if getattr(fn, "__module__", None) == "math":
+            p.imports["import math"] = None
+            callee = f"math.{fn.__name__}"
+        elif fn in (abs, round, max, min):
+            callee = fn.__name__
+        else:
+            callee = p.constant(fn, f"number_{name}")
+        return f"{out} = {callee}({', '.join(args)})"
+
+    return printer
+
+
+def _numbers_only(*args, **kwargs) -> bool:
+    return not any(isinstance(a, TensorProxy) for a in flat_proxies((args, kwargs)))
+
+
+for _name, _fn in prims.NUMBER_FNS.items():
+    ex.register_implementation(getattr(prims, _name),
+                               ex.register_operator(f"number_{_name}", fn=_fn, printer=_number_printer(_name, _fn)),
+                               checker=_numbers_only)
+
+
+def _extent(t, dim):
+    return t.shape[dim]
+
+
+ex.register_implementation(prims.size, ex.register_operator(
+    "size", fn=_extent, printer=lambda b, p: f"{b.output.name} = {p.value(b.args[0])}.shape[{b.args[1]}]"))

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from thunder.core import prims
+from thunder.core.codeutils import flat_proxies
 from thunder.core.symbol import Tag
 from thunder.extend import OperatorExecutor, register_executor
 from thunder.torch import SYMBOLS as LTORCH_SYMBOLS
@@ -277,9 +278,17 @@ _PRIM_IMPLS = {
     "floor_divide": torch.floor_divide,
 }
 
+def _has_tensor(*args, **kwargs) -> bool:
+    """Elementwise primitives on Python numbers alone run as Python (the python executor), not as torch."""
+    return any(isinstance(a, torch.Tensor) for a in flat_proxies((args, kwargs)))
+
+
 for _name, _prim in prims.all_prims().items():
+    if _name in prims.NUMBER_PRIMS:
+        continue
     _impl = _PRIM_IMPLS.get(_name) or _elementwise(_name)
-    ex.register_implementation(_prim, _op_for(_impl, tags=_prim.tags))
+    ex.register_implementation(_prim, _op_for(_impl, tags=_prim.tags),
+                               checker=_has_tensor if _name in prims.NUMBER_FNS else None)
 
 # ---------------------------------------------------------------------------------------------
 # Torch-language symbols run as their torch callables

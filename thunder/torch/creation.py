@@ -8,9 +8,10 @@ import torch
 
 from thunder.core import prims
 from thunder.core.devices import normalize
+from thunder.core.extents import as_extent, is_runtime
 from thunder.core.proxies import TensorProxy, NumberProxy
 from thunder.core.symbol import Tag
-from thunder.torch.registry import torchsymbol
+from thunder.torch.registry import number_torchsymbol, torchsymbol
 from thunder.torch.utils import check, convert
 from thunder.torch import fallback
 
@@ -22,25 +23,29 @@ def _device(device):
 def _size(size):
     if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
         size = size[0]
-    return tuple(int(s) for s in size)
+    return tuple(as_extent(s) for s in size)
 
 
 def _float_dtype(dtype):
     return dtype if dtype is not None else torch.get_default_dtype()
 
 
-@torchsymbol(torch.full)
+def _fill_dtype(fill_value):
+    """torch.full's dtype for a fill value (a NumberProxy by its Python type)."""
+    ptype = fill_value.python_type if isinstance(fill_value, NumberProxy) else type(fill_value)
+    if issubclass(ptype, bool):
+        return torch.bool
+    if issubclass(ptype, int):
+        return torch.int64
+    if issubclass(ptype, complex):
+        return torch.complex64
+    return torch.get_default_dtype()
+
+
+@number_torchsymbol(torch.full)
 def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False):
-    if dtype is None:
-        if isinstance(fill_value, bool):
-            dtype = torch.bool
-        elif isinstance(fill_value, int):
-            dtype = torch.int64
-        elif isinstance(fill_value, complex):
-            dtype = torch.complex64
-        else:
-            dtype = torch.get_default_dtype()
-    return prims.full(tuple(size), convert(fill_value, dtype), device=_device(device), dtype=dtype)
+    dtype = dtype if dtype is not None else _fill_dtype(fill_value)
+    return prims.full(_size((size,)), convert(fill_value, dtype), device=_device(device), dtype=dtype)
 
 
 @torchsymbol(torch.zeros)
@@ -75,7 +80,7 @@ ones_like = _like("ones_like", lambda a: 1)
 empty_like = _like("empty_like", lambda a: 0)
 
 
-@torchsymbol(torch.full_like)
+@number_torchsymbol(torch.full_like)
 def full_like(a, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, memory_format=None):
     dtype = dtype or a.dtype
     return prims.full(tuple(a.shape), convert(fill_value, dtype), device=_device(device) if device else a.device, dtype=dtype)
@@ -97,7 +102,7 @@ new_ones = _new("new_ones", 1)
 new_empty = _new("new_empty", 0)
 
 
-@torchsymbol(methods=("new_full",), torch_impl=torch.Tensor.new_full)
+@number_torchsymbol(methods=("new_full",), torch_impl=torch.Tensor.new_full)
 def new_full(a, size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False):
     dtype = dtype or a.dtype
     return prims.full(_size((size,)), convert(fill_value, dtype), device=_device(device) if device else a.device, dtype=dtype)
@@ -109,6 +114,8 @@ def arange(start, end=None, step=1, *, out=None, dtype=None, layout=None, device
         start, end = 0, start
     if dtype is None:
         dtype = torch.int64 if all(isinstance(x, int) for x in (start, end, step)) else torch.get_default_dtype()
+    if is_runtime(end) and start == 0 and step == 1:  # arange over a run-time extent
+        return prims.iota(end, start=0, step=1, device=_device(device), dtype=dtype)
     length = math.ceil((end - start) / step)
     check(length >= 0, "arange: upper bound and larger bound inconsistent with step sign")
     return prims.iota(length, start=start, step=step, device=_device(device), dtype=dtype)
@@ -166,7 +173,7 @@ def _flat(x):
         yield x
 
 
-@torchsymbol(torch.scalar_tensor)
+@number_torchsymbol(torch.scalar_tensor)
 def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None):
     dtype = _float_dtype(dtype)
     return prims.full((), convert(s, dtype), device=_device(device), dtype=dtype)

@@ -7,9 +7,11 @@ import torch
 import torch.nn.functional as F
 
 from thunder.core import prims
+from thunder.core.extents import same_shape
 from thunder.core.proxies import TensorProxy, NumberProxy
-from thunder.torch.registry import TORCH_TO_SYMBOL, _method, torchsymbol
+from thunder.torch.registry import TORCH_TO_SYMBOL, _method, number_torchsymbol, torchsymbol
 from thunder.torch.utils import Kind, broadcast, check, convert, elementwise_binary, elementwise_unary, promote
+from thunder.torch import fallback
 
 # ---------------------------------------------------------------------------------------------
 # Unary: name -> (type promotion kind, torch namespaces that have it)
@@ -45,7 +47,7 @@ def _unary_symbol(name: str, kind):
     inplace = (name + "_",) if getattr(torch.Tensor, name + "_", None) is not None else ()
     torch_fns += _UNARY_ALIASES.get(name, ())
     methods = (name,) + _UNARY_METHOD_ALIASES.get(name, ())
-    return torchsymbol(*torch_fns, methods=methods, inplace_methods=inplace, name=name)(fn)
+    return number_torchsymbol(*torch_fns, methods=methods, inplace_methods=inplace, name=name)(fn)
 
 
 _UNARY_ALIASES = {"abs": (torch.absolute,), "neg": (torch.negative,), "asin": (torch.arcsin,), "acos": (torch.arccos,),
@@ -59,23 +61,23 @@ for _name, _kind in _UNARY.items():
     globals()[_name] = _unary_symbol(_name, _kind)
 
 abs_ = globals()["abs"]
-@torchsymbol(torch.logical_not, methods=("logical_not",), inplace_methods=("logical_not_",))
+@number_torchsymbol(torch.logical_not, methods=("logical_not",), inplace_methods=("logical_not_",))
 def logical_not(a):
     return prims.eq(a, False) if a.dtype is torch.bool else prims.eq(a, 0)
 
 
-@torchsymbol(torch.square, methods=("square",), inplace_methods=("square_",))
+@number_torchsymbol(torch.square, methods=("square",), inplace_methods=("square_",))
 def square(a):
     a = convert(a, torch.int64) if a.dtype is torch.bool else a  # torch.square(bool) is int64, as pow(a, 2)
     return mul(a, a)
 
 
-@torchsymbol(torch.frac, methods=("frac",))
+@number_torchsymbol(torch.frac, methods=("frac",))
 def frac(a):
     return sub(a, trunc(a))
 
 
-@torchsymbol(torch.positive, methods=("positive",))
+@number_torchsymbol(torch.positive, methods=("positive",))
 def positive(a):
     return a
 
@@ -85,32 +87,32 @@ def positive(a):
 # ---------------------------------------------------------------------------------------------
 
 
-@torchsymbol(torch.add, methods=("add", "__add__", "__radd__"), inplace_methods=("add_", "__iadd__"))
+@number_torchsymbol(torch.add, methods=("add", "__add__", "__radd__"), inplace_methods=("add_", "__iadd__"))
 def add(a, b, *, alpha=None):
     if alpha is not None:
         b = mul(b, alpha)
     return elementwise_binary(prims.add, a, b)
 
 
-@torchsymbol(torch.sub, torch.subtract, methods=("sub", "subtract", "__sub__"), inplace_methods=("sub_", "__isub__"))
+@number_torchsymbol(torch.sub, torch.subtract, methods=("sub", "subtract", "__sub__"), inplace_methods=("sub_", "__isub__"))
 def sub(a, b, *, alpha=None):
     if alpha is not None:
         b = mul(b, alpha)
     return elementwise_binary(prims.sub, a, b)
 
 
-@torchsymbol(torch.rsub, methods=("__rsub__",))
+@number_torchsymbol(torch.rsub, methods=("__rsub__",))
 def rsub(a, b, *, alpha=None):
     return sub(b, a, alpha=alpha)
 
 
-@torchsymbol(torch.mul, torch.multiply, methods=("mul", "multiply", "__mul__", "__rmul__"),
+@number_torchsymbol(torch.mul, torch.multiply, methods=("mul", "multiply", "__mul__", "__rmul__"),
              inplace_methods=("mul_", "__imul__"))
 def mul(a, b):
     return elementwise_binary(prims.mul, a, b)
 
 
-@torchsymbol(torch.div, torch.divide, methods=("div", "divide", "__truediv__", "__div__"),
+@number_torchsymbol(torch.div, torch.divide, methods=("div", "divide", "__truediv__", "__div__"),
              inplace_methods=("div_", "__itruediv__"))
 def div(a, b, *, rounding_mode=None):
     if rounding_mode is None:
@@ -124,22 +126,22 @@ def div(a, b, *, rounding_mode=None):
     return floor_divide(a, b)
 
 
-@torchsymbol(torch.true_divide, methods=("true_divide",))
+@number_torchsymbol(torch.true_divide, methods=("true_divide",))
 def true_divide(a, b):
     return div(a, b)
 
 
-@torchsymbol(methods=("__rtruediv__", "__rdiv__"), torch_impl=torch.Tensor.__rtruediv__)
+@number_torchsymbol(methods=("__rtruediv__", "__rdiv__"), torch_impl=torch.Tensor.__rtruediv__)
 def rdiv(a, b):
     return mul(reciprocal(a), b)  # torch defines ``b / a`` for a Python scalar ``b`` this way
 
 
-@torchsymbol(torch.floor_divide, methods=("floor_divide", "__floordiv__"), inplace_methods=("floor_divide_",))
+@number_torchsymbol(torch.floor_divide, methods=("floor_divide", "__floordiv__"), inplace_methods=("floor_divide_",))
 def floor_divide(a, b):
     return elementwise_binary(prims.floor_divide, a, b)
 
 
-@torchsymbol(methods=("__rfloordiv__",), torch_impl=torch.Tensor.__rfloordiv__)
+@number_torchsymbol(methods=("__rfloordiv__",), torch_impl=torch.Tensor.__rfloordiv__)
 def rfloordiv(a, b):
     return floor_divide(b, a)
 
@@ -173,33 +175,33 @@ def fmod(a, b):
     return elementwise_binary(prims.fmod, *_in_result_dtype(a, b))
 
 
-@torchsymbol(torch.pow, methods=("pow", "__pow__"), inplace_methods=("pow_",))
+@number_torchsymbol(torch.pow, methods=("pow", "__pow__"), inplace_methods=("pow_",))
 def pow(a, b):
     return elementwise_binary(prims.pow, a, b, Kind.BOOL_TO_LONG)
 
 
-@torchsymbol(methods=("__rpow__",), torch_impl=torch.Tensor.__rpow__)
+@number_torchsymbol(methods=("__rpow__",), torch_impl=torch.Tensor.__rpow__)
 def rpow(a, b):
     return pow(b, a)
 
 
-@torchsymbol(torch.float_power, methods=("float_power",))
+@number_torchsymbol(torch.float_power, methods=("float_power",))
 def float_power(a, b):
     dtype = torch.complex128 if any(isinstance(x, TensorProxy) and x.dtype.is_complex for x in (a, b)) else torch.float64
     return pow(convert(a, dtype), convert(b, dtype))
 
 
-@torchsymbol(torch.atan2, torch.arctan2, methods=("atan2",))
+@number_torchsymbol(torch.atan2, torch.arctan2, methods=("atan2",))
 def atan2(a, b):
     return elementwise_binary(prims.atan2, a, b, Kind.INT_TO_FLOAT)
 
 
-@torchsymbol(torch.maximum, methods=("maximum",))
+@number_torchsymbol(torch.maximum, methods=("maximum",))
 def maximum(a, b):
     return elementwise_binary(prims.maximum, a, b)
 
 
-@torchsymbol(torch.minimum, methods=("minimum",))
+@number_torchsymbol(torch.minimum, methods=("minimum",))
 def minimum(a, b):
     return elementwise_binary(prims.minimum, a, b)
 
@@ -236,7 +238,7 @@ def _comparison(name, dunder, *aliases):
         return _decide_by_range(elementwise_binary(prim, a, b, Kind.ALWAYS_BOOL), name, a, b)
 
     fn.__name__ = name
-    return torchsymbol(getattr(torch, name), *aliases, methods=(name, dunder), inplace_methods=(name + "_",), name=name)(fn)
+    return number_torchsymbol(getattr(torch, name), *aliases, methods=(name, dunder), inplace_methods=(name + "_",), name=name)(fn)
 
 
 eq = _comparison("eq", "__eq__")
@@ -254,7 +256,7 @@ def _bitwise(name, dunder, rdunder, idunder):
         return elementwise_binary(prim, a, b)
 
     fn.__name__ = name
-    return torchsymbol(getattr(torch, name), methods=(name, dunder, rdunder), inplace_methods=(name + "_", idunder),
+    return number_torchsymbol(getattr(torch, name), methods=(name, dunder, rdunder), inplace_methods=(name + "_", idunder),
                        name=name)(fn)
 
 
@@ -263,12 +265,12 @@ bitwise_or = _bitwise("bitwise_or", "__or__", "__ror__", "__ior__")
 bitwise_xor = _bitwise("bitwise_xor", "__xor__", "__rxor__", "__ixor__")
 
 
-@torchsymbol(torch.bitwise_left_shift, methods=("bitwise_left_shift", "__lshift__"))
+@number_torchsymbol(torch.bitwise_left_shift, methods=("bitwise_left_shift", "__lshift__"))
 def bitwise_left_shift(a, b):
     return elementwise_binary(prims.bitwise_left_shift, a, b)
 
 
-@torchsymbol(torch.bitwise_right_shift, methods=("bitwise_right_shift", "__rshift__"))
+@number_torchsymbol(torch.bitwise_right_shift, methods=("bitwise_right_shift", "__rshift__"))
 def bitwise_right_shift(a, b):
     return elementwise_binary(prims.bitwise_right_shift, a, b)
 
@@ -283,7 +285,7 @@ def _logical(name):
         return prim(a, b)
 
     fn.__name__ = name
-    return torchsymbol(getattr(torch, name), methods=(name,), name=name)(fn)
+    return number_torchsymbol(getattr(torch, name), methods=(name,), name=name)(fn)
 
 
 logical_and = _logical("logical_and")
@@ -291,25 +293,25 @@ logical_or = _logical("logical_or")
 logical_xor = _logical("logical_xor")
 
 
-@torchsymbol(torch.copysign, methods=("copysign",))
+@number_torchsymbol(torch.copysign, methods=("copysign",))
 def copysign(a, b):
     return elementwise_binary(prims.copysign, a, b, Kind.INT_TO_FLOAT)
 
 
-@torchsymbol(torch.hypot, methods=("hypot",))
+@number_torchsymbol(torch.hypot, methods=("hypot",))
 def hypot(a, b):
     return elementwise_binary(prims.hypot, a, b)
 
 
-@torchsymbol(torch.nextafter, methods=("nextafter",))
+@number_torchsymbol(torch.nextafter, methods=("nextafter",))
 def nextafter(a, b):
     return elementwise_binary(prims.nextafter, a, b)
 
 
-@torchsymbol(torch.where)
+@number_torchsymbol(torch.where)
 def where(condition, input=None, other=None):
-    check(input is not None and other is not None, "torch.where(condition) with one argument is data-dependent and not supported",
-          NotImplementedError)
+    if input is None and other is None:  # the indices of the nonzero elements: run-time extents
+        return fallback.fallback_call(torch.where, (condition,), {})
     computation, result = promote(input, other)
     condition, input, other = broadcast(condition, input, other)
     if not isinstance(condition, TensorProxy):
@@ -326,18 +328,18 @@ def _where_method(a, condition, other):
 TORCH_TO_SYMBOL[_method("where")] = _where_method
 
 
-@torchsymbol(torch.masked_fill, methods=("masked_fill",), inplace_methods=("masked_fill_",))
+@number_torchsymbol(torch.masked_fill, methods=("masked_fill",), inplace_methods=("masked_fill_",))
 def masked_fill(a, mask, value):
     if isinstance(value, TensorProxy):
         value = convert(value, a.dtype)
         mask, a2, value = broadcast(mask, a, value)
-        check(tuple(a2.shape) == tuple(a.shape), "masked_fill: the mask must be broadcastable to the input")
+        check(same_shape(tuple(a2.shape), tuple(a.shape)), "masked_fill: the mask must be broadcastable to the input")
         return prims.where(mask, value, a)
-    mask = broadcast(mask, a)[0] if tuple(mask.shape) != tuple(a.shape) else mask
+    mask = broadcast(mask, a)[0] if not same_shape(tuple(mask.shape), tuple(a.shape)) else mask
     return prims.where(mask, convert(value, a.dtype), a)
 
 
-@torchsymbol(torch.clamp, torch.clip, methods=("clamp", "clip"), inplace_methods=("clamp_", "clip_"))
+@number_torchsymbol(torch.clamp, torch.clip, methods=("clamp", "clip"), inplace_methods=("clamp_", "clip_"))
 def clamp(a, min=None, max=None):
     check(min is not None or max is not None, "torch.clamp: At least one of 'min' or 'max' must not be None")
     out = a
@@ -348,17 +350,17 @@ def clamp(a, min=None, max=None):
     return convert(out, promote(a, min, max)[1]) if isinstance(out, TensorProxy) else out
 
 
-@torchsymbol(torch.clamp_min, methods=("clamp_min",), inplace_methods=("clamp_min_",))
+@number_torchsymbol(torch.clamp_min, methods=("clamp_min",), inplace_methods=("clamp_min_",))
 def clamp_min(a, min):
     return clamp(a, min, None)
 
 
-@torchsymbol(torch.clamp_max, methods=("clamp_max",), inplace_methods=("clamp_max_",))
+@number_torchsymbol(torch.clamp_max, methods=("clamp_max",), inplace_methods=("clamp_max_",))
 def clamp_max(a, max):
     return clamp(a, None, max)
 
 
-@torchsymbol(torch.lerp, methods=("lerp",), inplace_methods=("lerp_",))
+@number_torchsymbol(torch.lerp, methods=("lerp",), inplace_methods=("lerp_",))
 def lerp(start, end, weight):
     # torch's formula, in the computation dtype: exact at both ends of the weight's range
     computation, result = promote(start, end, weight)
@@ -373,18 +375,18 @@ def lerp(start, end, weight):
     return convert(out, result)
 
 
-@torchsymbol(torch.addcmul, methods=("addcmul",), inplace_methods=("addcmul_",))
+@number_torchsymbol(torch.addcmul, methods=("addcmul",), inplace_methods=("addcmul_",))
 def addcmul(a, t1, t2, *, value=1):
     value = convert(value, promote(a, t1, t2)[1])  # the scalar takes the tensors' dtype, as in torch
     return add(a, mul(mul(t1, t2), value)) if value != 1 else add(a, mul(t1, t2))
 
 
-@torchsymbol(torch.addcdiv, methods=("addcdiv",), inplace_methods=("addcdiv_",))
+@number_torchsymbol(torch.addcdiv, methods=("addcdiv",), inplace_methods=("addcdiv_",))
 def addcdiv(a, t1, t2, *, value=1):
     return add(a, mul(div(t1, t2), value)) if value != 1 else add(a, div(t1, t2))
 
 
-@torchsymbol(torch.nan_to_num, methods=("nan_to_num",), inplace_methods=("nan_to_num_",))
+@number_torchsymbol(torch.nan_to_num, methods=("nan_to_num",), inplace_methods=("nan_to_num_",))
 def nan_to_num(a, nan=0.0, posinf=None, neginf=None):
     if not a.dtype.is_floating_point:
         return a
@@ -401,45 +403,45 @@ def nan_to_num(a, nan=0.0, posinf=None, neginf=None):
 # ---------------------------------------------------------------------------------------------
 
 
-@torchsymbol(torch.relu, F.relu, methods=("relu",), inplace_methods=("relu_",))
+@number_torchsymbol(torch.relu, F.relu, methods=("relu",), inplace_methods=("relu_",))
 def relu(a, inplace=False):
     check(a.dtype is not torch.bool, "relu: boolean inputs are not supported")
     return prims.maximum(a, convert(0, a.dtype))  # NaN propagates, as in torch
 
 
-@torchsymbol(F.relu6)
+@number_torchsymbol(F.relu6)
 def relu6(a, inplace=False):
     return hardtanh(a, 0, 6)
 
 
-@torchsymbol(F.leaky_relu)
+@number_torchsymbol(F.leaky_relu)
 def leaky_relu(a, negative_slope=0.01, inplace=False):
     return where(gt(a, 0), a, mul(a, negative_slope))
 
 
-@torchsymbol(F.elu)
+@number_torchsymbol(F.elu)
 def elu(a, alpha=1.0, inplace=False):
     return where(gt(a, 0), a, mul(expm1(a), alpha))
 
 
-@torchsymbol(F.selu)
+@number_torchsymbol(F.selu)
 def selu(a, inplace=False):
     alpha, scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
     return mul(where(gt(a, 0), a, mul(expm1(a), alpha)), scale)
 
 
-@torchsymbol(F.celu)
+@number_torchsymbol(F.celu)
 def celu(a, alpha=1.0, inplace=False):
     return where(gt(a, 0), a, mul(expm1(div(a, alpha)), alpha))
 
 
-@torchsymbol(F.hardtanh)
+@number_torchsymbol(F.hardtanh)
 def hardtanh(a, min_val=-1.0, max_val=1.0, inplace=False):
     check(a.dtype is not torch.bool, "hardtanh: boolean inputs are not supported")
     return clamp(a, convert(min_val, a.dtype), convert(max_val, a.dtype))  # keeps the input's dtype, unlike clamp
 
 
-@torchsymbol(F.gelu, methods=())
+@number_torchsymbol(F.gelu, methods=())
 def gelu(a, *, approximate="none"):  # keyword-only, as in F.gelu
     if approximate == "none":
         return mul(mul(a, 0.5), add(erf(mul(a, 1 / math.sqrt(2))), 1))
@@ -448,42 +450,42 @@ def gelu(a, *, approximate="none"):  # keyword-only, as in F.gelu
     return mul(mul(a, 0.5), add(tanh(inner), 1))
 
 
-@torchsymbol(F.silu)
+@number_torchsymbol(F.silu)
 def silu(a, inplace=False):
     return mul(a, sigmoid(a))
 
 
-@torchsymbol(F.mish)
+@number_torchsymbol(F.mish)
 def mish(a, inplace=False):
     return mul(a, tanh(softplus(a)))
 
 
-@torchsymbol(F.softplus)
+@number_torchsymbol(F.softplus)
 def softplus(a, beta=1.0, threshold=20.0):
     scaled = mul(a, beta) if beta != 1 else a
     return where(gt(scaled, threshold), a, div(log1p(exp(scaled)), beta) if beta != 1 else log1p(exp(scaled)))
 
 
-@torchsymbol(F.logsigmoid)
+@number_torchsymbol(F.logsigmoid)
 def logsigmoid(a):
     return neg(softplus(neg(a)))
 
 
-@torchsymbol(F.hardsigmoid)
+@number_torchsymbol(F.hardsigmoid)
 def hardsigmoid(a, inplace=False):
     return div(clamp(add(a, 3), 0, 6), 6)
 
 
-@torchsymbol(F.hardswish)
+@number_torchsymbol(F.hardswish)
 def hardswish(a, inplace=False):
     return mul(a, hardsigmoid(a))
 
 
-@torchsymbol(F.softsign)
+@number_torchsymbol(F.softsign)
 def softsign(a):
     return div(a, add(abs_(a), 1))
 
 
-@torchsymbol(F.tanhshrink)
+@number_torchsymbol(F.tanhshrink)
 def tanhshrink(a):
     return sub(a, tanh(a))

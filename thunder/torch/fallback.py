@@ -2,17 +2,21 @@
 
 An operation without a thunder definition is still traced: its output metadata comes from torch's
 own meta kernels, the torch executor runs the torch callable itself, and autodiff differentiates it
-with torch's autograd. So an unusual op costs a little readability, never the whole model. Only an
-op that cannot produce metadata without data (``nonzero``, ``unique``, ...) stops tracing, with a
-``NotImplementedError`` that names it. See [Note: in-place fallback] for operations that update a tensor.
+with torch's autograd. So an unusual op costs a little readability, never the whole model. An op
+whose output shape depends on tensor values (``nonzero``, ``unique``, ``masked_select``, ...) gets
+run-time extents from torch's fake tensors (see [Note: fallback metadata with run-time extents]).
+See [Note: in-place fallback] for operations that update a tensor.
 """
 from __future__ import annotations
 
 import functools
+import operator
+import re
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
+from thunder.core.extents import is_symbolic_shape
 from thunder.core.proxies import TensorProxy, NumberProxy
 from thunder.core.symbol import Symbol, Tag
 from thunder.core.trace import get_tracectx
@@ -65,49 +69,193 @@ def printable_name(fn) -> str | None:
 
 
 def describe(fn) -> str:
+    if fn is operator.getitem:
+        return "tensor indexing"
     return printable_name(fn) or getattr(fn, "__qualname__", None) or repr(fn)
 
 
-def _to_meta(x):
-    if isinstance(x, TensorProxy):
-        return torch.empty(tuple(x.shape), dtype=x.dtype, device="meta")
-    if isinstance(x, NumberProxy):
-        return x.value
-    return x
+# [Note: fallback metadata with run-time extents]
+# Inputs whose shapes hold run-time extents (see [Note: run-time extents] in thunder/core/extents.py)
+# are given concrete placeholder sizes, twice with different placeholders: an output dim that equals
+# an input extent in both runs is that extent, one equal in both runs is static, and any other is
+# refused (it would be a new relation thunder cannot name). An operation whose output shape depends on
+# tensor values (``nonzero``, ``unique``, boolean-mask indexing, ...) has no meta kernel; torch's
+# fake tensors with a ShapeEnv give its outputs unbacked sizes, and each becomes a fresh extent.
+_PLACEHOLDERS = ((7919, 7927, 7933, 7937, 7949, 7951), (8623, 8627, 8629, 8641, 8647, 8663))
 
 
 def meta_outputs(fn, args, kwargs, *, device=None):
-    """Outputs of ``fn(*args, **kwargs)`` as fresh proxies, computed by torch's meta kernels."""
+    """Outputs of ``fn(*args, **kwargs)`` as fresh proxies, computed by torch's meta (or fake) kernels."""
+    from thunder.torch import data_dependent
+
+    out = data_dependent.outputs(fn, describe(fn), args, kwargs)
+    if out is not None:
+        return out
     flat, _ = tree_flatten((args, kwargs))
     proxies = [x for x in flat if isinstance(x, TensorProxy)]
     if device is None:
         device = proxies[0].device if proxies else _factory_device(kwargs)
-    margs, mkwargs = tree_map(_to_meta, (args, kwargs))
+    roots = _roots(flat)
+    check(len(roots) <= len(_PLACEHOLDERS[0]),
+          lambda: f"thunder cannot trace {describe(fn)} on inputs with more than {len(_PLACEHOLDERS[0])} run-time extents",
+          NotImplementedError)
+    try:
+        runs = [_run(fn, args, kwargs, dict(zip(roots, values))) for values in _PLACEHOLDERS[:2 if roots else 1]]
+    except RuntimeError as e:
+        if not roots:
+            raise
+        raise NotImplementedError(
+            f"thunder cannot trace {describe(fn)} on inputs whose shapes hold extents known only at run time "
+            f"({', '.join(roots)}): torch's meta kernel rejects them at placeholder sizes ({e}). If two of them are equal "
+            "when the program runs, compute them from the same operation (one mask, one set of indices).") from e
+    outs = [tree_flatten(r)[0] for r in runs]
+    if roots and any(isinstance(x, (int, float, torch.SymInt)) for x in outs[0]):
+        raise NotImplementedError(
+            f"thunder cannot trace {describe(fn)}: it returns a Python number computed from extents known only at run "
+            f"time ({', '.join(roots)})")
+    if proxies and not any(isinstance(x, torch.Tensor) for x in outs[0]):
+        raise NotImplementedError(
+            f"thunder cannot trace {describe(fn)}: it returns a Python value ({type(runs[0]).__name__}) computed from "
+            "tensor data, which is not known while tracing")
+    requires_grad = torch.is_grad_enabled() and any(p.requires_grad for p in proxies)
+    trace = get_tracectx()
+    extents = _Extents(fn, flat, dict(zip(roots, zip(*_PLACEHOLDERS))) if roots else {}, trace)
+
+    def to_proxy(k, x):
+        if not isinstance(x, torch.Tensor):
+            return x
+        shape = tuple(extents.extent(k, d, [tree_flatten(r)[0][k].shape[d] for r in runs]) for d in range(x.ndim))
+        return trace.tensor(shape, x.dtype, device, requires_grad and (x.dtype.is_floating_point or x.dtype.is_complex))
+
+    flat_out, spec = tree_flatten(runs[0])
+    return tree_unflatten([to_proxy(k, x) for k, x in enumerate(flat_out)], spec)
+
+
+def _roots(flat) -> list:
+    """The names of the run-time extents the inputs' shapes and numbers are built from, in order."""
+    from thunder.core.extents import is_runtime, poly_of
+
+    names = {}
+    for x in flat:
+        values = tuple(x.shape) if isinstance(x, TensorProxy) and is_symbolic_shape(x.shape) else (x,)
+        for s in values:
+            if is_runtime(s):
+                for r in poly_of(s).roots:
+                    names[r] = None
+    return list(names)
+
+
+class _Extents:
+    """Names the output extents of one fallback call (see [Note: fallback metadata with run-time extents])."""
+
+    def __init__(self, fn, flat, placeholders: dict, trace):
+        from thunder.core.extents import is_runtime
+
+        self.fn, self.trace, self.unbacked = fn, trace, {}
+        self.known = {}  # the values an input extent takes in the runs -> the extent
+        for x in flat:
+            for s in (tuple(x.shape) if isinstance(x, TensorProxy) else (x,)):
+                if is_runtime(s):
+                    self.known.setdefault(tuple(_evaluate(s, placeholders, i) for i in range(2)), s)
+
+    def extent(self, k: int, d: int, values: list):
+        if isinstance(values[0], torch.SymInt):
+            return self._unbacked(k, d, values[0])
+        if len(values) > 1:
+            found = self.known.get(tuple(values))
+            if found is not None:
+                return found
+            check(values[0] == values[1], lambda: (
+                f"thunder cannot trace {describe(self.fn)}: the extent of dim {d} of its output depends on run-time "
+                "extents of its inputs in a way thunder cannot name. Compute it with simpler torch operations."),
+                NotImplementedError)
+        return int(values[0])
+
+    def _unbacked(self, k, d, value):
+        from thunder.core.extents import fresh
+
+        expr = value.node.expr
+        check(getattr(expr, "is_Symbol", False), lambda: (
+            f"thunder cannot trace {describe(self.fn)}: the extent of dim {d} of its output ({expr}) is an expression "
+            "of sizes known only at run time"), NotImplementedError)
+        if expr not in self.unbacked:
+            where = f"output {k}" if k else "the output"
+            self.unbacked[expr] = fresh(self.trace, f"the extent of dim {d} of {where} of {describe(self.fn)}")
+        return self.unbacked[expr]
+
+
+def _evaluate(s, placeholders: dict, run: int) -> int:
+    from thunder.core.extents import poly_of
+
+    total = 0
+    for monomial, c in poly_of(s).terms.items():
+        for r in monomial:
+            c *= placeholders[r][run]
+        total += c
+    return total
+
+
+def _concrete(x, values: dict, fake_mode):
+    """A meta (or fake) tensor for a tensor proxy, a concrete number for a NumberProxy."""
+    if isinstance(x, NumberProxy):
+        return _evaluate(x, values, 0) if x.origin is not None else x._specialize()
+    if not isinstance(x, TensorProxy):
+        return x
+    shape = tuple(_evaluate(s, values, 0) if isinstance(s, NumberProxy) else s for s in x.shape)
+    if fake_mode is None:
+        return torch.empty(shape, dtype=x.dtype, device="meta")
+    with fake_mode:
+        return torch.empty(shape, dtype=x.dtype, device=x.device)
+
+
+def _run(fn, args, kwargs, values: dict):
+    """``fn`` on meta tensors (fake tensors with unbacked sizes where its output shape depends on data)."""
+    single = {r: (v, v) for r, v in values.items()}
+    margs, mkwargs = tree_map(lambda x: _concrete(x, single, None), (args, kwargs))
     if "device" in mkwargs and mkwargs["device"] is not None:
         mkwargs["device"] = "meta"
     try:
         with torch._C.DisableTorchFunction():
-            out = fn(*margs, **mkwargs)
-    except NotImplementedError as e:
-        raise NotImplementedError(f"thunder cannot trace {describe(fn)}: torch has no meta kernel for it ({e})") from e
-    except RuntimeError as e:
-        msg = str(e)
-        if "meta" in msg.lower() or "data-dependent" in msg or "Cannot" in msg and "meta" in msg:
-            raise NotImplementedError(f"thunder cannot trace {describe(fn)}: its output depends on tensor values ({msg})") from e
-        raise
-    if proxies and not any(isinstance(x, torch.Tensor) for x in tree_flatten(out)[0]):
-        raise NotImplementedError(
-            f"thunder cannot trace {describe(fn)}: it returns a Python value ({type(out).__name__}) computed from "
-            "tensor data, which is not known while tracing")
-    requires_grad = torch.is_grad_enabled() and any(p.requires_grad for p in proxies)
-    trace = get_tracectx()
+            return fn(*margs, **mkwargs)
+    except (NotImplementedError, RuntimeError) as e:
+        meta_error = e
+    out = _run_fake(fn, args, kwargs, single) if _dynamic_output_shape(meta_error) else None
+    if out is None:
+        msg = str(meta_error)
+        if isinstance(meta_error, NotImplementedError):
+            raise NotImplementedError(f"thunder cannot trace {describe(fn)}: torch has no meta kernel for it ({msg})") from meta_error
+        if "meta" in msg.lower() or "data-dependent" in msg:
+            raise NotImplementedError(f"thunder cannot trace {describe(fn)}: its output depends on tensor values ({msg})") from meta_error
+        raise meta_error
+    return out
 
-    def to_proxy(x):
-        if isinstance(x, torch.Tensor):
-            return trace.tensor(tuple(x.shape), x.dtype, device, requires_grad and (x.dtype.is_floating_point or x.dtype.is_complex))
-        return x
 
-    return tree_map(to_proxy, out)
+def _dynamic_output_shape(meta_error) -> bool:
+    """Whether the meta kernel failed for an aten operation whose output shape depends on data (torch tags those
+    ``dynamic_output_shape``; fake tensors, expensive to set up, are tried only for them)."""
+    msg = str(meta_error)
+    if not isinstance(meta_error, NotImplementedError):
+        return False
+    if "data-independent" in msg:  # nonzero's meta registration
+        return True
+    match = re.match(r"aten::(\w+)", msg)
+    packet = getattr(torch.ops.aten, match.group(1), None) if match else None
+    return packet is not None and any(
+        torch.Tag.dynamic_output_shape in getattr(packet, o).tags for o in packet.overloads())
+
+
+def _run_fake(fn, args, kwargs, values: dict):
+    """``fn`` under torch's fake tensors with a ShapeEnv, where sizes that depend on data are unbacked; None if it fails."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    mode = FakeTensorMode(shape_env=ShapeEnv(), allow_fallback_kernels=False)
+    fargs, fkwargs = tree_map(lambda x: _concrete(x, values, mode), (args, kwargs))
+    try:
+        with torch._C.DisableTorchFunction(), mode:
+            return fn(*fargs, **fkwargs)
+    except Exception:  # noqa: BLE001 - any failure of the fake kernel means: not traceable this way
+        return None
 
 
 def _factory_device(kwargs):
@@ -127,6 +275,10 @@ def fallback_symbol(fn) -> Symbol:
         return sym
     path = printable_name(fn)
     name = path.removeprefix("torch.") if path else getattr(fn, "__name__", "op")
+    check(not (name.endswith("_") and not name.endswith("__") and getattr(fn, "__name__", "") not in _RANDOM_NAMES),
+          lambda: f"thunder has no definition of the in-place operation {path}, so it cannot update its input as eager "
+                  "does; compute the new value with out-of-place operations and assign it (y = ...) instead.",
+          NotImplementedError)
     tags = (Tag.RANDOM,) if getattr(fn, "__name__", "") in _RANDOM_NAMES else ()
 
     def meta(*args, **kwargs):
@@ -139,6 +291,11 @@ def fallback_symbol(fn) -> Symbol:
         sym.printer = lambda bsym, printer: _print_constant_call(fn, bsym, printer)
     _FALLBACK_SYMBOLS[fn] = sym
     return sym
+
+
+def check(cond, msg, exc=RuntimeError):
+    if not cond:
+        raise exc(msg() if callable(msg) else msg)
 
 
 def _print_constant_call(fn, bsym, printer):

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from thunder.core import prims
+from thunder.core.extents import is_runtime, is_zero, prod as extent_prod
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import Tag
 from thunder.torch.registry import torchsymbol
@@ -289,7 +290,7 @@ def dropout_mask(a, p: float):
 @torchsymbol(F.dropout, torch.dropout)
 def dropout(a, p=0.5, training=True, inplace=False):
     check(0 <= p <= 1, lambda: f"dropout probability has to be between 0 and 1, but got {p}", ValueError)
-    if not training or p == 0 or a.numel() == 0:
+    if not training or p == 0 or any(is_zero(s) for s in a.shape):
         return a
     if p == 1:
         return ew.mul(a, 0.0)
@@ -385,7 +386,8 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
             target = ew.add(ew.mul(target, 1 - label_smoothing), label_smoothing / n)
         lw = logp if weight is None else ew.mul(logp, shapes.reshape(weight, (1, -1) + (1,) * (input.ndim - 2)) if input.ndim >= 2 else weight)
         loss = ew.neg(red.sum(ew.mul(lw, target), class_dim))
-        return _reduce(loss, reduction) if reduction != "mean" else ew.div(red.sum(loss), float(loss.numel()))
+        n = extent_prod(loss.shape)
+        return _reduce(loss, reduction) if reduction != "mean" else ew.div(red.sum(loss), n if is_runtime(n) else float(n))
     nll = nll_loss(logp, target, weight, None, ignore_index, None, reduction)
     if label_smoothing == 0:
         return nll

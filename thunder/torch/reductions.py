@@ -1,11 +1,13 @@
 """Reductions of the torch language."""
 from __future__ import annotations
 
+import builtins
 import math
 
 import torch
 
 from thunder.core import prims
+from thunder.core.extents import is_runtime, is_zero, prod as extent_prod
 from thunder.core.proxies import TensorProxy
 from thunder.torch.registry import torchsymbol
 from thunder.torch.utils import Kind, canonicalize_dims, check, convert, promote
@@ -62,9 +64,9 @@ def mean(a, dim=None, keepdim=False, *, dtype=None):
     dtype = dtype or a.dtype
     check(dtype.is_floating_point or dtype.is_complex, lambda: f"mean(): could not infer output dtype. Input dtype must be either a floating point or complex dtype. Got: {a.dtype}")
     dims = _dims(a, dim)
-    n = math.prod(a.shape[d] for d in dims)
+    n = extent_prod(a.shape[d] for d in dims)
     compute = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-    out = prims.div(prims.sum(convert(a, compute), dims), float(n))
+    out = prims.div(prims.sum(convert(a, compute), dims), n if is_runtime(n) else float(n))
     return _keepdim(convert(out, dtype), a, dims, keepdim)
 
 
@@ -161,7 +163,7 @@ def all(a, dim=None, keepdim=False):
 
 def _reduces_nothing(a, dims) -> bool:
     """Whether a reduction over ``dims`` reduces empty extents (where max-like reductions have no value)."""
-    return a.numel() == 0 and math.prod(a.shape[d] for d in dims) == 0
+    return builtins.any(is_zero(a.shape[d]) for d in dims)  # a run-time extent is taken to be nonzero
 
 
 @torchsymbol(torch.any, methods=("any",))

@@ -7,11 +7,13 @@ way with its first torch callable, so a symbol's signature mirrors that callable
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from typing import Any, Callable
 
 import torch
 
+from thunder.core.proxies import NumberProxy
 from thunder.core.symbol import Symbol
 
 # torch callable (function, method descriptor, getset descriptor) -> ltorch symbol
@@ -34,17 +36,20 @@ def _methods(name: str) -> list:
 
 
 def torchsymbol(*torch_fns, methods: tuple = (), inplace_methods: tuple = (), name: str | None = None, tags=(),
-                torch_impl: Callable | None = None, view: bool = False):
+                torch_impl: Callable | None = None, view: bool = False, numbers: bool = False):
     """Defines an ltorch symbol from its decomposition.
 
     ``torch_fns`` and ``methods`` (Tensor method names) are translated to it while tracing;
     ``inplace_methods`` (``"add_"``) are translated to it followed by rebinding the tensor.
     ``torch_impl`` is what the torch executor runs (default: the first of ``torch_fns``).
     ``view`` marks operations whose torch result aliases their first input.
+    ``numbers``: the definition takes NumberProxy arguments as they are (scalars of elementwise ops,
+    fill values); otherwise it sees their values and the trace is specialized on them (see
+    [Note: Python number semantics] in thunder/core/proxies.py). Run-time extents are always passed as they are.
     """
 
     def deco(fn):
-        sym = Symbol(name or fn.__name__, fn, module="ltorch", tags=tags)
+        sym = Symbol(name or fn.__name__, fn if numbers else _number_values(fn), module="ltorch", tags=tags)
         sym.torch_impl = torch_impl if torch_impl is not None else (torch_fns[0] if torch_fns else None)
         sym.is_view = view
         sym.has_inplace_param = sym.signature is not None and "inplace" in sym.signature.parameters
@@ -70,6 +75,46 @@ class Updates:
 
     result: Any
     updates: tuple
+
+
+number_torchsymbol = functools.partial(torchsymbol, numbers=True)
+
+
+def _number_values(fn):
+    """``fn`` called with the values of its NumberProxy arguments (specializing the trace on them)."""
+
+    @functools.wraps(fn)
+    def definition(*args, **kwargs):
+        return fn(*number_values(args), **number_values(kwargs))
+
+    return definition
+
+
+def has_number_proxy(x) -> bool:
+    if isinstance(x, NumberProxy):
+        return True
+    if isinstance(x, slice):
+        return has_number_proxy((x.start, x.stop, x.step))
+    if isinstance(x, (tuple, list)):
+        return any(has_number_proxy(y) for y in x)
+    if isinstance(x, dict):
+        return any(has_number_proxy(y) for y in x.values())
+    return False
+
+
+def number_values(x):
+    """``x`` with the values of its NumberProxies (specializing the trace on them); run-time extents stay."""
+    if not has_number_proxy(x):
+        return x
+    if isinstance(x, NumberProxy):
+        return x if x.origin is not None else x._specialize()
+    if isinstance(x, slice):
+        return slice(number_values(x.start), number_values(x.stop), number_values(x.step))
+    if type(x) in (tuple, list):
+        return type(x)(number_values(y) for y in x)
+    if isinstance(x, dict):
+        return {k: number_values(v) for k, v in x.items()}
+    return x
 
 
 def property_key(func):

@@ -9,20 +9,27 @@ import torch
 import torch.nn.functional as F
 
 from thunder.core import prims
+from thunder.core.extents import (as_extent, infer_shape, is_one, is_runtime, is_symbolic_shape, is_zero, prod, same,
+                                  same_shape)
 from thunder.core.proxies import TensorProxy, NumberProxy
 from thunder.torch.registry import torchsymbol
 from thunder.torch.utils import canonicalize_dim, canonicalize_dims, check, convert, expand_to
 from thunder.torch import fallback
+from thunder.torch.data_dependent import setitem_impl as _setitem_impl
 
 
 def _shape_arg(shape) -> tuple:
     """``view(2, 3)``, ``view((2, 3))`` and ``view(torch.Size([2, 3]))`` all mean (2, 3)."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
         shape = shape[0]
-    return tuple(int(s) for s in shape)
+    return tuple(as_extent(s) for s in shape)
 
 
-def _infer_shape(numel: int, shape) -> tuple:
+def _infer_shape(input_shape, shape) -> tuple:
+    """``shape`` with its -1 resolved for an input of ``input_shape`` (run-time extents included)."""
+    if is_symbolic_shape(input_shape) or is_symbolic_shape(shape):
+        return infer_shape(input_shape, shape)
+    numel = math.prod(input_shape)
     shape = list(shape)
     if -1 in shape:
         i = shape.index(-1)
@@ -35,8 +42,8 @@ def _infer_shape(numel: int, shape) -> tuple:
 
 @torchsymbol(torch.reshape, methods=("reshape",), torch_impl=torch.Tensor.reshape)  # takes (a, shape) and (a, *shape)
 def reshape(a, *shape):
-    shape = _infer_shape(a.numel(), _shape_arg(shape))
-    return a if tuple(a.shape) == shape else prims.reshape(a, shape)
+    shape = _infer_shape(tuple(a.shape), _shape_arg(shape))
+    return a if same_shape(tuple(a.shape), shape) else prims.reshape(a, shape)
 
 
 @torchsymbol(methods=("view",), view=True, torch_impl=torch.Tensor.view)
@@ -64,14 +71,14 @@ def flatten(a, start_dim=0, end_dim=-1):
     s, e = canonicalize_dim(a.ndim, start_dim), canonicalize_dim(a.ndim, end_dim)
     if s >= e:
         return a
-    shape = tuple(a.shape[:s]) + (math.prod(a.shape[s:e + 1]),) + tuple(a.shape[e + 1:])
+    shape = tuple(a.shape[:s]) + (prod(a.shape[s:e + 1]),) + tuple(a.shape[e + 1:])
     return reshape(a, shape)
 
 
 @torchsymbol(torch.unflatten, methods=("unflatten",), view=True)
 def unflatten(a, dim, sizes):
     dim = canonicalize_dim(a.ndim, dim)
-    sizes = _infer_shape(a.shape[dim], tuple(sizes))
+    sizes = _infer_shape((a.shape[dim],), _shape_arg((sizes,)))
     return reshape(a, tuple(a.shape[:dim]) + sizes + tuple(a.shape[dim + 1:]))
 
 
@@ -80,6 +87,9 @@ def squeeze(a, dim=None):
     dims = canonicalize_dims(a.ndim, dim) if dim is not None else tuple(range(a.ndim))
     if a.ndim == 0:
         return a
+    for d in dims:
+        if is_runtime(a.shape[d]):  # eager squeezes it exactly when it is 1 at run time
+            raise a.shape[d].data_dependent(f"squeeze of dim {d} of tensor {a.name}")
     dims = tuple(d for d in dims if a.shape[d] == 1)
     return prims.squeeze(a, dims) if dims else a
 
@@ -187,7 +197,7 @@ def tile(a, *dims):
 
 @torchsymbol(torch.cat, torch.concat, torch.concatenate)
 def cat(tensors, dim=0):
-    tensors = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or list(tensors[:1])
+    tensors = [t for t in tensors if not (t.ndim == 1 and is_zero(t.shape[0]))] or list(tensors[:1])
     from thunder.torch.utils import promote
 
     _, dtype = promote(*tensors)
@@ -228,7 +238,7 @@ def narrow(a, dim, start, length):
 
 
 def _slice_dim(a, dim, start, stop, step):
-    if start == 0 and stop == a.shape[dim] and step == 1:
+    if start == 0 and same(stop, a.shape[dim]) and step == 1:
         return a
     starts = [0] * a.ndim
     stops = list(a.shape)
@@ -288,6 +298,9 @@ def chunk(a, chunks, dim=0):
 @torchsymbol(torch.unbind, methods=("unbind",), view=True)
 def unbind(a, dim=0):
     dim = canonicalize_dim(a.ndim, dim)
+    if is_runtime(a.shape[dim]):
+        raise a.shape[dim].data_dependent(
+            f"Iterating over tensor {a.name} (or torch.unbind of its dim {dim}), a Python loop over its {a.shape[dim].name} slices,")
     return tuple(select(a, dim, i) for i in range(a.shape[dim]))
 
 
@@ -422,7 +435,7 @@ def _basic_getitem(a, key):
             starts.append(x), stops.append(x + 1), steps.append(1)
             squeeze_dims.append(dim)
         else:
-            s, e, st = x.indices(size)
+            s, e, st = (0, size, 1) if x == slice(None) else x.indices(size)
             check(st > 0, "step must be greater than zero", ValueError)
             e = max(e, s)
             starts.append(s), stops.append(e), steps.append(st)
@@ -446,29 +459,33 @@ def _basic_getitem(a, key):
     return out
 
 
-def _advanced_getitem_meta(a, key):
-    return fallback.meta_outputs(operator.getitem, (a, key), {})
+def _full_on_runtime_dims(a, key) -> bool:
+    """Whether a basic index takes every run-time extent of ``a`` whole (``x[:, 0]`` on a ``[i0, 4]`` tensor)."""
+    if not is_symbolic_shape(a.shape):
+        return True
+    items = list(key) if isinstance(key, tuple) else [key]
+    if Ellipsis in items:
+        i = items.index(Ellipsis)
+        n_real = sum(1 for x in items if x is not None and x is not Ellipsis)
+        items[i:i + 1] = [slice(None)] * (a.ndim - n_real)
+    dims = [x for x in items if x is not None]
+    return all(not is_runtime(s) or d >= len(dims) or dims[d] == slice(None) for d, s in enumerate(a.shape))
 
 
 @torchsymbol(methods=("__getitem__",), view=True, torch_impl=operator.getitem)
 def getitem(a, key):
-    if _is_basic_index(key):
+    """Basic indexing decomposes into slices and reshapes; a 1-D integer tensor index is a ``take``; other keys
+    (boolean masks, several tensor indices) run torch's own indexing, with run-time extents where needed."""
+    if _is_basic_index(key) and _full_on_runtime_dims(a, key):
         return _basic_getitem(a, key)
     if isinstance(key, TensorProxy) and key.dtype in (torch.int64, torch.int32) and key.ndim <= 1 and a.ndim >= 1:
         index = key if key.ndim == 1 else reshape(key, (1,))
         out = prims.take(a, index, 0)
         return out if key.ndim == 1 else prims.squeeze(out, (0,))
-    items = key if isinstance(key, tuple) else (key,)
-    check(not any(isinstance(x, TensorProxy) and x.dtype is torch.bool for x in items) and not any(isinstance(x, bool) for x in items),
-          "Indexing with a boolean mask gives a data-dependent shape, which thunder cannot trace; use torch.where or masked_fill instead",
-          NotImplementedError)
     return fallback.fallback_call(operator.getitem, (a, key), {})
 
 
-def _setitem_impl(a, key, value):
-    out = a.clone()
-    out[key] = value
-    return out
+getitem.is_view = lambda a, key: _is_basic_index(key)  # tensor indices copy, as in torch
 
 
 @torchsymbol(name="setitem", torch_impl=_setitem_impl)
@@ -479,14 +496,14 @@ def setitem(a, key, value):
     ``where`` over the input; other keys (advanced indexing, strided slices) run torch's own.
     """
     if isinstance(key, TensorProxy) and key.dtype is torch.bool:
-        one_value = isinstance(value, Number) or isinstance(value, TensorProxy) and value.numel() == 1
-        if not one_value or tuple(key.shape) != tuple(a.shape[:key.ndim]):
+        one_value = isinstance(value, Number) or isinstance(value, TensorProxy) and all(is_one(s) for s in value.shape)
+        if not one_value or not same_shape(tuple(key.shape), tuple(a.shape[:key.ndim])):
             return fallback.fallback_call(_setitem_impl, (a, key, value), {})
         value = convert(value, a.dtype)
         value = expand_to(reshape(value, ()), tuple(a.shape)) if isinstance(value, TensorProxy) else value
         mask = prims.broadcast_in_dim(key, tuple(a.shape), tuple(range(key.ndim)))
         return prims.where(mask, value, a)
-    bounds = _unit_step_bounds(a, key) if _is_basic_index(key) else None
+    bounds = _unit_step_bounds(a, key) if _is_basic_index(key) and not is_symbolic_shape(a.shape) else None
     if bounds is None:
         return fallback.fallback_call(_setitem_impl, (a, key, value), {})
     starts, stops = bounds
@@ -662,9 +679,10 @@ def outer(a, b):
 
 
 @torchsymbol(torch.repeat_interleave, methods=("repeat_interleave",))
-def repeat_interleave(a, repeats, dim=None, *, output_size=None):
-    check(isinstance(repeats, int), "repeat_interleave with tensor repeats is data-dependent and not supported",
-          NotImplementedError)
+def repeat_interleave(a, repeats=None, dim=None, *, output_size=None):
+    if isinstance(repeats, TensorProxy) or repeats is None:  # the output's extent depends on the repeats' values
+        args = (a,) if repeats is None else (a, repeats, dim)
+        return fallback.fallback_call(torch.repeat_interleave, args, {} if output_size is None else {"output_size": output_size})
     if dim is None:
         a, dim = flatten(a), 0
     dim = canonicalize_dim(a.ndim, dim)

@@ -7,6 +7,7 @@ import torch
 import enum
 
 from thunder.core import prims
+from thunder.core.extents import same_shape
 from thunder.core.proxies import TensorProxy, NumberProxy
 
 __all__ = ["Kind", "canonicalize_dim", "canonicalize_dims", "expand_to", "broadcast", "promote", "convert",
@@ -40,7 +41,7 @@ def canonicalize_dims(ndim: int, dims) -> tuple:
 def expand_to(a, shape) -> TensorProxy:
     """Broadcasts ``a`` to ``shape`` (torch's rules), recording nothing if it already has that shape."""
     shape = tuple(shape)
-    if tuple(a.shape) == shape:
+    if same_shape(tuple(a.shape), shape):
         return a
     offset = len(shape) - a.ndim
     check(offset >= 0, lambda: f"cannot broadcast {tuple(a.shape)} to {shape}")

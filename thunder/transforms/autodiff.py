@@ -16,6 +16,7 @@ import time
 import torch
 
 from thunder.core.codeutils import flat_proxies
+from thunder.core.extents import unify
 from thunder.core.compile_data import CacheEntry
 from thunder.core.outputs import is_printable_structure
 from thunder.core.proxies import TensorProxy, NumberProxy, Var
@@ -129,6 +130,7 @@ class _ForwardBuilder:
                 self.process(sub.replace(tags=sub.tags | bsym.tags))
             return
         out, backward = result
+        unify(bsym.output, out)  # a re-traced data-dependent op: its fresh extents are the original ones
         if recompute:
             for b in self.fwd.bound_symbols[start:]:
                 if not has_effects(b):

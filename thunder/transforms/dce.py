@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 
+from thunder.core.proxies import NumberProxy, SymbolicTensorProxy
 from thunder.core.symbol import Tag
 
 
@@ -18,6 +19,14 @@ def _keep_always(bsym) -> bool:
     return bsym.sym.name == "python_return" or has_effects(bsym)
 
 
+def _shape_extents(bsym):
+    """The run-time extents in the shapes of the tensors ``bsym`` reads or defines: they stay defined, as
+    later passes (the backward) may need them (see [Note: run-time extents] in thunder/core/extents.py)."""
+    for p in bsym.flat_args + bsym.flat_outs:
+        if type(p) is SymbolicTensorProxy:
+            yield from (s.name for s in p.shape if isinstance(s, NumberProxy))
+
+
 def dce(trace, *, name: str = "Dead Code Elimination"):
     """Removes bound symbols whose outputs nothing uses. Random and side-effecting ones stay:
     removing a random op would change how the RNG advances compared with eager."""
@@ -28,5 +37,6 @@ def dce(trace, *, name: str = "Dead Code Elimination"):
         if _keep_always(bsym) or any(o.name in needed for o in bsym.flat_outs):
             kept.append(bsym)
             needed.update(a.name for a in bsym.flat_args)
+            needed.update(_shape_extents(bsym))
     kept.reverse()
     return trace.from_trace(kept).set_provenance(name, start)

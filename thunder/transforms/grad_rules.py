@@ -14,6 +14,7 @@ import math
 import torch
 
 from thunder.core import prims
+from thunder.core.extents import is_one, same_shape
 from thunder.core.proxies import TensorProxy
 
 VJP_RULES: dict[str, callable] = {}
@@ -43,12 +44,12 @@ def _zeros_like(a):
 def _reduce_to(g, shape):
     """Sums ``g`` down to ``shape`` (the inverse of broadcasting) — for rules of broadcasting ops."""
     shape = tuple(shape)
-    if tuple(g.shape) == shape:
+    if same_shape(tuple(g.shape), shape):
         return g
     lead = g.ndim - len(shape)
-    dims = list(range(lead)) + [lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1]
+    dims = list(range(lead)) + [lead + i for i, s in enumerate(shape) if is_one(s) and not is_one(g.shape[lead + i])]
     out = prims.sum(g, tuple(dims)) if dims else g
-    return prims.reshape(out, shape) if tuple(out.shape) != shape else out
+    return prims.reshape(out, shape) if not same_shape(tuple(out.shape), shape) else out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,9 +200,9 @@ def broadcast_in_dim_rule(a, shape, broadcast_dimensions):
     def backward(g):
         bdims = set(broadcast_dimensions)
         summed = [d for d in range(len(shape)) if d not in bdims]
-        summed += [d for i, d in enumerate(broadcast_dimensions) if a.shape[i] == 1 and shape[d] != 1]
+        summed += [d for i, d in enumerate(broadcast_dimensions) if is_one(a.shape[i]) and not is_one(shape[d])]
         r = prims.sum(g, tuple(sorted(summed))) if summed else g
-        return (prims.reshape(r, tuple(a.shape)) if tuple(r.shape) != tuple(a.shape) else r, None, None)
+        return (prims.reshape(r, tuple(a.shape)) if not same_shape(tuple(r.shape), tuple(a.shape)) else r, None, None)
 
     return out, backward
 

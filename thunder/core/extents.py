@@ -1,0 +1,398 @@
+"""Run-time extents: tensor sizes that are known only when the program runs.
+
+[Note: run-time extents]
+An operation whose output shape depends on tensor values (``nonzero``, one-argument ``where``,
+``masked_select``, ``unique``, boolean-mask indexing, ...) gives each such extent a fresh int
+``NumberProxy`` (``i0``), which the trace defines right after the operation from its output
+(``i0 = t5.shape[0]``, ``prims.size``). Tensor proxies carry these NumberProxies in their shapes,
+shapes print them by name (``cpu f32[i0, 4]``), and every later operation runs as it would for any
+value of them, so one cache entry serves every call whatever the run-time extents.
+
+- Arithmetic on extents is recorded (``i1 = i0 * 4``) and each extent carries a canonical polynomial
+  (``Poly``) over the extents it comes from, so shape logic compares them exactly: ``4 * i0 == i0 * 4``.
+  A comparison is answered only when it holds for every value (extents are >= 0); otherwise it raises
+  ``DataDependentError``. The value of an extent is never specialized: ``if n == 0``, ``range(n)`` and
+  ``int(n)`` raise ``DataDependentError`` naming the operation the extent comes from.
+- Broadcasting follows torch's size-oblivious rule: a run-time extent is never taken to be 1
+  (``is_one``), and identical extents match.
+- Definitions are recorded where their inputs exist. An extent used by the outputs of a composite
+  symbol but defined inside it is moved out to the enclosing scope (``hoist``), arithmetic before the
+  composite and output-size bindings after it, so the composite still runs as one torch call.
+"""
+from __future__ import annotations
+
+import operator
+
+from thunder.core.proxies import NumberProxy, TensorProxy
+
+# ---------------------------------------------------------------------------------------------
+# Polynomials over extents
+# ---------------------------------------------------------------------------------------------
+
+
+class Poly:
+    """An integer polynomial ``sum(coeff * product(roots))``: terms map sorted tuples of root names to coefficients."""
+
+    __slots__ = ("terms", "roots", "nonneg")
+
+    def __init__(self, terms: dict, roots: dict, nonneg: frozenset):
+        self.terms = {m: c for m, c in terms.items() if c != 0}
+        self.roots = roots  # name -> NumberProxy
+        self.nonneg = nonneg  # roots known to be >= 0
+
+    @staticmethod
+    def const(c: int) -> "Poly":
+        return Poly({(): c}, {}, frozenset())
+
+    @staticmethod
+    def root(p: NumberProxy, nonneg: bool) -> "Poly":
+        return Poly({(p.name,): 1}, {p.name: p}, frozenset({p.name}) if nonneg else frozenset())
+
+    def _join(self, other, terms):
+        return Poly(terms, {**self.roots, **other.roots}, self.nonneg | other.nonneg)
+
+    def __add__(self, other: "Poly") -> "Poly":
+        terms = dict(self.terms)
+        for m, c in other.terms.items():
+            terms[m] = terms.get(m, 0) + c
+        return self._join(other, terms)
+
+    def __neg__(self) -> "Poly":
+        return Poly({m: -c for m, c in self.terms.items()}, self.roots, self.nonneg)
+
+    def __sub__(self, other: "Poly") -> "Poly":
+        return self + (-other)
+
+    def __mul__(self, other: "Poly") -> "Poly":
+        terms: dict = {}
+        for m1, c1 in self.terms.items():
+            for m2, c2 in other.terms.items():
+                m = tuple(sorted(m1 + m2))
+                terms[m] = terms.get(m, 0) + c1 * c2
+        return self._join(other, terms)
+
+    def key(self) -> tuple:
+        return tuple(sorted(self.terms.items()))
+
+    def constant(self):
+        """The value if the polynomial is a constant, else None."""
+        if not self.terms:
+            return 0
+        if set(self.terms) == {()}:
+            return self.terms[()]
+        return None
+
+    def exact_div(self, other: "Poly"):
+        """``self // other`` when ``other`` is one term dividing every term of ``self`` exactly; else None."""
+        if len(other.terms) != 1:
+            return None
+        (m2, c2), = other.terms.items()
+        terms = {}
+        for m, c in self.terms.items():
+            rest = list(m)
+            for r in m2:
+                if r not in rest:
+                    return None
+                rest.remove(r)
+            if c % c2:
+                return None
+            terms[tuple(rest)] = c // c2
+        return self._join(other, terms)
+
+    def bounds(self) -> tuple:
+        """(lower, upper) bounds that hold for every value of the roots (None: unbounded)."""
+        const = self.terms.get((), 0)
+        others = [(m, c) for m, c in self.terms.items() if m != ()]
+        if not others:
+            return const, const
+        if any(r not in self.nonneg for m, _ in others for r in m):
+            return None, None
+        lower = const if all(c > 0 for _, c in others) else None
+        upper = const if all(c < 0 for _, c in others) else None
+        return lower, upper
+
+    def __repr__(self):
+        parts = [f"{c}*{'*'.join(m)}" if m else str(c) for m, c in self.terms.items()]
+        return " + ".join(parts) or "0"
+
+
+def poly_of(x) -> Poly:
+    """The polynomial of an int or NumberProxy (a NumberProxy without one is an opaque root)."""
+    if isinstance(x, NumberProxy):
+        if x.poly is not None:
+            return x.poly
+        return Poly.root(x, nonneg=False)
+    return Poly.const(int(x))
+
+
+def is_runtime(x) -> bool:
+    """Whether ``x`` is a NumberProxy whose value is known only at run time (an extent or computed from one)."""
+    return isinstance(x, NumberProxy) and x.origin is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparisons
+# ---------------------------------------------------------------------------------------------
+
+# op -> (the sign facts of ``a - b`` under which op(a, b) holds, those under which it fails)
+_DECIDE = {
+    operator.eq: (("zero",), ("positive", "negative")),
+    operator.ne: (("positive", "negative"), ("zero",)),
+    operator.lt: (("negative",), ("nonnegative",)),
+    operator.le: (("nonpositive",), ("positive",)),
+    operator.gt: (("positive",), ("nonpositive",)),
+    operator.ge: (("nonnegative",), ("negative",)),
+}
+_SYMBOLS = {operator.eq: "==", operator.ne: "!=", operator.lt: "<", operator.le: "<=", operator.gt: ">",
+            operator.ge: ">="}
+
+
+def decide(op, a, b):
+    """``op(a, b)`` if it holds (or fails) for every value of the run-time extents involved, else None."""
+    if isinstance(b, float) or isinstance(a, float):
+        return None
+    lo, hi = (poly_of(a) - poly_of(b)).bounds()
+    facts = {"zero": lo == hi == 0, "positive": lo is not None and lo > 0, "nonnegative": lo is not None and lo >= 0,
+             "negative": hi is not None and hi < 0, "nonpositive": hi is not None and hi <= 0}
+    holds, fails = _DECIDE[op]
+    if any(facts[f] for f in holds):
+        return True
+    if any(facts[f] for f in fails):
+        return False
+    return None
+
+
+def compare(op, a, b) -> bool:
+    """``op(a, b)`` for Python code: answered when it holds for every run-time value, otherwise DataDependentError."""
+    result = decide(op, a, b) if _comparable(a) and _comparable(b) else None
+    if result is None:
+        p = a if is_runtime(a) else b
+        raise p.data_dependent(f"The comparison {_name(a)} {_SYMBOLS[op]} {_name(b)}")
+    return result
+
+
+def _comparable(x) -> bool:
+    return isinstance(x, NumberProxy) and x.python_type is int or isinstance(x, int)
+
+
+def _name(x) -> str:
+    return x.name if isinstance(x, NumberProxy) else repr(x)
+
+
+def same(a, b) -> bool:
+    """Whether two extents are equal for every run-time value (thunder's shape logic: never raises)."""
+    if a is b:
+        return True
+    if not (is_runtime(a) or is_runtime(b)):
+        return a == b
+    return decide(operator.eq, a, b) is True
+
+
+def unknown_equality(a, b, where: str) -> str:
+    """The error for shape logic that needs two different extents, at least one known only at run time, to match."""
+    said = "; ".join(f"{x.name} is {x.origin}" for x in (a, b) if is_runtime(x))
+    return (f"thunder cannot tell whether the extents {_name(a)} and {_name(b)} are equal ({where}); {said}. "
+            "They may be equal when the program runs, but thunder traces it for all values: compute both from the same "
+            "operation (e.g. select with one mask or one set of indices and reuse it).")
+
+
+def is_one(x) -> bool:
+    """Whether an extent is 1; a run-time extent never is (torch's size-oblivious rule)."""
+    return not is_runtime(x) and x == 1
+
+
+def is_zero(x) -> bool:
+    """Whether an extent is 0; a run-time extent is taken not to be (size-oblivious)."""
+    return not is_runtime(x) and x == 0
+
+
+def same_shape(a, b) -> bool:
+    return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+
+
+def is_symbolic_shape(shape) -> bool:
+    return any(isinstance(s, NumberProxy) for s in shape)
+
+
+def as_extent(s):
+    """A size argument as an extent: ints stay, run-time extents stay, other numbers are specialized to ints."""
+    if isinstance(s, NumberProxy):
+        if s.origin is not None:
+            if s.python_type is not int:
+                raise TypeError(f"a tensor size must be an int, got {s.name} of type {s.python_type.__name__}")
+            return s
+        return s.__index__()
+    return operator.index(s)
+
+
+def prod(values):
+    """The product of ints and extents (recorded arithmetic where run-time extents are involved)."""
+    static, dynamic = 1, []
+    for v in values:
+        if is_runtime(v):
+            dynamic.append(v)
+        else:
+            static *= v
+    out = static
+    for v in dynamic:
+        out = v if out == 1 and not isinstance(out, NumberProxy) else out * v
+    return out
+
+
+def prod_poly(values) -> Poly:
+    out = Poly.const(1)
+    for v in values:
+        out = out * poly_of(v)
+    return out
+
+
+def infer_shape(input_shape, shape) -> tuple:
+    """``shape`` with its -1 resolved for an input of ``input_shape``, where run-time extents are involved:
+    the -1 is the input's size divided exactly by the other extents (``(i0, 4)`` viewed as ``(-1,)`` is ``4 * i0``)."""
+    total, shape = prod_poly(input_shape), list(shape)
+    if -1 in shape:
+        i = shape.index(-1)
+        inferred = total.exact_div(prod_poly(s for j, s in enumerate(shape) if j != i))
+        if inferred is None:
+            raise NotImplementedError(
+                f"thunder cannot infer the -1 in shape {list(shape)} for an input of shape {tuple(input_shape)}: the "
+                "other extents do not divide the input's size exactly for every run-time value. Give the extent explicitly.")
+        shape[i] = materialize(inferred)
+    if prod_poly(shape).key() != total.key():
+        raise RuntimeError(f"shape '{list(shape)}' is invalid for input of shape {tuple(input_shape)}")
+    return tuple(shape)
+
+
+def materialize(poly: Poly):
+    """An int or NumberProxy with the value of ``poly`` (recording the arithmetic it needs)."""
+    c = poly.constant()
+    if c is not None:
+        return c
+    if len(poly.terms) == 1:
+        (m, c), = poly.terms.items()
+        if c == 1 and len(m) == 1:
+            return poly.roots[m[0]]
+    out = None
+    for m, c in sorted(poly.terms.items()):
+        term = c
+        for r in m:
+            term = poly.roots[r] if term == 1 and not isinstance(term, NumberProxy) else term * poly.roots[r]
+        out = term if out is None else out + term
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Fresh extents and where they are defined
+# ---------------------------------------------------------------------------------------------
+
+
+def fresh(trace, origin: str) -> NumberProxy:
+    """A new run-time extent, bound to its value after the operation that produces it is recorded."""
+    p = NumberProxy(trace.make_name("i"), int, None, frozenset(), origin=origin)
+    p.poly = Poly.root(p, nonneg=True)
+    trace.has_extents = True
+    trace.unbound_extents.append(p)
+    return p
+
+
+def _extent_positions(outs):
+    for o in outs:
+        if isinstance(o, TensorProxy) and is_symbolic_shape(o.shape):
+            for d, s in enumerate(o.shape):
+                if isinstance(s, NumberProxy):
+                    yield s, o, d
+
+
+def record(trace, bsym):
+    """Records ``bsym``, moving out of it the definitions of extents its outputs use (see [Note: run-time extents])."""
+    before, after = _hoisted(bsym) if bsym.subsymbols else ((), ())
+    if before or after:
+        moved = {id(b) for b in (*before, *after)}
+        bsym = bsym.replace(subsymbols=tuple(b for b in bsym.subsymbols if id(b) not in moved))
+    for b in before:
+        trace.record(b)
+    trace.record(bsym)
+    for b in after:
+        trace.record(b)
+    if trace.unbound_extents:
+        _bind(trace, bsym)
+    return bsym
+
+
+def _bind(trace, bsym):
+    """Defines the fresh extents that appear in ``bsym``'s outputs: ``i0 = t5.shape[0]``."""
+    from thunder.core import prims
+    from thunder.core.symbol import BoundSymbol
+
+    pending = {id(p) for p in trace.unbound_extents}
+    for p, o, d in _extent_positions(bsym.flat_outs):
+        if id(p) in pending:
+            pending.discard(id(p))
+            trace.record(BoundSymbol(prims.size, (o, d), {}, p))
+    trace.unbound_extents[:] = [p for p in trace.unbound_extents if id(p) in pending]
+
+
+def _hoisted(bsym) -> tuple:
+    """(before, after): bound symbols of ``bsym``'s decomposition that define extents its outputs use."""
+    outs = bsym.flat_outs
+    needed = [p for p, _, _ in _extent_positions(outs)]
+    if not needed:
+        return (), ()
+    defs = {}
+    for b in bsym.subsymbols:
+        for o in b.flat_outs:
+            if isinstance(o, NumberProxy):
+                defs[o.name] = b
+    if not any(p.name in defs for p in needed):
+        return (), ()
+    out_ids = {id(o) for o in outs}
+    positions = {id(p): (o, d) for p, o, d in _extent_positions(outs)}
+    before, after, placed = [], [], {}
+
+    def place(name):
+        b = defs[name]
+        if id(b) in placed:
+            return placed[id(b)]
+        deps = [place(a.name) for a in b.flat_args if isinstance(a, NumberProxy) and a.name in defs]
+        tensors = [a for a in b.flat_args if isinstance(a, TensorProxy)]
+        if not tensors and all(d == "before" for d in deps):
+            before.append(b)
+            placed[id(b)] = "before"
+            return "before"
+        if _read_inside(bsym, b):
+            raise NotImplementedError(
+                f"thunder cannot define the run-time extent {name} outside {bsym.sym.id}: its decomposition both "
+                "computes it from an intermediate value and uses it. Split the operation into simpler torch calls.")
+        if tensors and id(tensors[0]) not in out_ids:  # a size binding of an intermediate: read it from an output
+            o, d = positions[id(b.output)]
+            b = b.replace(args=(o, d))
+        after.append(b)
+        placed[id(defs[name])] = "after"
+        return "after"
+
+    for p in needed:
+        if p.name in defs:
+            place(p.name)
+    return tuple(before), tuple(after)
+
+
+def _read_inside(bsym, definition) -> bool:
+    names = {o.name for o in definition.flat_outs}
+    return any(a.name in names for b in bsym.subsymbols if b is not definition for a in b.flat_args)
+
+
+def unify(old, new):
+    """After re-tracing an operation (autodiff), its fresh extents denote the original ones."""
+    for o, n in zip(_flat_tensors(old), _flat_tensors(new)):
+        if o is n or o.ndim != n.ndim:
+            continue
+        for a, b in zip(o.shape, n.shape):
+            if is_runtime(a) and is_runtime(b) and a is not b and b.poly is not None and len(b.poly.terms) == 1:
+                if b.poly.key() == ((((b.name,), 1),)):
+                    b.poly = poly_of(a)
+
+
+def _flat_tensors(x):
+    from thunder.core.codeutils import flat_proxies
+
+    return [p for p in flat_proxies(x) if isinstance(p, TensorProxy)]
