@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from thunder.core import prims, tensor_queries
+from thunder.core import prims, python_state, tensor_queries
 from thunder.core.functionalization import Aliases, ViewStep, view_chain
 from thunder.core.interpreter import InterpreterError
 from thunder.core.layouts import Layouts, UnknownLayout
@@ -312,6 +312,18 @@ class Tracer:
 
     # -- the interception point --------------------------------------------------------------
     def handle(self, func, args, kwargs):
+        """A torch call the program made. The code it runs (thunder's, torch's meta kernels, libraries they import)
+        is not the program's: the recorder of Python state ignores it (see thunder/core/python_state.py)."""
+        state = python_state.current()
+        if state is None:
+            return self._handle(func, args, kwargs)
+        state.internal += 1
+        try:
+            return self._handle(func, args, kwargs)
+        finally:
+            state.internal -= 1
+
+    def _handle(self, func, args, kwargs):
         key = property_key(func)
         if key in _SYMBOLIC_QUERIES and args and type(self.resolve(args[0])) is SymbolicTensorProxy:
             return _SYMBOLIC_QUERIES[key](self.resolve(args[0]), *args[1:], **kwargs)

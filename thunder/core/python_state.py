@@ -277,6 +277,7 @@ class StateRecorder:
         self.codes: dict = {}  # code objects that ran -> True when it is user code
         self.problems: dict[str, None] = {}
         self.busy = False
+        self.internal = 0  # > 0 while thunder handles a torch call: the code running then is not the program's
         self._prev_trace = None
 
     def emit(self, pb):
@@ -340,7 +341,7 @@ class StateRecorder:
     # -- reads ----------------------------------------------------------------------------------
     def on_read(self, obj, name: str, value):
         w = self.watched.get(id(obj))
-        if w is None or self.busy or name in w.seen:
+        if w is None or self.busy or self.internal or name in w.seen:
             return
         if name[:2] == "__" and name[-2:] == "__":  # internals; the __dict__ of an object (not a module) read as a
             if name == "__dict__" and not isinstance(obj, torch.nn.Module):  # whole: what it holds is not recorded
@@ -383,7 +384,7 @@ class StateRecorder:
 
     def on_missing(self, obj, name: str):
         w = self.watched.get(id(obj))
-        if w is None or self.busy or name in w.seen or getattr(w.cls, "__getattr__", None) is not None:
+        if w is None or self.busy or self.internal or name in w.seen or getattr(w.cls, "__getattr__", None) is not None:
             return
         w.seen.add(name)
         if w.dict is not None:
@@ -394,7 +395,7 @@ class StateRecorder:
     def on_getattr(self, obj, name: str, value):
         """A read that ``__getattr__`` answered (or failed to: ``MISSING``): a module's parameters, buffers, submodules."""
         w = self.watched.get(id(obj))
-        if w is None or self.busy or name in w.seen:
+        if w is None or self.busy or self.internal or name in w.seen:
             return
         w.seen.add(name)
         self.busy = True
@@ -426,7 +427,7 @@ class StateRecorder:
 
     def on_write(self, obj, name: str):
         w = self.watched.get(id(obj))
-        if w is None or self.busy:
+        if w is None or self.busy or self.internal:
             return
         self._problem(f"{w.label}.{name} is assigned while the program is traced; thunder does not repeat "
                       "assignments to Python attributes on later calls (only tensor operations run)")
@@ -507,7 +508,7 @@ class StateRecorder:
     # -- globals and closures of the functions that ran -------------------------------------------
     def _trace_calls(self, frame, event, arg):
         code = frame.f_code
-        if code not in self.codes:
+        if code not in self.codes and not self.internal and code.co_name != "<module>":  # not imports' module code
             self._new_code(frame)
         prev = self._prev_trace
         return prev(frame, event, arg) if prev is not None else None
