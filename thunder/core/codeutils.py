@@ -7,6 +7,7 @@ import torch
 from thunder.core import dtypes, devices
 from thunder.core.proxies import TensorProxy, NumberProxy, Var, type_string
 
+_BUILTIN_TYPES = {k: v for k, v in vars(__import__("builtins")).items() if isinstance(v, type)}
 _LEAF_TYPES = (type(None), bool, int, float, complex, str, torch.dtype, torch.device, type(Ellipsis))
 
 
@@ -53,6 +54,8 @@ class Printer:
             return x.name
         if x is None or isinstance(x, (bool, int, str)):
             return repr(x)
+        if isinstance(x, type) and _BUILTIN_TYPES.get(x.__name__) is x:
+            return x.__name__  # tuple, list, dict, ...: printed by name
         if isinstance(x, float):
             if math.isinf(x):
                 return "float('inf')" if x > 0 else "-float('inf')"
