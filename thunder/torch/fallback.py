@@ -14,6 +14,7 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from thunder.core.proxies import TensorProxy, NumberProxy
 from thunder.core.symbol import Symbol, Tag
 from thunder.core.trace import get_tracectx
+from thunder.torch.registry import property_key
 
 _NAMESPACES = (("torch.nn.functional", torch.nn.functional), ("torch.special", torch.special),
                ("torch.linalg", torch.linalg), ("torch.fft", torch.fft), ("torch", torch))
@@ -112,31 +113,51 @@ def _factory_device(kwargs):
 
 
 _FALLBACK_SYMBOLS: dict[object, Symbol] = {}
+_FALLBACK_IDS: set[str] = set()
 
 
+def _getter_name(fn) -> str | None:
+    """``Tensor.real`` for the getter of the ``real`` property (it arrives as a method-wrapper ``__get__``)."""
+    owner = getattr(fn, "__self__", None)
+    if getattr(fn, "__name__", None) == "__get__" and type(owner).__name__ == "getset_descriptor":
+        return f"Tensor.{owner.__name__}"
+    return None
+
+
+# [Note: fallback symbol identity]
+# One symbol per torch callable, keyed by the callable (a property getter by its descriptor, see
+# ``registry.property_key``), and each symbol's id unique: executors map ids to implementations, so
+# two callables sharing a name (the getters of ``Tensor.real`` and ``Tensor.imag`` are both
+# ``__get__``) must never share an id, or one would run as the other.
 def fallback_symbol(fn) -> Symbol:
     """The symbol that records a call of the torch callable ``fn`` and runs it with torch."""
-    sym = _FALLBACK_SYMBOLS.get(fn)
+    key = property_key(fn)
+    sym = _FALLBACK_SYMBOLS.get(key)
     if sym is not None:
         return sym
     path = printable_name(fn)
-    name = path.removeprefix("torch.") if path else getattr(fn, "__name__", "op")
+    name = path.removeprefix("torch.") if path else _getter_name(fn) or getattr(fn, "__name__", "op")
+    unique, i = name, 1
+    while f"torch.{unique}" in _FALLBACK_IDS:
+        unique, i = f"{name}_{i}", i + 1
+    _FALLBACK_IDS.add(f"torch.{unique}")
     tags = (Tag.RANDOM,) if getattr(fn, "__name__", "") in _RANDOM_NAMES else ()
 
     def meta(*args, **kwargs):
         return meta_outputs(fn, args, kwargs)
 
-    sym = Symbol(name, meta, module="torch", is_prim=True, tags=tags, print_name=path)
+    sym = Symbol(unique, meta, module="torch", is_prim=True, tags=tags, print_name=path)
     sym.torch_impl = fn
     sym.is_fallback = True
     if path is None:
-        sym.printer = lambda bsym, printer: _print_constant_call(fn, bsym, printer)
-    _FALLBACK_SYMBOLS[fn] = sym
+        hint = "".join(c if c.isalnum() else "_" for c in unique)
+        sym.printer = lambda bsym, printer: _print_constant_call(fn, hint, bsym, printer)
+    _FALLBACK_SYMBOLS[key] = sym
     return sym
 
 
-def _print_constant_call(fn, bsym, printer):
-    callee = printer.constant(fn)
+def _print_constant_call(fn, hint, bsym, printer):
+    callee = printer.constant(fn, hint)
     call = f"{callee}({printer.call_args(bsym.args, bsym.kwargs)})"
     return f"{printer.output(bsym.output)} = {call}" if bsym.output is not None else call
 
