@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from thunder.core import prims
 from thunder.core.proxies import TensorProxy, Var
@@ -18,7 +19,8 @@ from thunder.core.symbol import Symbol
 from thunder.core.trace import get_tracectx
 from thunder.torch.registry import torchsymbol
 from thunder.torch import fallback
-from thunder.transforms.grad_rules import register_vjp, _reduce_to
+from thunder.core.codeutils import flat_proxies
+from thunder.transforms.grad_rules import ArgGrads, register_vjp, _reduce_to
 
 aten = torch.ops.aten
 
@@ -175,31 +177,46 @@ class AutogradGraph:
         self.outputs = outputs
 
 
+# [Note: differentiating with torch's autograd]
+# The tensors that require grad are found anywhere in the call's arguments: positional or keyword,
+# nested in lists, tuples and dicts (``torch.linalg.multi_dot([a, b, c])``, ``nn.LSTM``'s list of
+# weights, ``embedding_bag(per_sample_weights=w)``). They are numbered by their position among the
+# leaves of ``torch.utils._pytree.tree_flatten((args, kwargs))``, which is the same when tracing
+# (proxies) and when running (tensors). The outputs are the tensors among the flattened result, in
+# the order of ``flat_proxies``; the backward receives one cotangent (or None) for each of them.
 def torch_autograd_forward(fn, args, kwargs, diff_positions, out_like=None):
     """Runs ``fn`` with autograd enabled; returns its outputs and the graph for ``torch_autograd_backward``."""
-    args = list(args)
+    leaves, spec = tree_flatten((args, kwargs))
     inputs = []
     with torch.enable_grad():
         for i in diff_positions:
-            t = args[i].detach().requires_grad_(True)
-            args[i] = t
-            inputs.append(t)
+            leaves[i] = leaves[i].detach().requires_grad_(True)
+            inputs.append(leaves[i])
+        args, kwargs = tree_unflatten(leaves, spec)
         out = fn(*args, **kwargs)
-    flat = [o for o in (out if isinstance(out, (tuple, list)) else (out,))]
-    graph = AutogradGraph(inputs, [o for o in flat if isinstance(o, torch.Tensor) and o.requires_grad])
-    detached = tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in flat)
-    result = detached if isinstance(out, (tuple, list)) else detached[0]
-    return result, graph
+    flat, out_spec = tree_flatten(out)
+    graph = AutogradGraph(inputs, [o for o in flat if isinstance(o, torch.Tensor)])
+    return tree_unflatten([o.detach() if isinstance(o, torch.Tensor) else o for o in flat], out_spec), graph
 
 
 def torch_autograd_backward(graph, *cotangents):
+    if graph.inputs is None:
+        raise RuntimeError(
+            "Trying to backward through the graph a second time (or directly access saved tensors after they have "
+            "already been freed). Specify retain_graph=True if you need to backward through the graph a second time.")
     outs, grads = [], []
     for o, g in zip(graph.outputs, cotangents):
-        if g is not None:
+        if g is not None and o.requires_grad:
             outs.append(o)
             grads.append(g)
-    result = torch.autograd.grad(outs, graph.inputs, grads, allow_unused=True) if outs else [None] * len(graph.inputs)
-    graph.inputs = graph.outputs = None  # release the graph's saved tensors
+    keep = torch._C._autograd._get_current_graph_task_keep_graph()
+    if outs:
+        result = torch.autograd.grad(outs, graph.inputs, grads, retain_graph=keep, allow_unused=True,
+                                     materialize_grads=True)
+    else:
+        result = [torch.zeros_like(i) for i in graph.inputs]
+    if not keep:
+        graph.inputs = graph.outputs = None  # release the graph's saved tensors
     return tuple(result)
 
 
@@ -209,8 +226,8 @@ def _forward_meta(fn, args, kwargs, diff_positions, out_like=None):
         out = fallback.meta_outputs(fn, args, kwargs)
     else:
         trace = get_tracectx()
-        out = tuple(trace.tensor(s, d, dev, any(a.requires_grad for a in args if isinstance(a, TensorProxy)))
-                    for s, d, dev in out_like)
+        requires_grad = any(isinstance(a, TensorProxy) and a.requires_grad for a in tree_flatten((args, kwargs))[0])
+        out = tuple(trace.tensor(s, d, dev, requires_grad) for s, d, dev in out_like)
         out = out[0] if len(out) == 1 else out
     return out, Var(get_tracectx().make_name("graph"))
 
@@ -238,28 +255,29 @@ _SYMBOLS["torch_autograd_backward"] = torch_autograd_backward_sym
 
 
 def torch_autograd_rule(fn, out_meta=None):
-    """A rule that differentiates ``fn`` (a torch callable) with torch's autograd.
+    """A rule that differentiates ``fn`` (a torch callable) with torch's autograd
+    (see [Note: differentiating with torch's autograd]).
 
     ``out_meta(*args, **kwargs)`` gives the outputs' (shape, dtype, device); without it torch's meta
     kernel is run.
     """
 
     def rule(*args, **kwargs):
-        diff = tuple(i for i, a in enumerate(args) if isinstance(a, TensorProxy) and a.requires_grad)
+        leaves, spec = tree_flatten((args, kwargs))
+        diff = tuple(i for i, a in enumerate(leaves) if isinstance(a, TensorProxy) and a.requires_grad)
         out_like = out_meta(*args, **kwargs) if out_meta is not None else None
         out, graph = torch_autograd_forward_sym(fn, args, kwargs, diff, out_like)
-        flat_out = out if isinstance(out, (tuple, list)) else (out,)
-        diff_outs = [o for o in flat_out if isinstance(o, TensorProxy) and o.requires_grad]
-        like = tuple((tuple(args[i].shape), args[i].dtype, args[i].device) for i in diff)
+        flat_out = flat_proxies(out)
+        like = tuple((tuple(leaves[i].shape), leaves[i].dtype, leaves[i].device) for i in diff)
 
         def backward(*cotangents):
-            by_name = {o.name: g for o, g in zip([o for o in flat_out if isinstance(o, TensorProxy)], cotangents)}
-            cts = [by_name.get(o.name) for o in diff_outs]
+            cts = [g for o, g in zip(flat_out, cotangents) if isinstance(o, TensorProxy)]
             grads = torch_autograd_backward_sym(graph, *cts, like=like)
-            result = [None] * len(args)
+            flat = [None] * len(leaves)
             for i, g in zip(diff, grads):
-                result[i] = g
-            return tuple(result)
+                flat[i] = g
+            grad_args, grad_kwargs = tree_unflatten(flat, spec)
+            return ArgGrads(tuple(grad_args), grad_kwargs)
 
         return out, backward
 

@@ -25,7 +25,7 @@ from thunder.executors import pythonex as px
 from thunder.executors.passes import transform_for_execution
 from thunder.transforms.dce import dce, has_effects
 from thunder.transforms.delete_last_used import delete_last_used
-from thunder.transforms.grad_rules import get_vjp
+from thunder.transforms.grad_rules import ArgGrads, get_vjp
 from thunder.transforms.rename import substitute
 
 
@@ -35,6 +35,7 @@ class _TapeEntry:
     outs: list  # the rule's tensor outputs, flat
     backward: callable
     n_outputs: int
+    kwargs: dict = dataclasses.field(default_factory=dict)  # the rule's keyword arguments
 
 
 def _rule_for(sym):
@@ -137,7 +138,7 @@ class _ForwardBuilder:
             if old.name != new.name:
                 self.env[old.name] = new
         outs = [o for o in flat_proxies(out)]
-        self.tape.append(_TapeEntry(args, outs, backward, len(outs)))
+        self.tape.append(_TapeEntry(args, outs, backward, len(outs), kwargs))
 
 
 def _decomposition_backward(bsym, inputs):
@@ -177,6 +178,10 @@ def _run_tape(tape, grads: dict, trace):
         if all(c is None for c in cts):
             continue
         in_grads = entry.backward(*cts)
+        if isinstance(in_grads, ArgGrads):
+            _accumulate(grads, entry.args, in_grads.args, trace)
+            _accumulate(grads, entry.kwargs, in_grads.kwargs, trace)
+            continue
         for arg, g in zip(entry.args, in_grads):
             _accumulate(grads, arg, g, trace)
 
@@ -187,6 +192,10 @@ def _accumulate(grads: dict, arg, g, trace):
     if isinstance(arg, (list, tuple)):
         for a, gg in zip(arg, g):
             _accumulate(grads, a, gg, trace)
+        return
+    if isinstance(arg, dict):
+        for k, a in arg.items():
+            _accumulate(grads, a, g.get(k), trace)
         return
     if not isinstance(arg, TensorProxy) or not arg.requires_grad:
         return

@@ -4,12 +4,15 @@ A rule for symbol ``S`` is a function with ``S``'s signature that computes ``S``
 it together with a *backward closure* (as in micrograd): ``backward(*cotangents)`` returns one
 gradient per positional argument (None where there is none). The rule is traced into the forward
 trace; the closure, called later, is traced into the backward trace, and whatever forward values
-it reads become the tensors saved for backward. A symbol without a rule is differentiated through
-its decomposition. This module holds the registry and the rules of the primitives.
+it reads become the tensors saved for backward. A backward may instead return ``ArgGrads``, the
+gradients of the positional and the keyword arguments, each mirroring the structure of the call's
+arguments (for tensors passed by keyword or nested in containers). A symbol without a rule is
+differentiated through its decomposition. This module holds the registry and the rules of the primitives.
 """
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -17,6 +20,13 @@ from thunder.core import prims
 from thunder.core.proxies import TensorProxy
 
 VJP_RULES: dict[str, callable] = {}
+
+
+class ArgGrads(NamedTuple):
+    """Gradients of a call's positional arguments (a tuple) and keyword arguments (a dict), in their structure."""
+
+    args: tuple
+    kwargs: dict
 
 
 def register_vjp(*symbols):
