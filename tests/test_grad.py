@@ -87,3 +87,135 @@ def test_grad(info: OpInfo):
         checked += 1
     if checked == 0:
         pytest.skip(f"{info.name}: no differentiable float64 sample")
+
+
+# ---------------------------------------------------------------------------------------------
+# Grad mode switched inside the program: autodiff follows the mode in force at each operation
+# ---------------------------------------------------------------------------------------------
+
+
+def _enable_inside(x, w):
+    with torch.enable_grad():
+        y = x * w
+    return y, y.sin()
+
+
+def _no_grad_inside(x, w):
+    with torch.no_grad():
+        y = x * w
+    return y * x, y
+
+
+def _set_grad_enabled_inside(x, w):
+    torch.set_grad_enabled(False)
+    y = x * w
+    torch.set_grad_enabled(True)
+    return y * x + w, y
+
+
+def _nested_modes(x, w):
+    with torch.no_grad():
+        a = x.exp()
+        with torch.enable_grad():
+            b = a * w
+    return b.tanh(), a
+
+
+@pytest.mark.parametrize("outer", ["grad", "no_grad"])
+@pytest.mark.parametrize("fn", [_enable_inside, _no_grad_inside, _set_grad_enabled_inside, _nested_modes],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_grad_mode_inside_the_program(fn, outer):
+    jfn = thunder.jit(fn)
+    mode = torch.enable_grad if outer == "grad" else torch.no_grad
+    for _ in range(2):  # the cached entry behaves as the first call
+        x = torch.randn(3, dtype=torch.float64, requires_grad=True)
+        w = torch.randn(3, dtype=torch.float64, requires_grad=True)
+        with mode():
+            expected, actual = fn(x, w), jfn(x, w)
+        assert [o.requires_grad for o in actual] == [o.requires_grad for o in expected]
+        for e, a in zip(expected, actual):
+            torch.testing.assert_close(a, e, rtol=0, atol=0)
+        if not any(o.requires_grad for o in expected):
+            continue
+        ge, ga = (torch.autograd.grad(sum(o.sum() for o in outs if o.requires_grad), [x, w], allow_unused=True,
+                                      materialize_grads=True) for outs in (expected, actual))
+        for g1, g2 in zip(ga, ge):
+            torch.testing.assert_close(g1, g2, rtol=0, atol=0)
+
+
+def test_enable_grad_inside_inference_mode_records_nothing():
+    def fn(x):
+        with torch.enable_grad():
+            return x * 2
+
+    x = torch.randn(3, requires_grad=True)
+    with torch.inference_mode():
+        assert not thunder.jit(fn)(x).requires_grad and not fn(x).requires_grad
+
+
+def test_grad_mode_left_changed_raises():
+    def fn(x):
+        torch.set_grad_enabled(False)
+        return x * 2
+
+    with pytest.raises(NotImplementedError, match="changes the grad mode and does not restore it"):
+        thunder.jit(fn)(torch.randn(3, requires_grad=True))
+    assert torch.is_grad_enabled()
+
+
+# ---------------------------------------------------------------------------------------------
+# backward twice, hooks on intermediates
+# ---------------------------------------------------------------------------------------------
+
+
+def _twice_saving(x):
+    return (x * x).sin()
+
+
+def _twice_fallback(x):
+    return torch.special.erfcx(x).cumprod(0)  # differentiated by torch's autograd (the generic path)
+
+
+@pytest.mark.parametrize("fn", [_twice_saving, _twice_fallback], ids=["rules", "torch-autograd"])
+def test_backward_with_retain_graph_then_again(fn):
+    grads = []
+    for f in (fn, thunder.jit(fn)):
+        x = torch.randn(4, dtype=torch.float64, requires_grad=True)
+        with torch.no_grad():
+            x.copy_(torch.linspace(-1, 1, 4))
+        out = f(x)
+        out.sum().backward(retain_graph=True)
+        first = x.grad.clone()
+        out.sum().backward()
+        grads.append((first, x.grad.clone()))
+        with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+            out.sum().backward()
+    (e1, e2), (a1, a2) = grads
+    assert torch.equal(a1, e1) and torch.equal(a2, e2) and torch.equal(a2, 2 * a1)
+
+
+def _hook(x):
+    y = x * 2
+    y.register_hook(lambda g: g * 10)
+    return y.sum()
+
+
+def _post_accumulate_hook(x):
+    x.register_post_accumulate_grad_hook(lambda p: None)
+    return (x * 2).sum()
+
+
+def _retain_grad(x):
+    y = x * 2
+    y.retain_grad()
+    return y.sum()
+
+
+@pytest.mark.parametrize("fn,what", [(_hook, "Tensor.register_hook"),
+                                     (_post_accumulate_hook, "Tensor.register_post_accumulate_grad_hook"),
+                                     (_retain_grad, "Tensor.retain_grad")], ids=["hook", "post-accumulate", "retain_grad"])
+def test_autograd_hooks_inside_refused(fn, what):
+    """Never silently ignored: a hook inside the program would not be called, so tracing refuses it."""
+    with pytest.raises(NotImplementedError, match=f"{what} inside a jitted function is not supported"):
+        thunder.jit(fn)(torch.randn(3, requires_grad=True))
+

@@ -94,7 +94,8 @@ def meta_outputs(fn, args, kwargs, *, device=None):
         raise NotImplementedError(
             f"thunder cannot trace {describe(fn)}: it returns a Python value ({type(out).__name__}) computed from "
             "tensor data, which is not known while tracing")
-    requires_grad = torch.is_grad_enabled() and any(p.requires_grad for p in proxies)
+    requires_grad = (torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+                     and any(p.requires_grad for p in proxies))
     trace = get_tracectx()
 
     def to_proxy(x):
@@ -111,6 +112,19 @@ def _factory_device(kwargs):
         return torch.get_default_device()
     return torch.device(dev)
 
+
+# Tensor methods that act on eager autograd's graph of the tensor itself. Inside a jitted function the
+# tensor is a traced value and the backward one compiled program, so they could only be ignored: refused.
+_HOOK_FIX = "Register it on a tensor outside the jitted function: an input before the call, or an output after it."
+_REFUSED = {
+    torch.Tensor.register_hook: "Tensor.register_hook inside a jitted function is not supported: thunder's backward is "
+                                "one compiled program, and the hook would never be called. " + _HOOK_FIX,
+    torch.Tensor.register_post_accumulate_grad_hook: "Tensor.register_post_accumulate_grad_hook inside a jitted "
+                                                     "function is not supported. " + _HOOK_FIX,
+    torch._C.TensorBase.retain_grad: "Tensor.retain_grad inside a jitted function is not supported: the tensor is a "
+                                     "value inside thunder's compiled program and its .grad would stay None. Return the "
+                                     "tensor and call retain_grad() on the result of the jitted call.",
+}
 
 _FALLBACK_SYMBOLS: dict[object, Symbol] = {}
 _FALLBACK_IDS: set[str] = set()
@@ -135,6 +149,9 @@ def fallback_symbol(fn) -> Symbol:
     sym = _FALLBACK_SYMBOLS.get(key)
     if sym is not None:
         return sym
+    refused = _REFUSED.get(key)
+    if refused is not None:
+        raise NotImplementedError(refused)
     path = printable_name(fn)
     name = path.removeprefix("torch.") if path else _getter_name(fn) or getattr(fn, "__name__", "op")
     unique, i = name, 1

@@ -299,7 +299,24 @@ def _unpack_backward_inputs(bwd: TraceCtx, saved_tensors, saved_others, cotangen
 
 
 def split_forward_backward(cd, result, trace, traces, candidates) -> CacheEntry:
-    """Forward and backward traces of ``trace`` (the computation after DCE and computation transforms)."""
+    """Forward and backward traces of ``trace`` (the computation after DCE and computation transforms).
+
+    See [Note: grad mode inside the program].
+    """
+    outer_grad = torch.is_grad_enabled()
+    with torch.enable_grad():
+        return _split_forward_backward(cd, result, trace, traces, candidates, outer_grad)
+
+
+# [Note: grad mode inside the program]
+# Tracing runs the program under the grad mode of the call, switching as the program does
+# (``torch.no_grad()``, ``torch.enable_grad()``, ``torch.set_grad_enabled``), so each recorded
+# output requires grad exactly when eager's would. Autodiff differentiates only operations whose
+# outputs require grad (the rules are replayed with grad enabled, as those operations ran), and
+# outputs that do not require grad are marked non-differentiable. A program called under no_grad
+# that enables grad inside runs its autograd.Function with grad enabled (``GradInfo.enable_grad``;
+# the prologue guarantees that every call of the entry has the mode of the first).
+def _split_forward_backward(cd, result, trace, traces, candidates, outer_grad) -> CacheEntry:
     params = list(candidates)
 
     # Forward
@@ -350,7 +367,8 @@ def split_forward_backward(cd, result, trace, traces, candidates) -> CacheEntry:
     bwd_traces += executable_traces(bwd, cd)
     nondiff = tuple(i for i, o in enumerate(flat_outputs) if not (isinstance(o, TensorProxy) and o.requires_grad))
     return make_entry(result, params, traces, output_rebuild=_output_rebuild(result, output), backward_traces=bwd_traces,
-                      grad_info=GradInfo(nondiff, len(flat_outputs), is_printable_structure(result.output)))
+                      grad_info=GradInfo(nondiff, len(flat_outputs), is_printable_structure(result.output),
+                                         enable_grad=not outer_grad))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -358,6 +376,7 @@ class GradInfo:
     nondiff_outputs: tuple
     n_outputs: int
     structured: bool
+    enable_grad: bool = False  # called under no_grad, differentiable inside (see [Note: grad mode inside the program])
 
 
 def _output_rebuild(result, output):
@@ -391,13 +410,24 @@ class ThunderFunction(torch.autograd.Function):
                 "thunder does not support double backward: the backward of a jitted function is not itself "
                 "differentiable (torch.autograd.grad(..., create_graph=True) or backward(create_graph=True)). "
                 "Compute higher-order gradients outside thunder.jit.")
+        # With retain_graph=True the saved values stay for a later backward; otherwise they are released
+        # now, and a second backward raises as eager's does.
         saved = list(ctx.saved_tensors)
         ctx.maybe_clear_saved_tensors()
+        if ctx.saved_others is None:
+            raise RuntimeError(
+                "Trying to backward through the graph a second time (or directly access saved tensors after they "
+                "have already been freed). Specify retain_graph=True if you need to backward through the graph a "
+                "second time.")
         others = list(ctx.saved_others)
-        ctx.saved_others = None
+        if not torch._C._autograd._get_current_graph_task_keep_graph():
+            ctx.saved_others = None
         grads = ctx.entry.backward([saved, others], list(cotangents))
         return (None, *grads)
 
 
 def run_with_autograd(entry, inps):
+    if entry.grad_info.enable_grad:
+        with torch.enable_grad():
+            return ThunderFunction.apply(entry, *inps)
     return ThunderFunction.apply(entry, *inps)
