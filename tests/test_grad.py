@@ -219,3 +219,78 @@ def test_autograd_hooks_inside_refused(fn, what):
     with pytest.raises(NotImplementedError, match=f"{what} inside a jitted function is not supported"):
         thunder.jit(fn)(torch.randn(3, requires_grad=True))
 
+
+# ---------------------------------------------------------------------------------------------
+# clamp with tensor bounds: values and gradients of the input and of both bounds
+# ---------------------------------------------------------------------------------------------
+
+
+def _bounds_case(seed, a_shape=(4, 5), lo_shape=(4, 5), hi_shape=(4, 5), dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    a, lo, hi = (torch.randn(s, generator=g, dtype=dtype) for s in (a_shape, lo_shape, hi_shape))
+    a.view(-1)[:3] = torch.tensor([float("nan"), 0.25, -0.25], dtype=dtype)  # NaN, and ties with the bounds below
+    if lo.numel() >= 3:
+        lo.view(-1)[:3] = torch.tensor([0.0, 0.25, 0.5], dtype=dtype)
+    if hi.numel() >= 3:
+        hi.view(-1)[:3] = torch.tensor([1.0, 0.1, -0.25], dtype=dtype)  # crossing bounds (min > max) at 1 and 2
+    return a, lo, hi
+
+
+_CLAMP_FNS = {
+    "clamp": lambda a, lo, hi: torch.clamp(a, lo, hi),
+    "clip": lambda a, lo, hi: torch.clip(a, min=lo, max=hi),
+    "Tensor.clamp": lambda a, lo, hi: a.clamp(lo, hi),
+    "clamp-min-only": lambda a, lo, hi: torch.clamp(a, min=lo),
+    "clamp-max-only": lambda a, lo, hi: torch.clamp(a, max=hi),
+    "clamp_min": lambda a, lo, hi: torch.clamp_min(a, lo),
+    "clamp_max": lambda a, lo, hi: torch.clamp_max(a, hi),
+    "Tensor.clamp_-on-intermediate": lambda a, lo, hi: (a * 1).clamp_(lo, hi),
+    "Tensor.clip_-on-intermediate": lambda a, lo, hi: (a * 1).clip_(lo, hi),
+}
+_CLAMP_SHAPES = {"same": ((4, 5), (4, 5), (4, 5)), "broadcast-bounds": ((4, 5), (5,), (4, 1)),
+                 "broadcast-input": ((5,), (4, 5), (4, 5)), "scalar-tensor-bounds": ((4, 5), (), ())}
+
+
+@pytest.mark.parametrize("shapes", list(_CLAMP_SHAPES))
+@pytest.mark.parametrize("name", list(_CLAMP_FNS))
+def test_clamp_tensor_bounds(name, shapes):
+    fn = _CLAMP_FNS[name]
+    a, lo, hi = _bounds_case(0, *_CLAMP_SHAPES[shapes])
+    results = []
+    for f in (fn, thunder.jit(fn)):
+        leaves = [t.clone().requires_grad_() for t in (a, lo, hi)]
+        try:
+            out = f(*leaves)
+        except RuntimeError as e:  # broadcast-input with an in-place update: eager refuses the shape change
+            results.append(type(e))
+            continue
+        grads = torch.autograd.grad(out, leaves, torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape),
+                                    allow_unused=True, materialize_grads=True)
+        results.append((out.detach(), grads))
+    expected, actual = results
+    if not isinstance(expected, tuple):
+        assert actual is expected
+        return
+    torch.testing.assert_close(actual[0], expected[0], rtol=0, atol=0, equal_nan=True)
+    for what, x, y in zip(("input", "min", "max"), actual[1], expected[1]):
+        torch.testing.assert_close(x, y, rtol=0, atol=0, equal_nan=True, msg=lambda m: f"{name} gradient of {what}: {m}")
+
+
+@pytest.mark.parametrize("dtypes", [(torch.int64, torch.float32), (torch.float32, torch.float64),
+                                    (torch.bfloat16, torch.float32)], ids=str)
+def test_clamp_tensor_bounds_type_promotion(dtypes):
+    a_dtype, bound_dtype = dtypes
+    a = torch.tensor([1, 5, -3, 2], dtype=a_dtype)
+    lo, hi = torch.tensor([0.5], dtype=bound_dtype), torch.tensor([2.5], dtype=bound_dtype)
+    fn = lambda a, lo, hi: torch.clamp(a, lo, hi)  # noqa: E731
+    expected, actual = fn(a, lo, hi), thunder.jit(fn)(a, lo, hi)
+    assert actual.dtype == expected.dtype and torch.equal(actual, expected)
+
+
+def test_clamp_mixed_tensor_and_number_bounds_raise_as_eager():
+    fn = lambda a, lo: torch.clamp(a, min=lo, max=0.5)  # noqa: E731
+    a, lo = torch.randn(3), torch.zeros(3)
+    with pytest.raises(TypeError):
+        fn(a, lo)
+    with pytest.raises(TypeError, match="clamp"):
+        thunder.jit(fn)(a, lo)

@@ -9,6 +9,8 @@ torch's own autograd (``torch_autograd_rule``).
 """
 from __future__ import annotations
 
+import struct
+
 import torch
 import torch.nn.functional as F
 from torch.utils._pytree import tree_flatten, tree_unflatten
@@ -25,19 +27,22 @@ from thunder.transforms.grad_rules import ArgGrads, register_vjp, _reduce_to
 aten = torch.ops.aten
 
 
-def _aten_symbol(op, name, meta):
+def _aten_symbol(op, name, meta, *, differentiable=False):
     """An opaque torch-language symbol for an aten backward kernel, run by torch.
 
     ``meta`` gives its outputs' metadata as (shape, dtype, device) triples (None for outputs not
     computed), without running torch's meta kernels (whose decompositions import torch._dynamo).
+    A ``differentiable`` kernel (a forward kernel whose rule uses it) has outputs that require grad
+    where its inputs do.
     """
 
     def fn(*args, **kwargs):
         trace = get_tracectx()
         described = meta(*args, **kwargs)
+        requires_grad = differentiable and prims._requires_grad(*args)
 
         def make(d):
-            return None if d is None else trace.tensor(tuple(d[0]), d[1], d[2])
+            return None if d is None else trace.tensor(tuple(d[0]), d[1], d[2], requires_grad)
 
         return tuple(make(d) for d in described) if isinstance(described, list) else make(described)
 
@@ -122,6 +127,34 @@ def native_batch_norm_rule(a, weight, bias, running_mean, running_var, training,
         return ga, gw, gb, None, None, None, None, None
 
     return (out, save_mean, save_invstd, new_rm, new_rv), backward
+
+
+native_group_norm = _aten_symbol(
+    aten.native_group_norm.default, "native_group_norm",
+    lambda a, w, b, n, c, hxw, group, eps: [_like(a), ((n, group), a.dtype, a.device), ((n, group), a.dtype, a.device)],
+    differentiable=True)
+native_group_norm_backward = _aten_symbol(
+    aten.native_group_norm_backward.default, "native_group_norm_backward",
+    lambda g, a, mean, rstd, w, n, c, hxw, group, mask: [_like(a) if mask[0] else None,
+                                                          _like(w) if mask[1] else None, _like(w) if mask[2] else None])
+
+
+@register_vjp(tnn.group_norm)
+def group_norm_rule(a, num_groups, weight=None, bias=None, eps=1e-5):
+    """torch's kernels, as eager's ``F.group_norm`` runs them (the statistics are saved for the backward)."""
+    import math
+
+    if weight is not None and weight.dtype is not a.dtype or bias is not None and bias.dtype is not a.dtype:
+        return NotImplemented  # mixed dtypes: through the decomposition
+    n, c, hxw = a.shape[0], a.shape[1], math.prod(a.shape[2:])
+    out, mean, rstd = native_group_norm(a, weight, bias, n, c, hxw, num_groups, eps)
+
+    def backward(g):
+        mask = [a.requires_grad, weight is not None and weight.requires_grad, bias is not None and bias.requires_grad]
+        ga, gw, gb = native_group_norm_backward(g, a, mean, rstd, weight, n, c, hxw, num_groups, mask)
+        return ga, None, gw, gb, None
+
+    return out, backward
 
 
 @register_vjp(tnn.linear)
@@ -308,41 +341,65 @@ mish_backward = _aten_symbol(aten.mish_backward.default, "mish_backward", lambda
 
 
 def _activation_rule(sym, backward_of):
-    """A rule for ``sym(a, ...)`` whose gradient is ``backward_of(g, a, *rest)``."""
+    """A rule for ``sym(a, ...)`` whose gradient is ``backward_of(g, a, out, *rest)``: ``a`` for the out-of-place
+    op, and for its in-place form (``inplace=True``) eager's formula reads the output where it differs."""
 
     def rule(a, *args, **kwargs):
         out = sym(a, *args, **kwargs)
-        return out, lambda g: (backward_of(g, a, *args, **kwargs),) + (None,) * len(args)
+        return out, lambda g: (backward_of(g, a, out, *args, **kwargs),) + (None,) * len(args)
 
     register_vjp(sym)(rule)
 
 
+def _float32(x: float) -> float:
+    """``x`` rounded to float32 (torch's formulas read some scalars with ``toFloat()``)."""
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def _elu(alpha, scale, input_scale):
+    """ELU-family gradient: from the input, or from the result for the in-place op (as eager's ``elu_``)."""
+
+    def grad(g, a, out, inplace):
+        return elu_backward(g, alpha, scale, input_scale, True, out) if inplace else elu_backward(
+            g, alpha, scale, input_scale, False, a)
+
+    return grad
+
+
 _SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
-_activation_rule(ew.hardtanh, lambda g, a, min_val=-1.0, max_val=1.0, inplace=False: hardtanh_backward(g, a, min_val, max_val))
-_activation_rule(ew.relu6, lambda g, a, inplace=False: hardtanh_backward(g, a, 0.0, 6.0))
-_activation_rule(ew.elu, lambda g, a, alpha=1.0, inplace=False: elu_backward(g, alpha, 1.0, 1.0, False, a))
-_activation_rule(ew.selu, lambda g, a, inplace=False: elu_backward(g, _SELU_ALPHA, _SELU_SCALE, 1.0, False, a))
-_activation_rule(ew.celu, lambda g, a, alpha=1.0, inplace=False: elu_backward(g, alpha, 1.0, 1.0 / alpha, False, a))
-_activation_rule(ew.softplus, lambda g, a, beta=1.0, threshold=20.0: softplus_backward(g, a, beta, threshold))
-_activation_rule(ew.hardswish, lambda g, a, inplace=False: hardswish_backward(g, a))
-_activation_rule(ew.hardsigmoid, lambda g, a, inplace=False: hardsigmoid_backward(g, a))
-_activation_rule(ew.leaky_relu, lambda g, a, negative_slope=0.01, inplace=False: leaky_relu_backward(g, a, negative_slope, False))
-_activation_rule(ew.mish, lambda g, a, inplace=False: mish_backward(g, a))
+_activation_rule(ew.hardtanh, lambda g, a, out, min_val=-1.0, max_val=1.0, inplace=False: hardtanh_backward(
+    g, out if inplace else a, min_val, max_val))
+_activation_rule(ew.relu6, lambda g, a, out, inplace=False: hardtanh_backward(g, out if inplace else a, 0.0, 6.0))
+_activation_rule(ew.elu, lambda g, a, out, alpha=1.0, inplace=False: _elu(alpha, 1.0, 1.0)(g, a, out, inplace))
+_activation_rule(ew.selu, lambda g, a, out, inplace=False: _elu(_SELU_ALPHA, _SELU_SCALE, 1.0)(g, a, out, inplace))
+_activation_rule(ew.celu, lambda g, a, out, alpha=1.0, inplace=False: _elu(alpha, 1.0, 1.0 / _float32(alpha))(
+    g, a, out, inplace))
+_activation_rule(ew.softplus, lambda g, a, out, beta=1.0, threshold=20.0: softplus_backward(g, a, beta, threshold))
+_activation_rule(ew.hardswish, lambda g, a, out, inplace=False: hardswish_backward(g, a))
+_activation_rule(ew.hardsigmoid, lambda g, a, out, inplace=False: hardsigmoid_backward(g, a))
+_activation_rule(ew.leaky_relu, lambda g, a, out, negative_slope=0.01, inplace=False: leaky_relu_backward(
+    g, out if inplace else a, negative_slope, inplace))
+_activation_rule(ew.mish, lambda g, a, out, inplace=False: mish_backward(g, a))
 register_vjp(ew.logsigmoid)(torch_autograd_rule(F.logsigmoid, lambda a: (_like(a),)))
 
 
 def _clamp_grads(g, a, min, max):
-    from thunder.torch.grad_rules_helpers import reduce_like
+    """Eager's clamp gradients. The input gets the gradient where it lies within the bounds; a tensor bound
+    where the input passes it, and where the bounds cross (min > max, the result is max) the maximum does."""
+    from thunder.torch.grad_rules_elementwise import _grad_for
 
-    keep = None
-    if min is not None:
-        keep = ew.ge(a, min)
-    if max is not None:
-        le = ew.le(a, max)
-        keep = le if keep is None else ew.logical_and(keep, le)
-    ga = ew.where(keep, g, 0.0)
-    gmin = reduce_like(ew.where(ew.lt(a, min), g, 0.0), min) if isinstance(min, TensorProxy) else None
-    gmax = reduce_like(ew.where(ew.gt(a, max), g, 0.0), max) if isinstance(max, TensorProxy) else None
+    if min is not None and max is not None:
+        keep = ew.logical_and(ew.ge(a, min), ew.le(a, max))
+    else:
+        keep = ew.ge(a, min) if min is not None else ew.le(a, max)
+    ga = _grad_for(ew.where(keep, g, 0), a)
+    gmin = gmax = None
+    if isinstance(min, TensorProxy):
+        below = ew.lt(a, min)
+        gmin = _grad_for(ew.where(ew.logical_and(below, ew.lt(min, max)) if max is not None else below, g, 0), min)
+    if isinstance(max, TensorProxy):
+        above = ew.gt(a, max)
+        gmax = _grad_for(ew.where(ew.logical_or(above, ew.lt(max, min)) if min is not None else above, g, 0), max)
     return ga, gmin, gmax
 
 
@@ -358,7 +415,11 @@ def clamp_min_rule(a, min):
 
 @register_vjp(ew.clamp_max)
 def clamp_max_rule(a, max):
-    return ew.clamp_max(a, max), lambda g: (_clamp_grads(g, a, None, max)[0], _clamp_grads(g, a, None, max)[2])
+    def backward(g):
+        ga, _, gmax = _clamp_grads(g, a, None, max)
+        return ga, gmax
+
+    return ew.clamp_max(a, max), backward
 
 
 # ---------------------------------------------------------------------------------------------
@@ -463,3 +524,50 @@ def _bce_meta(input, target, weight=None, size_average=None, reduce=None, reduct
 
 
 register_vjp(tnn.binary_cross_entropy)(torch_autograd_rule(_bce, _bce_meta))
+
+
+def _bce_logits_meta(input, target, weight=None, size_average=None, reduce=None, reduction="mean", pos_weight=None):
+    return _loss_meta(input, target, reduction=tnn._legacy_reduction(size_average, reduce, reduction))
+
+
+def _smooth_l1_meta(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
+    return _loss_meta(input, target, reduction=tnn._legacy_reduction(size_average, reduce, reduction))
+
+
+# torch's fused loss kernels (their backward formulas are not the decompositions')
+register_vjp(tnn.binary_cross_entropy_with_logits)(
+    torch_autograd_rule(F.binary_cross_entropy_with_logits, _bce_logits_meta))
+register_vjp(tnn.smooth_l1_loss)(torch_autograd_rule(F.smooth_l1_loss, _smooth_l1_meta))
+
+
+def _prod(a, dim=None, keepdim=False, *, dtype=None):
+    return torch.prod(a, dtype=dtype) if dim is None else torch.prod(a, dim, keepdim, dtype=dtype)
+
+
+def _prod_meta(a, dim=None, keepdim=False, *, dtype=None):
+    ((shape, _, device),) = _norm_meta(a, 2, dim, keepdim)
+    return ((shape, dtype or a.dtype, device),)
+
+
+# prod: torch's formula handles zeros (one zero: the product of the others; several: zero)
+register_vjp(red.prod)(torch_autograd_rule(_prod, _prod_meta))
+
+
+@register_vjp(red.logsumexp)
+def logsumexp_rule(a, dim, keepdim=False):
+    out = red.logsumexp(a, dim, keepdim)
+
+    def backward(g):
+        result = out
+        if not keepdim and a.ndim:
+            dims = red._dims(a, dim)
+            kept = tuple(1 if i in dims else s for i, s in enumerate(a.shape))
+            g, result = shp.reshape(g, kept), shp.reshape(out, kept)
+        from thunder.torch.grad_rules_elementwise import conj
+
+        return ew.mul(g, conj(ew.exp(ew.sub(a, result)))), None, None
+
+    return out, backward
+
+
+from thunder.torch import grad_rules_elementwise  # noqa: E402,F401  (rules of the elementwise operations)

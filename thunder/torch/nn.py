@@ -186,7 +186,7 @@ def rms_norm(a, normalized_shape, weight=None, eps=None):
     compute = torch.float32 if a.dtype in (torch.float16, torch.bfloat16) else a.dtype
     eps = torch.finfo(compute).eps if eps is None else eps
     x = convert(a, compute)
-    out = ew.mul(x, ew.rsqrt(ew.add(red.mean(ew.mul(x, x), dims, True), eps)))
+    out = ew.mul(x, ew.rsqrt(ew.add(red.mean(ew.pow(x, 2), dims, True), eps)))  # eager's composite, op for op
     out = convert(out, a.dtype)
     return ew.mul(out, weight) if weight is not None else out
 

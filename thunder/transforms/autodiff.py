@@ -25,7 +25,7 @@ from thunder.executors import pythonex as px
 from thunder.executors.passes import transform_for_execution
 from thunder.transforms.dce import dce, has_effects
 from thunder.transforms.delete_last_used import delete_last_used
-from thunder.transforms.grad_rules import ArgGrads, get_vjp
+from thunder.transforms.grad_rules import ArgGrads, get_vjp, is_elementwise_rule
 from thunder.transforms.rename import substitute
 
 
@@ -67,8 +67,9 @@ def _cheap_decomposition(bsym) -> bool:
         return False
     for sub in bsym.subsymbols:
         if sub.subsymbols:
-            # A part with a rule of its own (e.g. layer norm's kernel-based one) is better used in the forward.
-            if _rule_for(sub.sym) is not None or not _cheap_decomposition(sub):
+            # A part with a rule of its own (e.g. layer norm's kernel-based one) is better used in the forward,
+            # unless the rule is an elementwise formula (cheap to replay in the backward).
+            if (_rule_for(sub.sym) is not None and not is_elementwise_rule(sub.sym)) or not _cheap_decomposition(sub):
                 return False
         elif not (sub.sym.module == "prims" and sub.sym.name in _CHEAP_PRIMS):
             return False

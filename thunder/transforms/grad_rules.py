@@ -42,6 +42,20 @@ def get_vjp(sym):
     return VJP_RULES.get(sym.id)
 
 
+_ELEMENTWISE_RULES: set[str] = set()
+
+
+def register_elementwise_vjp(*symbols):
+    """``register_vjp`` for a rule that is an elementwise formula: as cheap to replay in the backward as the
+    primitives it decomposes into (see [Note: differentiating a decomposition] in autodiff)."""
+    _ELEMENTWISE_RULES.update(sym.id for sym in symbols)
+    return register_vjp(*symbols)
+
+
+def is_elementwise_rule(sym) -> bool:
+    return sym.id in _ELEMENTWISE_RULES
+
+
 def _t(x):
     return isinstance(x, TensorProxy)
 
@@ -404,7 +418,7 @@ def matmul_rule(a, b):
 
 def matmul_backward(a, b):
     def backward(g):
-        from thunder.torch import matmul, unsqueeze, transpose
+        from thunder.torch import matmul, reshape, unsqueeze, transpose
 
         if a.ndim == 1 and b.ndim == 1:  # dot product: g is a scalar
             return prims.mul(prims.broadcast_in_dim(g, tuple(b.shape), ()), b), prims.mul(
@@ -414,7 +428,11 @@ def matmul_backward(a, b):
         g2 = unsqueeze(g, -2) if a.ndim == 1 else g
         g2 = unsqueeze(g2, -1) if b.ndim == 1 else g2
         ga = _reduce_to(matmul(g2, transpose(b2, -1, -2)), a2.shape)
-        gb = _reduce_to(matmul(transpose(a2, -1, -2), g2), b2.shape)
+        if b2.ndim == 2 and a2.ndim > 2:  # as torch's matmul: the batch folded into the rows, one matrix product
+            k, n = b2.shape
+            gb = matmul(transpose(reshape(a2, (-1, k)), 0, 1), reshape(g2, (-1, n)))
+        else:
+            gb = _reduce_to(matmul(transpose(a2, -1, -2), g2), b2.shape)
         if a.ndim == 1:
             ga = prims.reshape(ga, tuple(a.shape))
         if b.ndim == 1:
