@@ -294,3 +294,65 @@ def test_clamp_mixed_tensor_and_number_bounds_raise_as_eager():
         fn(a, lo)
     with pytest.raises(TypeError, match="clamp"):
         thunder.jit(fn)(a, lo)
+
+
+# ---------------------------------------------------------------------------------------------
+# Complex gradients: torch's convention (the conjugate Wirtinger derivative), for complex -> complex,
+# real -> complex and complex -> real operations
+# ---------------------------------------------------------------------------------------------
+
+
+def _c(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, dtype=torch.complex128, generator=g)
+
+
+def _r(*shape, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, dtype=torch.float64, generator=g)
+
+
+_COMPLEX_CASES = {
+    "abs": (torch.abs, (_c(4),)), "abs-at-zero": (torch.abs, (torch.tensor([0j, 1 + 1j]),)),
+    "abs-squared": (lambda z: z.abs() ** 2, (_c(4),)), "real": (torch.real, (_c(4),)), "imag": (torch.imag, (_c(4),)),
+    "angle": (torch.angle, (_c(4),)), "conj": (lambda z: torch.conj(z) * 1, (_c(4),)), "sgn": (torch.sgn, (_c(4),)),
+    "view_as_real": (torch.view_as_real, (_c(4),)), "view_as_complex": (torch.view_as_complex, (_r(4, 2),)),
+    "complex": (torch.complex, (_r(4), _r(4, seed=2))), "polar": (torch.polar, (_r(4).abs(), _r(4, seed=2))),
+    "mul": (torch.mul, (_c(4), _c(4, seed=1))), "mul-real": (torch.mul, (_c(4), _r(4))),
+    "mul-python-complex": (lambda z: z * (1 + 2j), (_c(4),)), "div": (torch.div, (_c(4), _c(4, seed=1))),
+    "div-real-by-complex": (torch.div, (_r(4), _c(4))), "add-real": (torch.add, (_c(4), _r(4))),
+    "sub": (torch.sub, (_c(4), _c(4, seed=1))), "z*conj(z)": (lambda z: z * z.conj(), (_c(4),)),
+    "pow-2": (lambda z: z ** 2, (_c(4),)), "pow-tensor": (torch.pow, (_c(4), _c(4, seed=1))),
+    "square": (torch.square, (_c(4),)), "exp": (torch.exp, (_c(4),)), "log": (torch.log, (_c(4),)),
+    "sqrt": (torch.sqrt, (_c(4),)), "rsqrt": (torch.rsqrt, (_c(4),)), "reciprocal": (torch.reciprocal, (_c(4),)),
+    "sin": (torch.sin, (_c(4),)), "cos": (torch.cos, (_c(4),)), "tan": (torch.tan, (_c(4),)),
+    "tanh": (torch.tanh, (_c(4),)), "sigmoid": (torch.sigmoid, (_c(4),)), "sinh": (torch.sinh, (_c(4),)),
+    "cosh": (torch.cosh, (_c(4),)), "asin": (torch.asin, (_c(4),)), "atan": (torch.atan, (_c(4),)),
+    "expm1": (torch.expm1, (_c(4),)), "log1p": (torch.log1p, (_c(4),)),
+    "matmul": (torch.matmul, (_c(3, 4), _c(4, 2, seed=1))), "matmul-vector": (torch.matmul, (_c(3, 4), _c(4, seed=1))),
+    "dot": (torch.dot, (_c(4), _c(4, seed=1))), "bmm-broadcast": (torch.matmul, (_c(2, 3, 4), _c(4, 2, seed=1))),
+    "linear": (torch.nn.functional.linear, (_c(2, 4), _c(3, 4, seed=1), _c(3, seed=2))),
+    "sum": (lambda z: z.sum(0), (_c(3, 4),)), "mean": (lambda z: z.mean(), (_c(3, 4),)),
+    "prod": (lambda z: z.prod(-1), (_c(3, 4),)), "cumsum": (lambda z: z.cumsum(1), (_c(3, 4),)),
+    "var": (lambda z: z.var(), (_c(6),)), "vector_norm": (torch.linalg.vector_norm, (_c(6),)),
+    "real-to-complex": (lambda r: r.to(torch.complex128) * (1 + 2j), (_r(4),)),
+    "complex-to-real-part": (lambda z: z.real * 2 + z.imag * z.real, (_c(4),)),
+    "where": (lambda z, w: torch.where(z.real > 0, z, w), (_c(4), _c(4, seed=1))),
+    "fft": (lambda z: torch.fft.fft(z), (_c(8),)), "rfft-abs": (lambda r: torch.fft.rfft(r).abs(), (_r(8),)),
+}
+
+
+@pytest.mark.parametrize("name", list(_COMPLEX_CASES))
+def test_complex_gradient(name):
+    fn, inputs = _COMPLEX_CASES[name]
+    results = []
+    for f in (fn, thunder.jit(fn)):
+        leaves = [x.clone().requires_grad_() for x in inputs]
+        out = f(*leaves)
+        g = torch.Generator().manual_seed(7)
+        ct = torch.randn(out.shape, dtype=out.dtype, generator=g)
+        results.append((out.detach(), torch.autograd.grad(out, leaves, ct)))
+    (expected_out, expected), (actual_out, actual) = results
+    torch.testing.assert_close(actual_out, expected_out, rtol=0, atol=0)
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e, rtol=1e-12, atol=1e-12, msg=lambda m: f"{name}: {m}")

@@ -32,8 +32,10 @@ def _t(x) -> bool:
 
 
 def conj(x):
-    """``x.conj()`` as eager's formulas read it: the conjugate of a complex tensor, anything else unchanged."""
-    return fallback_symbol(torch.conj_physical)(x) if _t(x) and x.dtype.is_complex else x
+    """``x.conj()`` as eager's formulas read it: the conjugate of a complex tensor or number, anything else unchanged."""
+    from thunder.transforms.grad_rules import _conj
+
+    return _conj(x)
 
 
 def _grad_for(g, a):
