@@ -148,3 +148,31 @@ def test_rare_dtypes(dtype, op):
     actual = thunder.jit(fn)(x)
     assert actual.dtype == expected.dtype and actual.shape == expected.shape
     assert torch.equal(_as_comparable(actual), _as_comparable(expected))
+
+
+# ---------------------------------------------------------------------------------------------
+# In-place Tensor methods without a thunder definition: recorded functionally, written back to inputs
+# ---------------------------------------------------------------------------------------------
+
+_INPLACE_FALLBACK = {
+    "zero_-input": lambda y, x: (y.zero_(), x * 2)[1],
+    "index_fill_-intermediate": lambda y, x: (x * 1).index_fill_(0, torch.tensor([1]), 5.0) * y,
+    "fill_diagonal_-input": lambda y, x: (y.fill_diagonal_(3.0), x * y)[1],
+    "masked_scatter_-intermediate": lambda y, x: (x * 1).masked_scatter_(y > 0, x.flip(0)),
+}
+
+
+@pytest.mark.parametrize("name", list(_INPLACE_FALLBACK))
+def test_inplace_fallback_methods(name):
+    fn = _INPLACE_FALLBACK[name]
+    g = torch.Generator().manual_seed(0)
+    y0, x0 = torch.randn(3, 3, generator=g), torch.randn(3, 3, generator=g)
+    results = []
+    for f in (fn, thunder.jit(fn), thunder.jit(fn)):
+        y, x = y0.clone(), x0.clone().requires_grad_()
+        out = f(y, x)
+        out.sum().backward()
+        results.append((out.detach(), y, x.grad))
+    for actual in results[1:]:
+        for a, e in zip(actual, results[0]):
+            assert torch.equal(a, e), name

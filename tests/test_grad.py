@@ -356,3 +356,69 @@ def test_complex_gradient(name):
     torch.testing.assert_close(actual_out, expected_out, rtol=0, atol=0)
     for a, e in zip(actual, expected):
         torch.testing.assert_close(a, e, rtol=1e-12, atol=1e-12, msg=lambda m: f"{name}: {m}")
+
+
+# ---------------------------------------------------------------------------------------------
+# An input updated in place whose old value the backward needs (see [Note: saved values overwritten
+# by in-place updates]): eager saves a copy or refuses; thunder's gradients are the correct ones
+# ---------------------------------------------------------------------------------------------
+
+
+def _mul_into_input(y, x):
+    y.mul_(x)  # eager keeps the old y for x's gradient
+    return y * 2
+
+
+def _view_saved_then_input_updated(y, x):
+    out = y.reshape(-1) * x.reshape(-1)  # the reshape of y is a view of it when run
+    y.mul_(2)
+    return out
+
+
+def _input_saved_then_updated(y, x):
+    z = x * y
+    y.add_(1)
+    return z
+
+
+def _transpose_saved_then_zeroed(y, x):
+    z = (x * y.t()).sum()
+    y.zero_()
+    return z
+
+
+_OLD_Y = {  # the gradient of x in terms of y's value before the call
+    _mul_into_input: lambda y: 2 * y, _view_saved_then_input_updated: lambda y: y,
+    _input_saved_then_updated: lambda y: y, _transpose_saved_then_zeroed: lambda y: y.t(),
+}
+
+
+@pytest.mark.parametrize("fn", list(_OLD_Y), ids=lambda f: f.__name__.strip("_"))
+def test_input_updated_in_place_keeps_old_value_for_backward(fn):
+    g = torch.Generator().manual_seed(0)
+    y0, x0 = torch.randn(3, 3, generator=g, dtype=torch.float64), torch.randn(3, 3, generator=g, dtype=torch.float64)
+    eager_y, eager_x = y0.clone(), x0.clone().requires_grad_()
+    try:
+        fn(eager_y, eager_x).sum().backward()
+        eager_ok = True
+    except RuntimeError as e:  # a value saved by an earlier operation was modified: eager refuses
+        assert "modified by an inplace operation" in str(e)
+        eager_ok = False
+    jfn = thunder.jit(fn)
+    for _ in range(2):  # and on a cache hit
+        y, x = y0.clone(), x0.clone().requires_grad_()
+        jfn(y, x).sum().backward()
+        torch.testing.assert_close(x.grad, _OLD_Y[fn](y0), rtol=0, atol=0)
+        assert torch.equal(y, eager_y)  # the input's update, as eager's forward made it
+        if eager_ok:
+            assert torch.equal(x.grad, eager_x.grad)
+    assert eager_ok == (fn is _mul_into_input)
+
+
+def test_batch_norm_training_saves_no_running_statistics():
+    """The running statistics are written back in place; the backward does not read them (nothing to protect)."""
+    model = torch.nn.BatchNorm1d(4)
+    jmodel = thunder.jit(model)
+    jmodel(torch.randn(8, 4, requires_grad=True)).sum().backward()
+    backward = str(thunder.last_backward_traces(jmodel)[-1])
+    assert "running" not in backward and "clone" not in str(thunder.last_traces(jmodel)[-1])

@@ -159,18 +159,38 @@ def fallback_symbol(fn) -> Symbol:
         unique, i = f"{name}_{i}", i + 1
     _FALLBACK_IDS.add(f"torch.{unique}")
     tags = (Tag.RANDOM,) if getattr(fn, "__name__", "") in _RANDOM_NAMES else ()
+    inplace = path is not None and path.startswith("torch.Tensor.") and path.endswith("_") and not path.endswith("__")
+    impl = _on_a_copy(fn) if inplace else fn
 
     def meta(*args, **kwargs):
-        return meta_outputs(fn, args, kwargs)
+        out = meta_outputs(fn, args, kwargs)
+        if inplace:  # see [Note: in-place fallback methods]
+            from thunder.core.frontend import rebind
 
-    sym = Symbol(unique, meta, module="torch", is_prim=True, tags=tags, print_name=path)
-    sym.torch_impl = fn
+            rebind(args[0], out)
+        return out
+
+    sym = Symbol(unique, meta, module="torch", is_prim=True, tags=tags, print_name=None if inplace else path)
+    sym.torch_impl = impl
     sym.is_fallback = True
-    if path is None:
+    if path is None or inplace:
         hint = "".join(c if c.isalnum() else "_" for c in unique)
-        sym.printer = lambda bsym, printer: _print_constant_call(fn, hint, bsym, printer)
+        sym.printer = lambda bsym, printer: _print_constant_call(impl, hint, bsym, printer)
     _FALLBACK_SYMBOLS[key] = sym
     return sym
+
+
+# [Note: in-place fallback methods]
+# A Tensor method without a thunder definition that updates its tensor in place (``x.zero_()``,
+# ``x.index_fill_(...)``, ``x.exponential_()``) is recorded functionally, as thunder's own in-place
+# operations are (see [Note: in-place updates] in thunder/core/frontend.py): the torch executor runs it
+# on a copy of the tensor, and the tensor is rebound to the result (written back if it is an input).
+def _on_a_copy(method):
+    def functional(self, *args, **kwargs):
+        return method(self.clone(), *args, **kwargs)
+
+    functional.__name__ = f"{method.__name__}_on_a_copy"
+    return functional
 
 
 def _print_constant_call(fn, hint, bsym, printer):

@@ -122,8 +122,9 @@ def native_batch_norm_rule(a, weight, bias, running_mean, running_var, training,
 
     def backward(g_out, *unused):
         mask = [True, weight is not None, bias is not None]
-        ga, gw, gb = native_batch_norm_backward(g_out, a, weight, running_mean, running_var, save_mean, save_invstd,
-                                                training, eps, mask)
+        # in training the kernel reads the saved statistics only: the running ones are not kept for it
+        rm, rv = (None, None) if training else (running_mean, running_var)
+        ga, gw, gb = native_batch_norm_backward(g_out, a, weight, rm, rv, save_mean, save_invstd, training, eps, mask)
         return ga, gw, gb, None, None, None, None, None
 
     return (out, save_mean, save_invstd, new_rm, new_rv), backward

@@ -26,6 +26,7 @@ from thunder.executors.passes import transform_for_execution
 from thunder.transforms.dce import dce, has_effects
 from thunder.transforms.delete_last_used import delete_last_used
 from thunder.transforms.grad_rules import ArgGrads, get_vjp, is_elementwise_rule
+from thunder.transforms.overwritten_saves import protect_overwritten_saves
 from thunder.transforms.rename import substitute
 
 
@@ -343,6 +344,7 @@ def _split_forward_backward(cd, result, trace, traces, candidates, outer_grad) -
     bwd = dce(bwd, name="Backward construction")
     bwd = _rematerialize(fwd, bwd, builder.recomputable)
     saved_tensors, saved_others = _saved_values(fwd, bwd, cotangents)
+    bwd, saved_tensors = protect_overwritten_saves(fwd, bwd, saved_tensors)
     bwd = _unpack_backward_inputs(bwd, saved_tensors, saved_others, cotangents)
     bwd.set_provenance("Backward pass", t0)
 
