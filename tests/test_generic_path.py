@@ -176,3 +176,36 @@ def test_inplace_fallback_methods(name):
     for actual in results[1:]:
         for a, e in zip(actual, results[0]):
             assert torch.equal(a, e), name
+
+
+def test_torch_autograd_keeps_tensor_identity():
+    """``mha(x, x, x)`` takes the self-attention path (``query is key``) in eager; the generic path must too."""
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(8, 2)
+    fn = lambda x: mha(x, x, x, need_weights=False)[0]  # noqa: E731
+    x = torch.randn(4, 2, 8, requires_grad=True)
+    expected_out, expected = _values_and_grads(fn, dict(x=x))
+    out, actual = _values_and_grads(thunder.jit(fn), dict(x=x))
+    assert torch.equal(out, expected_out) and torch.equal(actual["x"], expected["x"])
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_fallback_with_inplace_parameter(training):
+    """``F.rrelu(x, inplace=True)`` (a torch function with an ``inplace`` parameter) runs out of place and rebinds."""
+    fn = lambda x: torch.nn.functional.rrelu(x * 1, training=training, inplace=True) * 2  # noqa: E731
+    x = torch.randn(4, 5, requires_grad=True)
+    torch.manual_seed(3)
+    expected_out, expected = _values_and_grads(fn, dict(x=x))
+    torch.manual_seed(3)
+    out, actual = _values_and_grads(thunder.jit(fn), dict(x=x))
+    assert torch.equal(out, expected_out) and torch.equal(actual["x"], expected["x"])
+
+
+def test_ctc_loss_without_meta_kernel():
+    g = torch.Generator().manual_seed(0)
+    log_probs = torch.randn(10, 2, 5, generator=g).log_softmax(-1).requires_grad_()
+    targets = torch.randint(1, 5, (2, 4), generator=g)
+    fn = lambda lp: torch.nn.functional.ctc_loss(lp, targets, torch.tensor([10, 9]), torch.tensor([4, 3]))  # noqa: E731
+    expected_out, expected = _values_and_grads(fn, dict(lp=log_probs))
+    out, actual = _values_and_grads(thunder.jit(fn), dict(lp=log_probs))
+    assert torch.equal(out, expected_out) and torch.equal(actual["lp"], expected["lp"])

@@ -437,6 +437,10 @@ def _sanitize(name: str) -> str:
 
 
 def check_tensor_type(t: torch.Tensor):
+    if isinstance(t, torch.nn.parameter.UninitializedTensorMixin):
+        raise NotImplementedError(
+            "thunder cannot trace a module with uninitialized (lazy) parameters or buffers, whose shapes are only "
+            "known after a first call: run the module once on an example input before thunder.jit")
     if type(t) not in (torch.Tensor, torch.nn.Parameter) and not isinstance(t, TensorProxy):
         if not (isinstance(t, torch.nn.Parameter) or type(t).__torch_function__ is torch.Tensor.__torch_function__):
             raise NotImplementedError(

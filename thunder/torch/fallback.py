@@ -8,6 +8,8 @@ op that cannot produce metadata without data (``nonzero``, ``unique``, ...) stop
 """
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
@@ -80,15 +82,18 @@ def meta_outputs(fn, args, kwargs, *, device=None):
     margs, mkwargs = tree_map(_to_meta, (args, kwargs))
     if "device" in mkwargs and mkwargs["device"] is not None:
         mkwargs["device"] = "meta"
+    manual = _MANUAL_META.get(fn)
     try:
         with torch._C.DisableTorchFunction():
-            out = fn(*margs, **mkwargs)
+            out = manual(*margs, **mkwargs) if manual is not None else fn(*margs, **mkwargs)
     except NotImplementedError as e:
+        if "data-independent" in str(e) or "data-dependent" in str(e):
+            raise NotImplementedError(_VALUE_DEPENDENT.format(describe(fn), e)) from e
         raise NotImplementedError(f"thunder cannot trace {describe(fn)}: torch has no meta kernel for it ({e})") from e
     except RuntimeError as e:
         msg = str(e)
         if "meta" in msg.lower() or "data-dependent" in msg or "Cannot" in msg and "meta" in msg:
-            raise NotImplementedError(f"thunder cannot trace {describe(fn)}: its output depends on tensor values ({msg})") from e
+            raise NotImplementedError(_VALUE_DEPENDENT.format(describe(fn), msg)) from e
         raise
     if proxies and not any(isinstance(x, torch.Tensor) for x in tree_flatten(out)[0]):
         raise NotImplementedError(
@@ -104,6 +109,20 @@ def meta_outputs(fn, args, kwargs, *, device=None):
         return x
 
     return tree_map(to_proxy, out)
+
+
+_VALUE_DEPENDENT = ("thunder cannot trace {}: it reads tensor values (its output's shape depends on them, or it "
+                    "validates its inputs by value), and thunder traces without values ({}). Call it outside the "
+                    "jitted function, or express it with operations whose output shapes do not depend on values.")
+
+
+def _ctc_loss_meta(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean", zero_infinity=False):
+    batch = () if log_probs.ndim == 2 else (log_probs.shape[1],)
+    return torch.empty(batch if reduction == "none" else (), dtype=log_probs.dtype, device="meta")
+
+
+# Output metadata of torch operations that have no meta kernel, computed from their arguments' metadata.
+_MANUAL_META = {torch.nn.functional.ctc_loss: _ctc_loss_meta}
 
 
 def _factory_device(kwargs):
@@ -159,21 +178,22 @@ def fallback_symbol(fn) -> Symbol:
         unique, i = f"{name}_{i}", i + 1
     _FALLBACK_IDS.add(f"torch.{unique}")
     tags = (Tag.RANDOM,) if getattr(fn, "__name__", "") in _RANDOM_NAMES else ()
-    inplace = path is not None and path.startswith("torch.Tensor.") and path.endswith("_") and not path.endswith("__")
-    impl = _on_a_copy(fn) if inplace else fn
+    inplace = _is_inplace(path)
+    sig = _inplace_param_signature(fn)
+    impl = _on_a_copy(fn) if inplace else _out_of_place(fn, sig) if sig is not None else fn
 
     def meta(*args, **kwargs):
         out = meta_outputs(fn, args, kwargs)
-        if inplace:  # see [Note: in-place fallback methods]
-            from thunder.core.frontend import rebind
+        if inplace or sig is not None and sig.bind(*args, **kwargs).arguments.get("inplace", False):
+            from thunder.core.frontend import rebind  # see [Note: in-place fallback methods]
 
             rebind(args[0], out)
         return out
 
-    sym = Symbol(unique, meta, module="torch", is_prim=True, tags=tags, print_name=None if inplace else path)
+    sym = Symbol(unique, meta, module="torch", is_prim=True, tags=tags, print_name=path if impl is fn else None)
     sym.torch_impl = impl
     sym.is_fallback = True
-    if path is None or inplace:
+    if path is None or impl is not fn:
         hint = "".join(c if c.isalnum() else "_" for c in unique)
         sym.printer = lambda bsym, printer: _print_constant_call(impl, hint, bsym, printer)
     _FALLBACK_SYMBOLS[key] = sym
@@ -181,10 +201,37 @@ def fallback_symbol(fn) -> Symbol:
 
 
 # [Note: in-place fallback methods]
-# A Tensor method without a thunder definition that updates its tensor in place (``x.zero_()``,
-# ``x.index_fill_(...)``, ``x.exponential_()``) is recorded functionally, as thunder's own in-place
-# operations are (see [Note: in-place updates] in thunder/core/frontend.py): the torch executor runs it
-# on a copy of the tensor, and the tensor is rebound to the result (written back if it is an input).
+# A Tensor method or torch function without a thunder definition that updates its first argument in
+# place (``x.zero_()``, ``x.index_fill_(...)``, ``torch.rrelu_(x)``, ``torch.feature_dropout_(x, ...)``)
+# is recorded functionally, as thunder's own in-place operations are (see [Note: in-place updates] in
+# thunder/core/frontend.py): the torch executor runs it on a copy of the tensor, and the tensor is
+# rebound to the result (written back if it is an input).
+def _is_inplace(path: str | None) -> bool:
+    if path is None or not path.startswith("torch."):
+        return False
+    name = path.rsplit(".", 1)[-1]
+    return name.endswith("_") and not name.startswith("_")
+
+
+def _inplace_param_signature(fn):
+    """The signature of ``fn`` if it has an ``inplace`` parameter (``F.rrelu``, ``F.dropout1d``, ...)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    return sig if "inplace" in sig.parameters else None
+
+
+def _out_of_place(fn, sig):
+    def functional(*args, **kwargs):
+        bound = sig.bind(*args, **kwargs)
+        bound.arguments["inplace"] = False
+        return fn(*bound.args, **bound.kwargs)
+
+    functional.__name__ = f"{fn.__name__}_out_of_place"
+    return functional
+
+
 def _on_a_copy(method):
     def functional(self, *args, **kwargs):
         return method(self.clone(), *args, **kwargs)

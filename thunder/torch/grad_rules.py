@@ -221,11 +221,14 @@ class AutogradGraph:
 def torch_autograd_forward(fn, args, kwargs, diff_positions, out_like=None):
     """Runs ``fn`` with autograd enabled; returns its outputs and the graph for ``torch_autograd_backward``."""
     leaves, spec = tree_flatten((args, kwargs))
-    inputs = []
+    inputs, detached = [], {}
     with torch.enable_grad():
-        for i in diff_positions:
-            leaves[i] = leaves[i].detach().requires_grad_(True)
-            inputs.append(leaves[i])
+        for i in diff_positions:  # one leaf per tensor: a tensor passed twice stays one object (``query is key``)
+            d = detached.get(id(leaves[i]))
+            if d is None:
+                d = detached[id(leaves[i])] = leaves[i].detach().requires_grad_(True)
+                inputs.append(d)
+            leaves[i] = d
         args, kwargs = tree_unflatten(leaves, spec)
         out = fn(*args, **kwargs)
     flat, out_spec = tree_flatten(out)
@@ -299,16 +302,19 @@ def torch_autograd_rule(fn, out_meta=None):
     def rule(*args, **kwargs):
         leaves, spec = tree_flatten((args, kwargs))
         diff = tuple(i for i, a in enumerate(leaves) if isinstance(a, TensorProxy) and a.requires_grad)
+        first = {}  # a tensor passed several times is one input of the graph: its gradient goes to its first place
+        for i in diff:
+            first.setdefault(leaves[i].name, i)
         out_like = out_meta(*args, **kwargs) if out_meta is not None else None
         out, graph = torch_autograd_forward_sym(fn, args, kwargs, diff, out_like)
         flat_out = flat_proxies(out)
-        like = tuple((tuple(leaves[i].shape), leaves[i].dtype, leaves[i].device) for i in diff)
+        like = tuple((tuple(leaves[i].shape), leaves[i].dtype, leaves[i].device) for i in first.values())
 
         def backward(*cotangents):
             cts = [g for o, g in zip(flat_out, cotangents) if isinstance(o, TensorProxy)]
             grads = torch_autograd_backward_sym(graph, *cts, like=like)
             flat = [None] * len(leaves)
-            for i, g in zip(diff, grads):
+            for i, g in zip(first.values(), grads):
                 flat[i] = g
             grad_args, grad_kwargs = tree_unflatten(flat, spec)
             return ArgGrads(tuple(grad_args), grad_kwargs)
@@ -539,6 +545,24 @@ def _smooth_l1_meta(input, target, size_average=None, reduce=None, reduction="me
 register_vjp(tnn.binary_cross_entropy_with_logits)(
     torch_autograd_rule(F.binary_cross_entropy_with_logits, _bce_logits_meta))
 register_vjp(tnn.smooth_l1_loss)(torch_autograd_rule(F.smooth_l1_loss, _smooth_l1_meta))
+
+
+def _mse_meta(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    shape = tuple(torch.broadcast_shapes(tuple(input.shape), tuple(target.shape)))
+    reduction = tnn._legacy_reduction(size_average, reduce, reduction)
+    return ((shape if reduction == "none" else (), input.dtype, input.device),)
+
+
+def _cosine_similarity_meta(x1, x2, dim=1, eps=1e-8):
+    shape = list(torch.broadcast_shapes(tuple(x1.shape), tuple(x2.shape)))
+    del shape[dim % len(shape)]
+    return ((tuple(shape), x1.dtype, x1.device),)
+
+
+# eager's mse_loss backward kernel, and cosine_similarity's normalize-then-multiply composite (whose clamp of the
+# norms at eps passes the gradient through): torch's autograd gives exactly eager's gradients
+register_vjp(tnn.mse_loss)(torch_autograd_rule(F.mse_loss, _mse_meta))
+register_vjp(tnn.cosine_similarity)(torch_autograd_rule(F.cosine_similarity, _cosine_similarity_meta))
 
 
 def _prod(a, dim=None, keepdim=False, *, dtype=None):
