@@ -1,6 +1,7 @@
 """Gradients that are bitwise eager's (see [Note: bitwise gradients of elementwise ops]).
 
-Activations and the elementwise operations models are built from, in float32, float64 and bfloat16,
+Activations, the elementwise operations models are built from, normalizations, losses and fused matrix
+products, in float32, float64 and bfloat16,
 and a small EfficientNet-like network trained for three SGD steps: every gradient and every updated
 parameter must equal eager's bit for bit.
 """
@@ -54,6 +55,14 @@ ELEMENTWISE = {
         x, torch.sigmoid(x.flip(0)).detach()), "smooth_l1": lambda x: F.smooth_l1_loss(x, x.flip(0).detach()),
     "cross_entropy": lambda x: F.cross_entropy(x, torch.arange(x.shape[0]) % x.shape[1]),
     "mse": lambda x: F.mse_loss(x, x.flip(0).detach()),
+    "cross_entropy-label-smoothing": lambda x: F.cross_entropy(x, torch.arange(16) % 8, label_smoothing=0.1),
+    "sum": lambda x: x.sum(-1), "mean": lambda x: x.mean(), "var": lambda x: x.var(-1), "softmax": lambda x: x.softmax(0),
+    "rms_norm-weight": lambda x: F.rms_norm(x, (8,), torch.arange(1.0, 9.0).to(x.dtype)),
+    "layer_norm-affine": lambda x: F.layer_norm(x, (8,), torch.arange(1.0, 9.0).to(x.dtype), torch.ones(8, dtype=x.dtype)),
+    "batch_norm": lambda x: F.batch_norm(x, None, None, training=True),
+    "linear": lambda x: F.linear(x, x[:5].detach() * 2, x[0, :5]),
+    "addmm": lambda x: torch.addmm(x[:, :5], x, x[:8, :5].detach()),
+    "baddbmm": lambda x: torch.baddbmm(x.reshape(2, 8, 8), x.reshape(2, 8, 8), x.reshape(2, 8, 8), beta=0.5, alpha=2),
 }
 
 

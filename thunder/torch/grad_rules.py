@@ -165,6 +165,29 @@ def linear_rule(input, weight, bias=None):
     return tnn.linear(input, weight, bias), linear_backward(input, weight, bias)
 
 
+def _times(t, scalar):
+    """eager's ``maybe_multiply``: ``t * conj(scalar)``, or ``t`` itself for 1."""
+    return t if scalar == 1 else ew.mul(t, scalar.conjugate() if isinstance(scalar, complex) else scalar)
+
+
+def _addmm_rule(sym, product):
+    """addmm / baddbmm: the fused forward, and eager's gradients (products with the other operand, transposed)."""
+
+    def rule(input, a, b, *, beta=1, alpha=1):
+        from thunder.torch.grad_rules_elementwise import _grad_for, conj
+
+        out = sym(input, a, b, beta=beta, alpha=alpha)
+
+        def backward(g):
+            ga = _times(product(g, conj(shp.transpose(b, -1, -2))), alpha) if a.requires_grad else None
+            gb = _times(product(conj(shp.transpose(a, -1, -2)), g), alpha) if b.requires_grad else None
+            return _grad_for(_times(g, beta), input), ga, gb
+
+        return out, backward
+
+    register_vjp(sym)(rule)
+
+
 @register_vjp(tnn.matmul)
 def matmul_rule(a, b):
     from thunder.transforms.grad_rules import matmul_backward
@@ -459,6 +482,8 @@ def _max_min_rule(sym):
     return rule
 
 
+_addmm_rule(tnn.addmm, tnn.mm)
+_addmm_rule(tnn.baddbmm, tnn.bmm)
 register_vjp(red.max)(_max_min_rule(red.max))
 register_vjp(red.min)(_max_min_rule(red.min))
 

@@ -187,8 +187,9 @@ def rms_norm(a, normalized_shape, weight=None, eps=None):
     eps = torch.finfo(compute).eps if eps is None else eps
     x = convert(a, compute)
     out = ew.mul(x, ew.rsqrt(ew.add(red.mean(ew.pow(x, 2), dims, True), eps)))  # eager's composite, op for op
-    out = convert(out, a.dtype)
-    return ew.mul(out, weight) if weight is not None else out
+    if weight is not None:
+        out = ew.mul(out, weight)  # before the cast back, as eager
+    return convert(out, a.dtype)
 
 
 def _batch_norm_stats_shape(a):
