@@ -4,8 +4,8 @@ Where torch has a dedicated backward kernel (softmax, layer norm, batch norm, GE
 embedding, ...) the rule calls it, so gradients match eager autograd's and the tensors saved for
 backward are the ones eager saves. Operations without a rule here are differentiated through
 their decomposition (rules of ``thunder.transforms.grad_rules``). Operations thunder has no
-definition for (the generic fallback) and ``scaled_dot_product_attention`` are differentiated by
-torch's own autograd (``torch_autograd_rule``).
+definition for (the generic fallback), ``scaled_dot_product_attention`` and the ops whose eager
+gradient is torch's own composite are differentiated by torch's autograd (``thunder.torch.autograd_rule``).
 """
 from __future__ import annotations
 
@@ -13,16 +13,12 @@ import struct
 
 import torch
 import torch.nn.functional as F
-from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from thunder.core import prims
-from thunder.core.proxies import TensorProxy, Var
-from thunder.core.symbol import Symbol
+from thunder.core.proxies import TensorProxy
 from thunder.core.trace import get_tracectx
 from thunder.torch.registry import torchsymbol
-from thunder.torch import fallback
-from thunder.core.codeutils import flat_proxies
-from thunder.transforms.grad_rules import ArgGrads, register_vjp, _reduce_to
+from thunder.transforms.grad_rules import register_vjp
 
 aten = torch.ops.aten
 
@@ -218,133 +214,7 @@ def dropout_mask_rule(a, p):
     return tnn.dropout_mask(a, p), lambda g: (None,)
 
 
-# ---------------------------------------------------------------------------------------------
-# Differentiation by torch's autograd: for the generic fallback and for attention, whose kernel
-# choice (flash, memory-efficient, math) only torch itself knows.
-# ---------------------------------------------------------------------------------------------
-
-
-class AutogradGraph:
-    """Inputs and outputs of a function run under torch autograd, kept for its backward."""
-
-    __slots__ = ("inputs", "outputs")
-
-    def __init__(self, inputs, outputs):
-        self.inputs = inputs
-        self.outputs = outputs
-
-
-# [Note: differentiating with torch's autograd]
-# The tensors that require grad are found anywhere in the call's arguments: positional or keyword,
-# nested in lists, tuples and dicts (``torch.linalg.multi_dot([a, b, c])``, ``nn.LSTM``'s list of
-# weights, ``embedding_bag(per_sample_weights=w)``). They are numbered by their position among the
-# leaves of ``torch.utils._pytree.tree_flatten((args, kwargs))``, which is the same when tracing
-# (proxies) and when running (tensors). The outputs are the tensors among the flattened result, in
-# the order of ``flat_proxies``; the backward receives one cotangent (or None) for each of them.
-def torch_autograd_forward(fn, args, kwargs, diff_positions, out_like=None):
-    """Runs ``fn`` with autograd enabled; returns its outputs and the graph for ``torch_autograd_backward``."""
-    leaves, spec = tree_flatten((args, kwargs))
-    inputs, detached = [], {}
-    with torch.enable_grad():
-        for i in diff_positions:  # one leaf per tensor: a tensor passed twice stays one object (``query is key``)
-            d = detached.get(id(leaves[i]))
-            if d is None:
-                d = detached[id(leaves[i])] = leaves[i].detach().requires_grad_(True)
-                inputs.append(d)
-            leaves[i] = d
-        args, kwargs = tree_unflatten(leaves, spec)
-        out = fn(*args, **kwargs)
-    flat, out_spec = tree_flatten(out)
-    graph = AutogradGraph(inputs, [o for o in flat if isinstance(o, torch.Tensor)])
-    return tree_unflatten([o.detach() if isinstance(o, torch.Tensor) else o for o in flat], out_spec), graph
-
-
-def torch_autograd_backward(graph, *cotangents):
-    if graph.inputs is None:
-        raise RuntimeError(
-            "Trying to backward through the graph a second time (or directly access saved tensors after they have "
-            "already been freed). Specify retain_graph=True if you need to backward through the graph a second time.")
-    outs, grads = [], []
-    for o, g in zip(graph.outputs, cotangents):
-        if g is not None and o.requires_grad:
-            outs.append(o)
-            grads.append(g)
-    keep = torch._C._autograd._get_current_graph_task_keep_graph()
-    if outs:
-        result = torch.autograd.grad(outs, graph.inputs, grads, retain_graph=keep, allow_unused=True,
-                                     materialize_grads=True)
-    else:
-        result = [torch.zeros_like(i) for i in graph.inputs]
-    if not keep:
-        graph.inputs = graph.outputs = None  # release the graph's saved tensors
-    return tuple(result)
-
-
-def _forward_meta(fn, args, kwargs, diff_positions, out_like=None):
-    """``out_like``: the outputs' metadata, when known without running torch's meta kernel."""
-    if out_like is None:
-        out = fallback.meta_outputs(fn, args, kwargs)
-    else:
-        trace = get_tracectx()
-        requires_grad = any(isinstance(a, TensorProxy) and a.requires_grad for a in tree_flatten((args, kwargs))[0])
-        out = tuple(trace.tensor(s, d, dev, requires_grad) for s, d, dev in out_like)
-        out = out[0] if len(out) == 1 else out
-    return out, Var(get_tracectx().make_name("graph"))
-
-
-def _backward_meta(graph, *cotangents, like):
-    """``like``: (shape, dtype, device) of each gradient — metadata, so the inputs are not kept alive for it."""
-    trace = get_tracectx()
-    return tuple(trace.tensor(shape, dtype, device) for shape, dtype, device in like)
-
-
-torch_autograd_forward_sym = Symbol("torch_autograd_forward", _forward_meta, module="ltorch", is_prim=True)
-torch_autograd_backward_sym = Symbol("torch_autograd_backward", _backward_meta, module="ltorch", is_prim=True)
-torch_autograd_forward_sym.torch_impl = torch_autograd_forward
-
-
-def torch_autograd_backward_impl(graph, *cotangents, like):
-    return torch_autograd_backward(graph, *cotangents)
-
-
-torch_autograd_backward_sym.torch_impl = torch_autograd_backward_impl
-from thunder.torch.registry import SYMBOLS as _SYMBOLS  # noqa: E402
-
-_SYMBOLS["torch_autograd_forward"] = torch_autograd_forward_sym
-_SYMBOLS["torch_autograd_backward"] = torch_autograd_backward_sym
-
-
-def torch_autograd_rule(fn, out_meta=None):
-    """A rule that differentiates ``fn`` (a torch callable) with torch's autograd
-    (see [Note: differentiating with torch's autograd]).
-
-    ``out_meta(*args, **kwargs)`` gives the outputs' (shape, dtype, device); without it torch's meta
-    kernel is run.
-    """
-
-    def rule(*args, **kwargs):
-        leaves, spec = tree_flatten((args, kwargs))
-        diff = tuple(i for i, a in enumerate(leaves) if isinstance(a, TensorProxy) and a.requires_grad)
-        first = {}  # a tensor passed several times is one input of the graph: its gradient goes to its first place
-        for i in diff:
-            first.setdefault(leaves[i].name, i)
-        out_like = out_meta(*args, **kwargs) if out_meta is not None else None
-        out, graph = torch_autograd_forward_sym(fn, args, kwargs, diff, out_like)
-        flat_out = flat_proxies(out)
-        like = tuple((tuple(leaves[i].shape), leaves[i].dtype, leaves[i].device) for i in first.values())
-
-        def backward(*cotangents):
-            cts = [g for o, g in zip(flat_out, cotangents) if isinstance(o, TensorProxy)]
-            grads = torch_autograd_backward_sym(graph, *cts, like=like)
-            flat = [None] * len(leaves)
-            for i, g in zip(first.values(), grads):
-                flat[i] = g
-            grad_args, grad_kwargs = tree_unflatten(flat, spec)
-            return ArgGrads(tuple(grad_args), grad_kwargs)
-
-        return out, backward
-
-    return rule
+from thunder.torch.autograd_rule import torch_autograd_rule  # noqa: E402
 
 
 def _sdpa_meta(query, key, value, *args, **kwargs):

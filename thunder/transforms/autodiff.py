@@ -42,7 +42,7 @@ class _TapeEntry:
 def _rule_for(sym):
     rule = get_vjp(sym)
     if rule is None and getattr(sym, "is_fallback", False):
-        from thunder.torch.grad_rules import torch_autograd_rule
+        from thunder.torch.autograd_rule import torch_autograd_rule
 
         rule = torch_autograd_rule(sym.torch_impl)
     return rule
