@@ -422,3 +422,36 @@ def test_batch_norm_training_saves_no_running_statistics():
     jmodel(torch.randn(8, 4, requires_grad=True)).sum().backward()
     backward = str(thunder.last_backward_traces(jmodel)[-1])
     assert "running" not in backward and "clone" not in str(thunder.last_traces(jmodel)[-1])
+
+
+def _update_then_use_outside(y, x):
+    y.mul_(x)
+    return x.sum()
+
+
+def _overwrite_with_grad_value(y, x):
+    y.copy_(x.exp())
+    return (x * 2).sum()
+
+
+@pytest.mark.parametrize("fn", [_update_then_use_outside, _overwrite_with_grad_value], ids=lambda f: f.__name__.strip("_"))
+def test_input_updated_in_place_joins_the_graph(fn):
+    """As in eager, an input updated with a value that requires grad gets that history (see [Note: dirty inputs])."""
+    results = []
+    for f in (fn, thunder.jit(fn), thunder.jit(fn)):
+        g = torch.Generator().manual_seed(0)
+        y = torch.randn(3, generator=g, dtype=torch.float64)
+        x, w = (torch.randn(3, generator=g, dtype=torch.float64).requires_grad_() for _ in range(2))
+        out = f(y, x)
+        assert y.requires_grad and y.grad_fn is not None
+        ((y * w).sum() + out).backward()
+        results.append((y.detach(), x.grad, w.grad))
+    for actual in results[1:]:
+        for a, e in zip(actual, results[0]):
+            torch.testing.assert_close(a, e, rtol=0, atol=0)
+
+
+def test_batch_norm_running_statistics_stay_out_of_the_graph():
+    model = torch.nn.BatchNorm1d(3)
+    thunder.jit(model)(torch.randn(4, 3, requires_grad=True)).sum().backward()
+    assert not any(b.requires_grad for b in model.buffers())

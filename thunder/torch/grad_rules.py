@@ -9,6 +9,7 @@ gradient is torch's own composite are differentiated by torch's autograd (``thun
 """
 from __future__ import annotations
 
+import math
 import struct
 
 import torch
@@ -139,8 +140,6 @@ native_group_norm_backward = _aten_symbol(
 @register_vjp(tnn.group_norm)
 def group_norm_rule(a, num_groups, weight=None, bias=None, eps=1e-5):
     """torch's kernels, as eager's ``F.group_norm`` runs them (the statistics are saved for the backward)."""
-    import math
-
     if weight is not None and weight.dtype is not a.dtype or bias is not None and bias.dtype is not a.dtype:
         return NotImplemented  # mixed dtypes: through the decomposition
     n, c, hxw = a.shape[0], a.shape[1], math.prod(a.shape[2:])

@@ -208,10 +208,11 @@ def native_batch_norm(a, weight, bias, running_mean, running_var, training: bool
         invstd = prims.rsqrt(prims.add(var, eps))
         new_rm = new_rv = None
         if running_mean is not None:
-            n = a.numel() / a.shape[1]
-            new_rm = ew.add(ew.mul(running_mean, 1 - momentum), ew.mul(mean, momentum))
-            unbiased = ew.mul(var, n / max(n - 1, 1))
-            new_rv = ew.add(ew.mul(running_var, 1 - momentum), ew.mul(unbiased, momentum))
+            with torch.no_grad():  # as eager's kernel, which updates the running statistics outside autograd
+                n = a.numel() / a.shape[1]
+                new_rm = ew.add(ew.mul(running_mean, 1 - momentum), ew.mul(mean, momentum))
+                unbiased = ew.mul(var, n / max(n - 1, 1))
+                new_rv = ew.add(ew.mul(running_var, 1 - momentum), ew.mul(unbiased, momentum))
         use_mean, use_invstd = mean, invstd
     else:
         use_mean = convert(running_mean, compute)

@@ -15,6 +15,7 @@ import time
 
 import torch
 
+from thunder.core import prims
 from thunder.core.codeutils import flat_proxies
 from thunder.core.compile_data import CacheEntry
 from thunder.core.outputs import is_printable_structure
@@ -339,8 +340,9 @@ def _split_forward_backward(cd, result, trace, traces, candidates, outer_grad) -
     flat_outputs = flat_proxies(output) if isinstance(output, (TensorProxy, NumberProxy)) or output is not None else []
     flat_outputs = [o for o in flat_outputs]
 
-    # Backward
-    bwd, cotangents = _build_backward(builder, fwd, flat_outputs, params)
+    # Backward (an input updated in place with a value that requires grad is an output too: [Note: dirty inputs])
+    dirty = _differentiable_writes(fwd, params)
+    bwd, cotangents = _build_backward(builder, fwd, flat_outputs + [src for _, src in dirty], params)
     bwd = dce(bwd, name="Backward construction")
     bwd = _rematerialize(fwd, bwd, builder.recomputable)
     saved_tensors, saved_others = _saved_values(fwd, bwd, cotangents)
@@ -371,7 +373,7 @@ def _split_forward_backward(cd, result, trace, traces, candidates, outer_grad) -
     nondiff = tuple(i for i, o in enumerate(flat_outputs) if not (isinstance(o, TensorProxy) and o.requires_grad))
     return make_entry(result, params, traces, output_rebuild=_output_rebuild(result, output), backward_traces=bwd_traces,
                       grad_info=GradInfo(nondiff, len(flat_outputs), is_printable_structure(result.output),
-                                         enable_grad=not outer_grad))
+                                         enable_grad=not outer_grad, dirty_inputs=tuple(i for i, _ in dirty)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -380,6 +382,26 @@ class GradInfo:
     n_outputs: int
     structured: bool
     enable_grad: bool = False  # called under no_grad, differentiable inside (see [Note: grad mode inside the program])
+    dirty_inputs: tuple = ()  # inputs updated in place with values that require grad (see [Note: dirty inputs])
+
+
+# [Note: dirty inputs]
+# In eager, ``y.mul_(x)`` on a tensor ``y`` that does not require grad makes ``y`` part of the autograd
+# graph (it now requires grad, and its history leads to ``x``), so later uses of ``y`` outside the
+# program backpropagate into ``x``. thunder writes the new value into ``y`` with ``prims.copy_`` at the
+# end of the forward; when that value requires grad, ``y`` is also returned by the autograd.Function
+# and marked dirty (``ctx.mark_dirty``), which rebases its history onto the Function as eager's in-place
+# op does, and the value's cotangent flows into the backward like an output's.
+def _differentiable_writes(fwd: TraceCtx, params: list) -> list:
+    """(index of the parameter, value written) for each write-back of a value that requires grad."""
+    index = {p.name: i for i, p in enumerate(params) if isinstance(p, TensorProxy)}
+    writes = []
+    for b in fwd.bound_symbols:
+        if b.sym is prims.copy_:
+            src, dst = b.args
+            if isinstance(src, TensorProxy) and src.requires_grad and dst.name in index:
+                writes.append((index[dst.name], src))
+    return writes
 
 
 def _output_rebuild(result, output):
@@ -404,6 +426,10 @@ class ThunderFunction(torch.autograd.Function):
         info = entry.grad_info
         if info.nondiff_outputs:
             ctx.mark_non_differentiable(*(flat[i] for i in info.nondiff_outputs if isinstance(flat[i], torch.Tensor)))
+        if info.dirty_inputs:  # see [Note: dirty inputs]
+            dirty = tuple(inputs[i] for i in info.dirty_inputs)
+            ctx.mark_dirty(*dirty)
+            return tuple(flat) + dirty
         return flat
 
     @staticmethod
@@ -430,7 +456,10 @@ class ThunderFunction(torch.autograd.Function):
 
 
 def run_with_autograd(entry, inps):
-    if entry.grad_info.enable_grad:
+    info = entry.grad_info
+    if info.enable_grad:
         with torch.enable_grad():
-            return ThunderFunction.apply(entry, *inps)
-    return ThunderFunction.apply(entry, *inps)
+            out = ThunderFunction.apply(entry, *inps)
+    else:
+        out = ThunderFunction.apply(entry, *inps)
+    return out[:info.n_outputs] if info.dirty_inputs else out
