@@ -87,3 +87,371 @@ def test_grad(info: OpInfo):
         checked += 1
     if checked == 0:
         pytest.skip(f"{info.name}: no differentiable float64 sample")
+
+
+# ---------------------------------------------------------------------------------------------
+# Grad mode switched inside the program: autodiff follows the mode in force at each operation
+# ---------------------------------------------------------------------------------------------
+
+
+def _enable_inside(x, w):
+    with torch.enable_grad():
+        y = x * w
+    return y, y.sin()
+
+
+def _no_grad_inside(x, w):
+    with torch.no_grad():
+        y = x * w
+    return y * x, y
+
+
+def _set_grad_enabled_inside(x, w):
+    torch.set_grad_enabled(False)
+    y = x * w
+    torch.set_grad_enabled(True)
+    return y * x + w, y
+
+
+def _nested_modes(x, w):
+    with torch.no_grad():
+        a = x.exp()
+        with torch.enable_grad():
+            b = a * w
+    return b.tanh(), a
+
+
+@pytest.mark.parametrize("outer", ["grad", "no_grad"])
+@pytest.mark.parametrize("fn", [_enable_inside, _no_grad_inside, _set_grad_enabled_inside, _nested_modes],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_grad_mode_inside_the_program(fn, outer):
+    jfn = thunder.jit(fn)
+    mode = torch.enable_grad if outer == "grad" else torch.no_grad
+    for _ in range(2):  # the cached entry behaves as the first call
+        x = torch.randn(3, dtype=torch.float64, requires_grad=True)
+        w = torch.randn(3, dtype=torch.float64, requires_grad=True)
+        with mode():
+            expected, actual = fn(x, w), jfn(x, w)
+        assert [o.requires_grad for o in actual] == [o.requires_grad for o in expected]
+        for e, a in zip(expected, actual):
+            torch.testing.assert_close(a, e, rtol=0, atol=0)
+        if not any(o.requires_grad for o in expected):
+            continue
+        ge, ga = (torch.autograd.grad(sum(o.sum() for o in outs if o.requires_grad), [x, w], allow_unused=True,
+                                      materialize_grads=True) for outs in (expected, actual))
+        for g1, g2 in zip(ga, ge):
+            torch.testing.assert_close(g1, g2, rtol=0, atol=0)
+
+
+def test_enable_grad_inside_inference_mode_records_nothing():
+    def fn(x):
+        with torch.enable_grad():
+            return x * 2
+
+    x = torch.randn(3, requires_grad=True)
+    with torch.inference_mode():
+        assert not thunder.jit(fn)(x).requires_grad and not fn(x).requires_grad
+
+
+def test_grad_mode_left_changed_raises():
+    def fn(x):
+        torch.set_grad_enabled(False)
+        return x * 2
+
+    with pytest.raises(NotImplementedError, match="changes the grad mode and does not restore it"):
+        thunder.jit(fn)(torch.randn(3, requires_grad=True))
+    assert torch.is_grad_enabled()
+
+
+# ---------------------------------------------------------------------------------------------
+# backward twice, hooks on intermediates
+# ---------------------------------------------------------------------------------------------
+
+
+def _twice_saving(x):
+    return (x * x).sin()
+
+
+def _twice_fallback(x):
+    return torch.special.erfcx(x).cumprod(0)  # differentiated by torch's autograd (the generic path)
+
+
+@pytest.mark.parametrize("fn", [_twice_saving, _twice_fallback], ids=["rules", "torch-autograd"])
+def test_backward_with_retain_graph_then_again(fn):
+    grads = []
+    for f in (fn, thunder.jit(fn)):
+        x = torch.randn(4, dtype=torch.float64, requires_grad=True)
+        with torch.no_grad():
+            x.copy_(torch.linspace(-1, 1, 4))
+        out = f(x)
+        out.sum().backward(retain_graph=True)
+        first = x.grad.clone()
+        out.sum().backward()
+        grads.append((first, x.grad.clone()))
+        with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+            out.sum().backward()
+    (e1, e2), (a1, a2) = grads
+    assert torch.equal(a1, e1) and torch.equal(a2, e2) and torch.equal(a2, 2 * a1)
+
+
+def _hook(x):
+    y = x * 2
+    y.register_hook(lambda g: g * 10)
+    return y.sum()
+
+
+def _post_accumulate_hook(x):
+    x.register_post_accumulate_grad_hook(lambda p: None)
+    return (x * 2).sum()
+
+
+def _retain_grad(x):
+    y = x * 2
+    y.retain_grad()
+    return y.sum()
+
+
+@pytest.mark.parametrize("fn,what", [(_hook, "Tensor.register_hook"),
+                                     (_post_accumulate_hook, "Tensor.register_post_accumulate_grad_hook"),
+                                     (_retain_grad, "Tensor.retain_grad")], ids=["hook", "post-accumulate", "retain_grad"])
+def test_autograd_hooks_inside_refused(fn, what):
+    """Never silently ignored: a hook inside the program would not be called, so tracing refuses it."""
+    with pytest.raises(NotImplementedError, match=f"{what} inside a jitted function is not supported"):
+        thunder.jit(fn)(torch.randn(3, requires_grad=True))
+
+
+# ---------------------------------------------------------------------------------------------
+# clamp with tensor bounds: values and gradients of the input and of both bounds
+# ---------------------------------------------------------------------------------------------
+
+
+def _bounds_case(seed, a_shape=(4, 5), lo_shape=(4, 5), hi_shape=(4, 5), dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    a, lo, hi = (torch.randn(s, generator=g, dtype=dtype) for s in (a_shape, lo_shape, hi_shape))
+    a.view(-1)[:3] = torch.tensor([float("nan"), 0.25, -0.25], dtype=dtype)  # NaN, and ties with the bounds below
+    if lo.numel() >= 3:
+        lo.view(-1)[:3] = torch.tensor([0.0, 0.25, 0.5], dtype=dtype)
+    if hi.numel() >= 3:
+        hi.view(-1)[:3] = torch.tensor([1.0, 0.1, -0.25], dtype=dtype)  # crossing bounds (min > max) at 1 and 2
+    return a, lo, hi
+
+
+_CLAMP_FNS = {
+    "clamp": lambda a, lo, hi: torch.clamp(a, lo, hi),
+    "clip": lambda a, lo, hi: torch.clip(a, min=lo, max=hi),
+    "Tensor.clamp": lambda a, lo, hi: a.clamp(lo, hi),
+    "clamp-min-only": lambda a, lo, hi: torch.clamp(a, min=lo),
+    "clamp-max-only": lambda a, lo, hi: torch.clamp(a, max=hi),
+    "clamp_min": lambda a, lo, hi: torch.clamp_min(a, lo),
+    "clamp_max": lambda a, lo, hi: torch.clamp_max(a, hi),
+    "Tensor.clamp_-on-intermediate": lambda a, lo, hi: (a * 1).clamp_(lo, hi),
+    "Tensor.clip_-on-intermediate": lambda a, lo, hi: (a * 1).clip_(lo, hi),
+}
+_CLAMP_SHAPES = {"same": ((4, 5), (4, 5), (4, 5)), "broadcast-bounds": ((4, 5), (5,), (4, 1)),
+                 "broadcast-input": ((5,), (4, 5), (4, 5)), "scalar-tensor-bounds": ((4, 5), (), ())}
+
+
+@pytest.mark.parametrize("shapes", list(_CLAMP_SHAPES))
+@pytest.mark.parametrize("name", list(_CLAMP_FNS))
+def test_clamp_tensor_bounds(name, shapes):
+    fn = _CLAMP_FNS[name]
+    a, lo, hi = _bounds_case(0, *_CLAMP_SHAPES[shapes])
+    results = []
+    for f in (fn, thunder.jit(fn)):
+        leaves = [t.clone().requires_grad_() for t in (a, lo, hi)]
+        try:
+            out = f(*leaves)
+        except RuntimeError as e:  # broadcast-input with an in-place update: eager refuses the shape change
+            results.append(type(e))
+            continue
+        grads = torch.autograd.grad(out, leaves, torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape),
+                                    allow_unused=True, materialize_grads=True)
+        results.append((out.detach(), grads))
+    expected, actual = results
+    if not isinstance(expected, tuple):
+        assert actual is expected
+        return
+    torch.testing.assert_close(actual[0], expected[0], rtol=0, atol=0, equal_nan=True)
+    for what, x, y in zip(("input", "min", "max"), actual[1], expected[1]):
+        torch.testing.assert_close(x, y, rtol=0, atol=0, equal_nan=True, msg=lambda m: f"{name} gradient of {what}: {m}")
+
+
+@pytest.mark.parametrize("dtypes", [(torch.int64, torch.float32), (torch.float32, torch.float64),
+                                    (torch.bfloat16, torch.float32)], ids=str)
+def test_clamp_tensor_bounds_type_promotion(dtypes):
+    a_dtype, bound_dtype = dtypes
+    a = torch.tensor([1, 5, -3, 2], dtype=a_dtype)
+    lo, hi = torch.tensor([0.5], dtype=bound_dtype), torch.tensor([2.5], dtype=bound_dtype)
+    fn = lambda a, lo, hi: torch.clamp(a, lo, hi)  # noqa: E731
+    expected, actual = fn(a, lo, hi), thunder.jit(fn)(a, lo, hi)
+    assert actual.dtype == expected.dtype and torch.equal(actual, expected)
+
+
+def test_clamp_mixed_tensor_and_number_bounds_raise_as_eager():
+    fn = lambda a, lo: torch.clamp(a, min=lo, max=0.5)  # noqa: E731
+    a, lo = torch.randn(3), torch.zeros(3)
+    with pytest.raises(TypeError):
+        fn(a, lo)
+    with pytest.raises(TypeError, match="clamp"):
+        thunder.jit(fn)(a, lo)
+
+
+# ---------------------------------------------------------------------------------------------
+# Complex gradients: torch's convention (the conjugate Wirtinger derivative), for complex -> complex,
+# real -> complex and complex -> real operations
+# ---------------------------------------------------------------------------------------------
+
+
+def _c(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, dtype=torch.complex128, generator=g)
+
+
+def _r(*shape, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, dtype=torch.float64, generator=g)
+
+
+_COMPLEX_CASES = {
+    "abs": (torch.abs, (_c(4),)), "abs-at-zero": (torch.abs, (torch.tensor([0j, 1 + 1j]),)),
+    "abs-squared": (lambda z: z.abs() ** 2, (_c(4),)), "real": (torch.real, (_c(4),)), "imag": (torch.imag, (_c(4),)),
+    "angle": (torch.angle, (_c(4),)), "conj": (lambda z: torch.conj(z) * 1, (_c(4),)), "sgn": (torch.sgn, (_c(4),)),
+    "view_as_real": (torch.view_as_real, (_c(4),)), "view_as_complex": (torch.view_as_complex, (_r(4, 2),)),
+    "complex": (torch.complex, (_r(4), _r(4, seed=2))), "polar": (torch.polar, (_r(4).abs(), _r(4, seed=2))),
+    "mul": (torch.mul, (_c(4), _c(4, seed=1))), "mul-real": (torch.mul, (_c(4), _r(4))),
+    "mul-python-complex": (lambda z: z * (1 + 2j), (_c(4),)), "div": (torch.div, (_c(4), _c(4, seed=1))),
+    "div-real-by-complex": (torch.div, (_r(4), _c(4))), "add-real": (torch.add, (_c(4), _r(4))),
+    "sub": (torch.sub, (_c(4), _c(4, seed=1))), "z*conj(z)": (lambda z: z * z.conj(), (_c(4),)),
+    "pow-2": (lambda z: z ** 2, (_c(4),)), "pow-tensor": (torch.pow, (_c(4), _c(4, seed=1))),
+    "square": (torch.square, (_c(4),)), "exp": (torch.exp, (_c(4),)), "log": (torch.log, (_c(4),)),
+    "sqrt": (torch.sqrt, (_c(4),)), "rsqrt": (torch.rsqrt, (_c(4),)), "reciprocal": (torch.reciprocal, (_c(4),)),
+    "sin": (torch.sin, (_c(4),)), "cos": (torch.cos, (_c(4),)), "tan": (torch.tan, (_c(4),)),
+    "tanh": (torch.tanh, (_c(4),)), "sigmoid": (torch.sigmoid, (_c(4),)), "sinh": (torch.sinh, (_c(4),)),
+    "cosh": (torch.cosh, (_c(4),)), "asin": (torch.asin, (_c(4),)), "atan": (torch.atan, (_c(4),)),
+    "expm1": (torch.expm1, (_c(4),)), "log1p": (torch.log1p, (_c(4),)),
+    "matmul": (torch.matmul, (_c(3, 4), _c(4, 2, seed=1))), "matmul-vector": (torch.matmul, (_c(3, 4), _c(4, seed=1))),
+    "dot": (torch.dot, (_c(4), _c(4, seed=1))), "bmm-broadcast": (torch.matmul, (_c(2, 3, 4), _c(4, 2, seed=1))),
+    "linear": (torch.nn.functional.linear, (_c(2, 4), _c(3, 4, seed=1), _c(3, seed=2))),
+    "sum": (lambda z: z.sum(0), (_c(3, 4),)), "mean": (lambda z: z.mean(), (_c(3, 4),)),
+    "prod": (lambda z: z.prod(-1), (_c(3, 4),)), "cumsum": (lambda z: z.cumsum(1), (_c(3, 4),)),
+    "var": (lambda z: z.var(), (_c(6),)), "vector_norm": (torch.linalg.vector_norm, (_c(6),)),
+    "real-to-complex": (lambda r: r.to(torch.complex128) * (1 + 2j), (_r(4),)),
+    "complex-to-real-part": (lambda z: z.real * 2 + z.imag * z.real, (_c(4),)),
+    "where": (lambda z, w: torch.where(z.real > 0, z, w), (_c(4), _c(4, seed=1))),
+    "fft": (lambda z: torch.fft.fft(z), (_c(8),)), "rfft-abs": (lambda r: torch.fft.rfft(r).abs(), (_r(8),)),
+}
+
+
+@pytest.mark.parametrize("name", list(_COMPLEX_CASES))
+def test_complex_gradient(name):
+    fn, inputs = _COMPLEX_CASES[name]
+    results = []
+    for f in (fn, thunder.jit(fn)):
+        leaves = [x.clone().requires_grad_() for x in inputs]
+        out = f(*leaves)
+        g = torch.Generator().manual_seed(7)
+        ct = torch.randn(out.shape, dtype=out.dtype, generator=g)
+        results.append((out.detach(), torch.autograd.grad(out, leaves, ct)))
+    (expected_out, expected), (actual_out, actual) = results
+    torch.testing.assert_close(actual_out, expected_out, rtol=0, atol=0)
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e, rtol=1e-12, atol=1e-12, msg=lambda m: f"{name}: {m}")
+
+
+# ---------------------------------------------------------------------------------------------
+# An input updated in place whose old value the backward needs (see [Note: saved values overwritten
+# by in-place updates]): eager saves a copy or refuses; thunder's gradients are the correct ones
+# ---------------------------------------------------------------------------------------------
+
+
+def _mul_into_input(y, x):
+    y.mul_(x)  # eager keeps the old y for x's gradient
+    return y * 2
+
+
+def _view_saved_then_input_updated(y, x):
+    out = y.reshape(-1) * x.reshape(-1)  # the reshape of y is a view of it when run
+    y.mul_(2)
+    return out
+
+
+def _input_saved_then_updated(y, x):
+    z = x * y
+    y.add_(1)
+    return z
+
+
+def _transpose_saved_then_zeroed(y, x):
+    z = (x * y.t()).sum()
+    y.zero_()
+    return z
+
+
+_OLD_Y = {  # the gradient of x in terms of y's value before the call
+    _mul_into_input: lambda y: 2 * y, _view_saved_then_input_updated: lambda y: y,
+    _input_saved_then_updated: lambda y: y, _transpose_saved_then_zeroed: lambda y: y.t(),
+}
+
+
+@pytest.mark.parametrize("fn", list(_OLD_Y), ids=lambda f: f.__name__.strip("_"))
+def test_input_updated_in_place_keeps_old_value_for_backward(fn):
+    g = torch.Generator().manual_seed(0)
+    y0, x0 = torch.randn(3, 3, generator=g, dtype=torch.float64), torch.randn(3, 3, generator=g, dtype=torch.float64)
+    eager_y, eager_x = y0.clone(), x0.clone().requires_grad_()
+    try:
+        fn(eager_y, eager_x).sum().backward()
+        eager_ok = True
+    except RuntimeError as e:  # a value saved by an earlier operation was modified: eager refuses
+        assert "modified by an inplace operation" in str(e)
+        eager_ok = False
+    jfn = thunder.jit(fn)
+    for _ in range(2):  # and on a cache hit
+        y, x = y0.clone(), x0.clone().requires_grad_()
+        jfn(y, x).sum().backward()
+        torch.testing.assert_close(x.grad, _OLD_Y[fn](y0), rtol=0, atol=0)
+        assert torch.equal(y, eager_y)  # the input's update, as eager's forward made it
+        if eager_ok:
+            assert torch.equal(x.grad, eager_x.grad)
+    assert eager_ok == (fn is _mul_into_input)
+
+
+def test_batch_norm_training_saves_no_running_statistics():
+    """The running statistics are written back in place; the backward does not read them (nothing to protect)."""
+    model = torch.nn.BatchNorm1d(4)
+    jmodel = thunder.jit(model)
+    jmodel(torch.randn(8, 4, requires_grad=True)).sum().backward()
+    backward = str(thunder.last_backward_traces(jmodel)[-1])
+    assert "running" not in backward and "clone" not in str(thunder.last_traces(jmodel)[-1])
+
+
+def _update_then_use_outside(y, x):
+    y.mul_(x)
+    return x.sum()
+
+
+def _overwrite_with_grad_value(y, x):
+    y.copy_(x.exp())
+    return (x * 2).sum()
+
+
+@pytest.mark.parametrize("fn", [_update_then_use_outside, _overwrite_with_grad_value], ids=lambda f: f.__name__.strip("_"))
+def test_input_updated_in_place_joins_the_graph(fn):
+    """As in eager, an input updated with a value that requires grad gets that history (see [Note: dirty inputs])."""
+    results = []
+    for f in (fn, thunder.jit(fn), thunder.jit(fn)):
+        g = torch.Generator().manual_seed(0)
+        y = torch.randn(3, generator=g, dtype=torch.float64)
+        x, w = (torch.randn(3, generator=g, dtype=torch.float64).requires_grad_() for _ in range(2))
+        out = f(y, x)
+        assert y.requires_grad and y.grad_fn is not None
+        ((y * w).sum() + out).backward()
+        results.append((y.detach(), x.grad, w.grad))
+    for actual in results[1:]:
+        for a, e in zip(actual, results[0]):
+            torch.testing.assert_close(a, e, rtol=0, atol=0)
+
+
+def test_batch_norm_running_statistics_stay_out_of_the_graph():
+    model = torch.nn.BatchNorm1d(3)
+    thunder.jit(model)(torch.randn(4, 3, requires_grad=True)).sum().backward()
+    assert not any(b.requires_grad for b in model.buffers())

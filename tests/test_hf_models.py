@@ -77,19 +77,8 @@ CASES = {
                       auto="AutoModelForSpeechSeq2Seq", inputs="audio"),
 }
 
-# Gradients that round differently from eager's: the forward (loss, logits, caches) is bitwise in every
-# case. Each cause is a primitive's gradient rule in thunder/transforms/grad_rules.py that computes the
-# same formula in another order than torch's backward kernel; with torch's order the models below are
-# bitwise (checked by replacing the three rules).
-_TANH = "tanh's gradient rule is g * (1 - y * y), not torch's tanh_backward kernel (fused rounding)"
-_SIGMOID = "sigmoid's gradient rule is g * (y * (1 - y)), torch's sigmoid_backward computes g * (1 - y) * y"
-_DIV = "div's gradient for the divisor is -(g * a) / (b * b), torch's is -g * ((a / b) / b)"
-NOT_BITWISE = {
-    "gpt2": NotBitwise(f"gelu_new (tanh approximation): {_TANH}"),
-    "mixtral": NotBitwise(f"router weights normalized by their sum: {_DIV}"),
-    "qwen2_moe": NotBitwise(f"shared-expert gate: {_SIGMOID}"),
-    "deepseek_v3": NotBitwise(f"sigmoid router scores normalized by their sum: {_SIGMOID}; {_DIV}"),
-}
+# Every case is bitwise: forward, loss, gradients, buffers and parameters after the optimizer steps.
+NOT_BITWISE = {}
 
 # Causal LMs run with and without an attention mask (HF builds the mask differently for each);
 # encoders and encoder-decoders are given one, Whisper's encoder takes none.

@@ -33,19 +33,7 @@ CONFIGS = {
     "gemma-2-2b": dict(n_query_groups=2, sliding_window_size=8),  # post norms, logit soft-capping
 }
 
-# litgpt's RMSNorm squares with ``x * x``: thunder's autodiff adds the gradients of the product's two
-# operands first and then the gradient of x's other use, ``A + (B + C)``; torch's autograd adds each to
-# x's running gradient in turn, ``(A + B) + C`` (thunder/transforms/autodiff.py, _decomposition_backward).
-# With ``x.pow(2)`` instead these configurations are bitwise.
-_RMSNORM = NotBitwise("RMSNorm's x * x: gradients of one tensor accumulated in another order than torch's")
-NOT_BITWISE = {
-    "Llama-2-7b-hf": _RMSNORM,
-    "Mistral-7B-v0.1": _RMSNORM,
-    "Qwen2.5-0.5B": _RMSNORM,
-    "gemma-2b": _RMSNORM,
-    "gemma-2-2b": NotBitwise(f"{_RMSNORM.reason}; soft-capping's tanh: its gradient rule is g * (1 - y * y), "
-                             "not torch's tanh_backward kernel"),
-}
+NOT_BITWISE = {}  # every configuration is bitwise
 
 
 class GPTWithLoss(torch.nn.Module):

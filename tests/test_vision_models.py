@@ -46,11 +46,7 @@ CPU_MODELS = {
 }
 CPU_XFAIL = {}
 
-# Squeeze-excitation gated by a sigmoid: the gradient rule of sigmoid (thunder/transforms/grad_rules.py) is
-# g * (y * (1 - y)), torch's sigmoid_backward kernel computes g * (1 - y) * y.
-_SIGMOID = NotBitwise("squeeze-excitation's sigmoid: its gradient rule rounds differently from sigmoid_backward")
-NOT_BITWISE = {"efficientnet": _SIGMOID, "efficientnet_dropout_out_of_place": _SIGMOID,
-               "torchvision_efficientnet_b0": _SIGMOID}
+NOT_BITWISE = {}  # every model is bitwise
 
 
 def _params(models, xfails):

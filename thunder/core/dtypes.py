@@ -17,6 +17,11 @@ float32 = torch.float32
 float64 = torch.float64
 complex64 = torch.complex64
 complex128 = torch.complex128
+# Every other dtype of torch (complex32, the float8 and unsigned variants, ...) under its torch name,
+# so any traced dtype prints as a resolvable ``dtypes.<name>``.
+for _name in dir(torch):
+    if isinstance(getattr(torch, _name), torch.dtype) and _name not in globals():
+        globals()[_name] = getattr(torch, _name)
 
 # Short names used in type comments: ``# t0: "cpu f32[2, 2]"``.
 _SHORT_NAMES = {

@@ -479,7 +479,7 @@ class Tracer:
         return original
 
     def _check_input_update(self, root, view, target, new):
-        """Updates recorded by autograd, of inputs: eager's rules, and what thunder cannot express."""
+        """Updates recorded by autograd, of inputs: eager refuses them for leaves that require grad."""
         root_proxy = self.input_names.get(root)
         if root_proxy is None:
             return
@@ -489,11 +489,7 @@ class Tracer:
                 raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place operation."
                                    if view is not None else
                                    "a leaf Variable that requires grad is being used in an in-place operation.")
-        if root_proxy.requires_grad or new.requires_grad:
-            raise NotImplementedError(
-                f"thunder cannot update the input {root} in place with a value that is part of the autograd graph: "
-                "the caller's tensor would have to become the output of the jitted function. Return the new value "
-                "instead, or update a clone.")
+        # Otherwise the input joins the autograd graph as in eager: see [Note: dirty inputs] in autodiff.py
 
     def _into(self, out, value, func):
         target = self.resolve(out)
@@ -714,6 +710,10 @@ def _sanitize(name: str) -> str:
 
 
 def check_tensor_type(t: torch.Tensor):
+    if isinstance(t, torch.nn.parameter.UninitializedTensorMixin):
+        raise NotImplementedError(
+            "thunder cannot trace a module with uninitialized (lazy) parameters or buffers, whose shapes are only "
+            "known after a first call: run the module once on an example input before thunder.jit")
     if type(t) not in (torch.Tensor, torch.nn.Parameter) and not isinstance(t, TensorProxy):
         if not (isinstance(t, torch.nn.Parameter) or type(t).__torch_function__ is torch.Tensor.__torch_function__):
             raise NotImplementedError(

@@ -101,6 +101,7 @@ def trace_program(cd: CompileData, args, kwargs) -> TraceResult:
     recorder = InstructionRecorder()
     autocast_state = ltorch_autocast.state()
     state = python_state.StateRecorder(tracer, cd.sharp_edges)
+    grad_enabled = torch.is_grad_enabled()
     with module_tensors_as_proxies(cd.module, comp, prologue) as modules, contextlib.closing(state):
         for p, _ in prologue.inputs:
             if isinstance(p, TensorProxy):
@@ -109,6 +110,12 @@ def trace_program(cd: CompileData, args, kwargs) -> TraceResult:
         with side_effects.watched(cd.fn, cd.sharp_edges), frontend.active(tracer), tracectx(comp), \
                 frontend.TracingMode(tracer), recorder, state.active():
             out = cd.fn(*pargs, **pkwargs)
+    if torch.is_grad_enabled() != grad_enabled:
+        torch.set_grad_enabled(grad_enabled)
+        raise NotImplementedError(
+            "The jitted program changes the grad mode and does not restore it (torch.set_grad_enabled without a "
+            "matching call, or torch.no_grad().__enter__()), which a compiled program cannot replay on later calls. "
+            "Use `with torch.no_grad():` / `with torch.enable_grad():` blocks, or restore the mode before returning.")
     prologue.check_containers()
     with tracectx(comp):
         out = tracer.finish(out)
@@ -163,8 +170,9 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     comp = result.computation
     comp.set_provenance("Trace", start)
     candidates = [p for p, _ in result.prologue.inputs]
-    needs_grad = (not cd.disable_torch_autograd and torch.is_grad_enabled()
-                  and any(isinstance(p, TensorProxy) and p.requires_grad for p in candidates))
+    needs_grad = not cd.disable_torch_autograd and (
+        torch.is_grad_enabled() and any(isinstance(p, TensorProxy) and p.requires_grad for p in candidates)
+        or _records_grad(comp))  # torch.enable_grad() inside a program called under no_grad
     traces = [comp]
     trace = dce(comp)
     traces.append(trace)
@@ -181,6 +189,11 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     trace.params = params
     traces += executable_traces(trace, cd)
     return make_entry(result, params, traces, output_rebuild=result.rebuild)
+
+
+def _records_grad(trace: TraceCtx) -> bool:
+    """Whether an operation of ``trace`` ran with grad enabled on inputs requiring grad (its output requires grad)."""
+    return any(isinstance(o, TensorProxy) and o.requires_grad for b in trace.bound_symbols for o in b.flat_outs)
 
 
 def executable_traces(trace: TraceCtx, cd: CompileData) -> list:

@@ -40,7 +40,7 @@ def _new_tensor(shape, dtype, device, requires_grad=False) -> TensorProxy:
 
 def _requires_grad(*args) -> bool:
     """Whether an output computed from ``args`` is part of the autograd graph (as in torch)."""
-    if not torch.is_grad_enabled():
+    if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
         return False
     return any(isinstance(a, TensorProxy) and a.requires_grad for a in args)
 

@@ -342,6 +342,9 @@ def masked_fill(a, mask, value):
 @number_torchsymbol(torch.clamp, torch.clip, methods=("clamp", "clip"), inplace_methods=("clamp_", "clip_"))
 def clamp(a, min=None, max=None):
     check(min is not None or max is not None, "torch.clamp: At least one of 'min' or 'max' must not be None")
+    check(min is None or max is None or isinstance(min, TensorProxy) == isinstance(max, TensorProxy),
+          "clamp() received an invalid combination of arguments: min and max must both be tensors or both be numbers",
+          TypeError)
     out = a
     if min is not None:
         out = where(lt(out, min), min, out) if not isinstance(min, TensorProxy) else maximum(out, min)

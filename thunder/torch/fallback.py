@@ -20,7 +20,7 @@ from thunder.core.extents import is_symbolic_shape
 from thunder.core.proxies import TensorProxy, NumberProxy
 from thunder.core.symbol import Symbol, Tag
 from thunder.core.trace import get_tracectx
-from thunder.torch.registry import signature_of
+from thunder.torch.registry import property_key, signature_of
 
 _NAMESPACES = (("torch.nn.functional", torch.nn.functional), ("torch.special", torch.special),
                ("torch.linalg", torch.linalg), ("torch.fft", torch.fft), ("torch", torch))
@@ -117,7 +117,8 @@ def meta_outputs(fn, args, kwargs, *, device=None):
         raise NotImplementedError(
             f"thunder cannot trace {describe(fn)}: it returns a Python value ({type(runs[0]).__name__}) computed from "
             "tensor data, which is not known while tracing")
-    requires_grad = torch.is_grad_enabled() and any(p.requires_grad for p in proxies)
+    requires_grad = (torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+                     and any(p.requires_grad for p in proxies))
     trace = get_tracectx()
     extents = _Extents(fn, flat, dict(zip(roots, zip(*_PLACEHOLDERS))) if roots else {}, trace)
 
@@ -214,20 +215,35 @@ def _run(fn, args, kwargs, values: dict):
     margs, mkwargs = tree_map(lambda x: _concrete(x, single, None), (args, kwargs))
     if "device" in mkwargs and mkwargs["device"] is not None:
         mkwargs["device"] = "meta"
+    manual = _MANUAL_META.get(fn)
     try:
         with torch._C.DisableTorchFunction():
-            return fn(*margs, **mkwargs)
+            return manual(*margs, **mkwargs) if manual is not None else fn(*margs, **mkwargs)
     except (NotImplementedError, RuntimeError) as e:
         meta_error = e
     out = _run_fake(fn, args, kwargs, single) if _dynamic_output_shape(meta_error) else None
     if out is None:
         msg = str(meta_error)
-        if isinstance(meta_error, NotImplementedError):
+        if isinstance(meta_error, NotImplementedError) and not ("data-independent" in msg or "data-dependent" in msg):
             raise NotImplementedError(f"thunder cannot trace {describe(fn)}: torch has no meta kernel for it ({msg})") from meta_error
-        if "meta" in msg.lower() or "data-dependent" in msg:
-            raise NotImplementedError(f"thunder cannot trace {describe(fn)}: its output depends on tensor values ({msg})") from meta_error
+        if isinstance(meta_error, NotImplementedError) or "meta" in msg.lower() or "data-dependent" in msg:
+            raise NotImplementedError(_VALUE_DEPENDENT.format(describe(fn), msg)) from meta_error
         raise meta_error
     return out
+
+
+_VALUE_DEPENDENT = ("thunder cannot trace {}: it reads tensor values (its output's shape depends on them, or it "
+                    "validates its inputs by value), and thunder traces without values ({}). Call it outside the "
+                    "jitted function, or express it with operations whose output shapes do not depend on values.")
+
+
+def _ctc_loss_meta(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean", zero_infinity=False):
+    batch = () if log_probs.ndim == 2 else (log_probs.shape[1],)
+    return torch.empty(batch if reduction == "none" else (), dtype=log_probs.dtype, device="meta")
+
+
+# Output metadata of torch operations that have no meta kernel, computed from their arguments' metadata.
+_MANUAL_META = {torch.nn.functional.ctc_loss: _ctc_loss_meta}
 
 
 def _dynamic_output_shape(meta_error) -> bool:
@@ -265,31 +281,64 @@ def _factory_device(kwargs):
     return torch.device(dev)
 
 
+# Tensor methods that act on eager autograd's graph of the tensor itself. Inside a jitted function the
+# tensor is a traced value and the backward one compiled program, so they could only be ignored: refused.
+_HOOK_FIX = "Register it on a tensor outside the jitted function: an input before the call, or an output after it."
+_REFUSED = {
+    torch.Tensor.register_hook: "Tensor.register_hook inside a jitted function is not supported: thunder's backward is "
+                                "one compiled program, and the hook would never be called. " + _HOOK_FIX,
+    torch.Tensor.register_post_accumulate_grad_hook: "Tensor.register_post_accumulate_grad_hook inside a jitted "
+                                                     "function is not supported. " + _HOOK_FIX,
+    torch._C.TensorBase.retain_grad: "Tensor.retain_grad inside a jitted function is not supported: the tensor is a "
+                                     "value inside thunder's compiled program and its .grad would stay None. Return the "
+                                     "tensor and call retain_grad() on the result of the jitted call.",
+}
+
 _FALLBACK_SYMBOLS: dict[object, Symbol] = {}
+_FALLBACK_IDS: set[str] = set()
 
 
+def _getter_name(fn) -> str | None:
+    """``Tensor.real`` for the getter of the ``real`` property (it arrives as a method-wrapper ``__get__``)."""
+    owner = getattr(fn, "__self__", None)
+    if getattr(fn, "__name__", None) == "__get__" and type(owner).__name__ == "getset_descriptor":
+        return f"Tensor.{owner.__name__}"
+    return None
+
+
+# [Note: fallback symbol identity]
+# One symbol per torch callable, keyed by the callable (a property getter by its descriptor, see
+# ``registry.property_key``), and each symbol's id unique: executors map ids to implementations, so
+# two callables sharing a name (the getters of ``Tensor.real`` and ``Tensor.imag`` are both
+# ``__get__``) must never share an id, or one would run as the other.
 def fallback_symbol(fn) -> Symbol:
-    """The symbol that records a call of the torch callable ``fn`` and runs it with torch."""
-    sym = _FALLBACK_SYMBOLS.get(fn)
+    """The symbol that records a call of the torch callable ``fn`` and runs it with torch. In-place callables
+    never get here: the frontend computes their new values (thunder/torch/inplace.py, [Note: in-place fallback])."""
+    key = property_key(fn)
+    sym = _FALLBACK_SYMBOLS.get(key)
     if sym is not None:
         return sym
+    refused = _REFUSED.get(key)
+    if refused is not None:
+        raise NotImplementedError(refused)
     path = printable_name(fn)
-    name = path.removeprefix("torch.") if path else getattr(fn, "__name__", "op")
-    check(not (name.endswith("_") and not name.endswith("__") and getattr(fn, "__name__", "") not in _RANDOM_NAMES),
-          lambda: f"thunder has no definition of the in-place operation {path}, so it cannot update its input as eager "
-                  "does; compute the new value with out-of-place operations and assign it (y = ...) instead.",
-          NotImplementedError)
+    name = path.removeprefix("torch.") if path else _getter_name(fn) or getattr(fn, "__name__", "op")
+    unique, i = name, 1
+    while f"torch.{unique}" in _FALLBACK_IDS:
+        unique, i = f"{name}_{i}", i + 1
+    _FALLBACK_IDS.add(f"torch.{unique}")
     tags = (Tag.RANDOM,) if getattr(fn, "__name__", "") in _RANDOM_NAMES else ()
 
     def meta(*args, **kwargs):
         return meta_outputs(fn, args, kwargs)
 
-    sym = Symbol(name, meta, module="torch", is_prim=True, tags=tags, print_name=path)
+    sym = Symbol(unique, meta, module="torch", is_prim=True, tags=tags, print_name=path)
     sym.torch_impl = fn
     sym.is_fallback = True
     if path is None:
-        sym.printer = lambda bsym, printer: _print_constant_call(fn, bsym, printer)
-    _FALLBACK_SYMBOLS[fn] = sym
+        hint = "".join(c if c.isalnum() else "_" for c in unique)
+        sym.printer = lambda bsym, printer: _print_constant_call(fn, bsym, printer, hint)
+    _FALLBACK_SYMBOLS[key] = sym
     return sym
 
 
@@ -298,8 +347,8 @@ def check(cond, msg, exc=RuntimeError):
         raise exc(msg() if callable(msg) else msg)
 
 
-def _print_constant_call(fn, bsym, printer):
-    callee = printer.constant(fn)
+def _print_constant_call(fn, bsym, printer, hint=None):
+    callee = printer.constant(fn, hint)
     call = f"{callee}({printer.call_args(bsym.args, bsym.kwargs)})"
     return f"{printer.output(bsym.output)} = {call}" if bsym.output is not None else call
 

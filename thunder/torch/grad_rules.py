@@ -4,38 +4,42 @@ Where torch has a dedicated backward kernel (softmax, layer norm, batch norm, GE
 embedding, ...) the rule calls it, so gradients match eager autograd's and the tensors saved for
 backward are the ones eager saves. Operations without a rule here are differentiated through
 their decomposition (rules of ``thunder.transforms.grad_rules``). Operations thunder has no
-definition for (the generic fallback) and ``scaled_dot_product_attention`` are differentiated by
-torch's own autograd (``torch_autograd_rule``).
+definition for (the generic fallback), ``scaled_dot_product_attention`` and the ops whose eager
+gradient is torch's own composite are differentiated by torch's autograd (``thunder.torch.autograd_rule``).
 """
 from __future__ import annotations
+
+import math
+import struct
 
 import torch
 import torch.nn.functional as F
 
 from thunder.core import prims
-from thunder.core.proxies import TensorProxy, Var
-from thunder.core.symbol import Symbol
+from thunder.core.proxies import TensorProxy
 from thunder.core.trace import get_tracectx
 from thunder.torch.registry import torchsymbol
-from thunder.torch import fallback
-from thunder.transforms.grad_rules import register_vjp, _reduce_to
+from thunder.transforms.grad_rules import register_vjp
 
 aten = torch.ops.aten
 
 
-def _aten_symbol(op, name, meta):
+def _aten_symbol(op, name, meta, *, differentiable=False):
     """An opaque torch-language symbol for an aten backward kernel, run by torch.
 
     ``meta`` gives its outputs' metadata as (shape, dtype, device) triples (None for outputs not
     computed), without running torch's meta kernels (whose decompositions import torch._dynamo).
+    A ``differentiable`` kernel (a forward kernel whose rule uses it) has outputs that require grad
+    where its inputs do.
     """
 
     def fn(*args, **kwargs):
         trace = get_tracectx()
         described = meta(*args, **kwargs)
+        requires_grad = differentiable and prims._requires_grad(*args)
 
         def make(d):
-            return None if d is None else trace.tensor(tuple(d[0]), d[1], d[2])
+            return None if d is None else trace.tensor(tuple(d[0]), d[1], d[2], requires_grad)
 
         return tuple(make(d) for d in described) if isinstance(described, list) else make(described)
 
@@ -115,11 +119,38 @@ def native_batch_norm_rule(a, weight, bias, running_mean, running_var, training,
 
     def backward(g_out, *unused):
         mask = [True, weight is not None, bias is not None]
-        ga, gw, gb = native_batch_norm_backward(g_out, a, weight, running_mean, running_var, save_mean, save_invstd,
-                                                training, eps, mask)
+        # in training the kernel reads the saved statistics only: the running ones are not kept for it
+        rm, rv = (None, None) if training else (running_mean, running_var)
+        ga, gw, gb = native_batch_norm_backward(g_out, a, weight, rm, rv, save_mean, save_invstd, training, eps, mask)
         return ga, gw, gb, None, None, None, None, None
 
     return (out, save_mean, save_invstd, new_rm, new_rv), backward
+
+
+native_group_norm = _aten_symbol(
+    aten.native_group_norm.default, "native_group_norm",
+    lambda a, w, b, n, c, hxw, group, eps: [_like(a), ((n, group), a.dtype, a.device), ((n, group), a.dtype, a.device)],
+    differentiable=True)
+native_group_norm_backward = _aten_symbol(
+    aten.native_group_norm_backward.default, "native_group_norm_backward",
+    lambda g, a, mean, rstd, w, n, c, hxw, group, mask: [_like(a) if mask[0] else None,
+                                                          _like(w) if mask[1] else None, _like(w) if mask[2] else None])
+
+
+@register_vjp(tnn.group_norm)
+def group_norm_rule(a, num_groups, weight=None, bias=None, eps=1e-5):
+    """torch's kernels, as eager's ``F.group_norm`` runs them (the statistics are saved for the backward)."""
+    if weight is not None and weight.dtype is not a.dtype or bias is not None and bias.dtype is not a.dtype:
+        return NotImplemented  # mixed dtypes: through the decomposition
+    n, c, hxw = a.shape[0], a.shape[1], math.prod(a.shape[2:])
+    out, mean, rstd = native_group_norm(a, weight, bias, n, c, hxw, num_groups, eps)
+
+    def backward(g):
+        mask = [a.requires_grad, weight is not None and weight.requires_grad, bias is not None and bias.requires_grad]
+        ga, gw, gb = native_group_norm_backward(g, a, mean, rstd, weight, n, c, hxw, num_groups, mask)
+        return ga, None, gw, gb, None
+
+    return out, backward
 
 
 @register_vjp(tnn.linear)
@@ -127,6 +158,29 @@ def linear_rule(input, weight, bias=None):
     from thunder.transforms.grad_rules import linear_backward
 
     return tnn.linear(input, weight, bias), linear_backward(input, weight, bias)
+
+
+def _times(t, scalar):
+    """eager's ``maybe_multiply``: ``t * conj(scalar)``, or ``t`` itself for 1."""
+    return t if scalar == 1 else ew.mul(t, scalar.conjugate() if isinstance(scalar, complex) else scalar)
+
+
+def _addmm_rule(sym, product):
+    """addmm / baddbmm: the fused forward, and eager's gradients (products with the other operand, transposed)."""
+
+    def rule(input, a, b, *, beta=1, alpha=1):
+        from thunder.torch.grad_rules_elementwise import _grad_for, conj
+
+        out = sym(input, a, b, beta=beta, alpha=alpha)
+
+        def backward(g):
+            ga = _times(product(g, conj(shp.transpose(b, -1, -2))), alpha) if a.requires_grad else None
+            gb = _times(product(conj(shp.transpose(a, -1, -2)), g), alpha) if b.requires_grad else None
+            return _grad_for(_times(g, beta), input), ga, gb
+
+        return out, backward
+
+    register_vjp(sym)(rule)
 
 
 @register_vjp(tnn.matmul)
@@ -159,123 +213,7 @@ def dropout_mask_rule(a, p):
     return tnn.dropout_mask(a, p), lambda g: (None,)
 
 
-# ---------------------------------------------------------------------------------------------
-# Differentiation by torch's autograd: for the generic fallback and for attention, whose kernel
-# choice (flash, memory-efficient, math) only torch itself knows.
-# ---------------------------------------------------------------------------------------------
-
-
-class AutogradGraph:
-    """Inputs and outputs of a function run under torch autograd, kept for its backward."""
-
-    __slots__ = ("inputs", "outputs")
-
-    def __init__(self, inputs, outputs):
-        self.inputs = inputs
-        self.outputs = outputs
-
-
-def torch_autograd_forward(fn, args, kwargs, diff_positions, out_like=None):
-    """Runs ``fn`` with autograd enabled; returns its outputs and the graph for ``torch_autograd_backward``.
-
-    A tensor passed in several positions is one leaf (``attn(x, x, x)`` must see ``query is key``).
-    """
-    leaves = {}
-    with torch.enable_grad():
-        for i in diff_positions:
-            if id(args[i]) not in leaves:
-                leaves[id(args[i])] = args[i].detach().requires_grad_(True)
-        args = [leaves.get(id(a), a) if isinstance(a, torch.Tensor) else a for a in args]
-        inputs = [args[i] for i in diff_positions]
-        out = fn(*args, **kwargs)
-    flat = [o for o in (out if isinstance(out, (tuple, list)) else (out,))]
-    graph = AutogradGraph(inputs, [o for o in flat if isinstance(o, torch.Tensor) and o.requires_grad])
-    detached = tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in flat)
-    result = detached if isinstance(out, (tuple, list)) else detached[0]
-    return result, graph
-
-
-def torch_autograd_backward(graph, *cotangents):
-    outs, cts = [], []
-    for o, g in zip(graph.outputs, cotangents):
-        if g is not None:
-            outs.append(o)
-            cts.append(g)
-    unique = list({id(t): t for t in graph.inputs}.values())
-    result = torch.autograd.grad(outs, unique, cts, allow_unused=True) if outs else [None] * len(unique)
-    by_leaf = dict(zip(map(id, unique), result))
-    grads = []
-    for t in graph.inputs:  # a leaf in several positions (distinct proxies of one tensor): its gradient once
-        grads.append(by_leaf.pop(id(t)) if id(t) in by_leaf else torch.zeros_like(t))
-    graph.inputs = graph.outputs = None  # release the graph's saved tensors
-    return tuple(grads)
-
-
-def _forward_meta(fn, args, kwargs, diff_positions, out_like=None):
-    """``out_like``: the outputs' metadata, when known without running torch's meta kernel."""
-    if out_like is None:
-        out = fallback.meta_outputs(fn, args, kwargs)
-    else:
-        trace = get_tracectx()
-        out = tuple(trace.tensor(s, d, dev, any(a.requires_grad for a in args if isinstance(a, TensorProxy)))
-                    for s, d, dev in out_like)
-        out = out[0] if len(out) == 1 else out
-    return out, Var(get_tracectx().make_name("graph"))
-
-
-def _backward_meta(graph, *cotangents, like):
-    """``like``: (shape, dtype, device) of each gradient — metadata, so the inputs are not kept alive for it."""
-    trace = get_tracectx()
-    return tuple(trace.tensor(shape, dtype, device) for shape, dtype, device in like)
-
-
-torch_autograd_forward_sym = Symbol("torch_autograd_forward", _forward_meta, module="ltorch", is_prim=True)
-torch_autograd_backward_sym = Symbol("torch_autograd_backward", _backward_meta, module="ltorch", is_prim=True)
-torch_autograd_forward_sym.torch_impl = torch_autograd_forward
-
-
-def torch_autograd_backward_impl(graph, *cotangents, like):
-    return torch_autograd_backward(graph, *cotangents)
-
-
-torch_autograd_backward_sym.torch_impl = torch_autograd_backward_impl
-from thunder.torch.registry import SYMBOLS as _SYMBOLS  # noqa: E402
-
-_SYMBOLS["torch_autograd_forward"] = torch_autograd_forward_sym
-_SYMBOLS["torch_autograd_backward"] = torch_autograd_backward_sym
-
-
-def torch_autograd_rule(fn, out_meta=None):
-    """A rule that differentiates ``fn`` (a torch callable) with torch's autograd.
-
-    ``out_meta(*args, **kwargs)`` gives the outputs' (shape, dtype, device); without it torch's meta
-    kernel is run.
-    """
-
-    def rule(*args, **kwargs):
-        firsts = {}  # a proxy passed in several positions is differentiated once, at its first
-        for i, a in enumerate(args):
-            if isinstance(a, TensorProxy) and a.requires_grad:
-                firsts.setdefault(a.name, i)
-        diff = tuple(firsts.values())
-        out_like = out_meta(*args, **kwargs) if out_meta is not None else None
-        out, graph = torch_autograd_forward_sym(fn, args, kwargs, diff, out_like)
-        flat_out = out if isinstance(out, (tuple, list)) else (out,)
-        diff_outs = [o for o in flat_out if isinstance(o, TensorProxy) and o.requires_grad]
-        like = tuple((tuple(args[i].shape), args[i].dtype, args[i].device) for i in diff)
-
-        def backward(*cotangents):
-            by_name = {o.name: g for o, g in zip([o for o in flat_out if isinstance(o, TensorProxy)], cotangents)}
-            cts = [by_name.get(o.name) for o in diff_outs]
-            grads = torch_autograd_backward_sym(graph, *cts, like=like)
-            result = [None] * len(args)
-            for i, g in zip(diff, grads):
-                result[i] = g
-            return tuple(result)
-
-        return out, backward
-
-    return rule
+from thunder.torch.autograd_rule import torch_autograd_rule  # noqa: E402
 
 
 def _sdpa_meta(query, key, value, *args, **kwargs):
@@ -302,41 +240,65 @@ mish_backward = _aten_symbol(aten.mish_backward.default, "mish_backward", lambda
 
 
 def _activation_rule(sym, backward_of):
-    """A rule for ``sym(a, ...)`` whose gradient is ``backward_of(g, a, *rest)``."""
+    """A rule for ``sym(a, ...)`` whose gradient is ``backward_of(g, a, out, *rest)``: ``a`` for the out-of-place
+    op, and for its in-place form (``inplace=True``) eager's formula reads the output where it differs."""
 
     def rule(a, *args, **kwargs):
         out = sym(a, *args, **kwargs)
-        return out, lambda g: (backward_of(g, a, *args, **kwargs),) + (None,) * len(args)
+        return out, lambda g: (backward_of(g, a, out, *args, **kwargs),) + (None,) * len(args)
 
     register_vjp(sym)(rule)
 
 
+def _float32(x: float) -> float:
+    """``x`` rounded to float32 (torch's formulas read some scalars with ``toFloat()``)."""
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def _elu(alpha, scale, input_scale):
+    """ELU-family gradient: from the input, or from the result for the in-place op (as eager's ``elu_``)."""
+
+    def grad(g, a, out, inplace):
+        return elu_backward(g, alpha, scale, input_scale, True, out) if inplace else elu_backward(
+            g, alpha, scale, input_scale, False, a)
+
+    return grad
+
+
 _SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
-_activation_rule(ew.hardtanh, lambda g, a, min_val=-1.0, max_val=1.0, inplace=False: hardtanh_backward(g, a, min_val, max_val))
-_activation_rule(ew.relu6, lambda g, a, inplace=False: hardtanh_backward(g, a, 0.0, 6.0))
-_activation_rule(ew.elu, lambda g, a, alpha=1.0, inplace=False: elu_backward(g, alpha, 1.0, 1.0, False, a))
-_activation_rule(ew.selu, lambda g, a, inplace=False: elu_backward(g, _SELU_ALPHA, _SELU_SCALE, 1.0, False, a))
-_activation_rule(ew.celu, lambda g, a, alpha=1.0, inplace=False: elu_backward(g, alpha, 1.0, 1.0 / alpha, False, a))
-_activation_rule(ew.softplus, lambda g, a, beta=1.0, threshold=20.0: softplus_backward(g, a, beta, threshold))
-_activation_rule(ew.hardswish, lambda g, a, inplace=False: hardswish_backward(g, a))
-_activation_rule(ew.hardsigmoid, lambda g, a, inplace=False: hardsigmoid_backward(g, a))
-_activation_rule(ew.leaky_relu, lambda g, a, negative_slope=0.01, inplace=False: leaky_relu_backward(g, a, negative_slope, False))
-_activation_rule(ew.mish, lambda g, a, inplace=False: mish_backward(g, a))
+_activation_rule(ew.hardtanh, lambda g, a, out, min_val=-1.0, max_val=1.0, inplace=False: hardtanh_backward(
+    g, out if inplace else a, min_val, max_val))
+_activation_rule(ew.relu6, lambda g, a, out, inplace=False: hardtanh_backward(g, out if inplace else a, 0.0, 6.0))
+_activation_rule(ew.elu, lambda g, a, out, alpha=1.0, inplace=False: _elu(alpha, 1.0, 1.0)(g, a, out, inplace))
+_activation_rule(ew.selu, lambda g, a, out, inplace=False: _elu(_SELU_ALPHA, _SELU_SCALE, 1.0)(g, a, out, inplace))
+_activation_rule(ew.celu, lambda g, a, out, alpha=1.0, inplace=False: _elu(alpha, 1.0, 1.0 / _float32(alpha))(
+    g, a, out, inplace))
+_activation_rule(ew.softplus, lambda g, a, out, beta=1.0, threshold=20.0: softplus_backward(g, a, beta, threshold))
+_activation_rule(ew.hardswish, lambda g, a, out, inplace=False: hardswish_backward(g, a))
+_activation_rule(ew.hardsigmoid, lambda g, a, out, inplace=False: hardsigmoid_backward(g, a))
+_activation_rule(ew.leaky_relu, lambda g, a, out, negative_slope=0.01, inplace=False: leaky_relu_backward(
+    g, out if inplace else a, negative_slope, inplace))
+_activation_rule(ew.mish, lambda g, a, out, inplace=False: mish_backward(g, a))
 register_vjp(ew.logsigmoid)(torch_autograd_rule(F.logsigmoid, lambda a: (_like(a),)))
 
 
 def _clamp_grads(g, a, min, max):
-    from thunder.torch.grad_rules_helpers import reduce_like
+    """Eager's clamp gradients. The input gets the gradient where it lies within the bounds; a tensor bound
+    where the input passes it, and where the bounds cross (min > max, the result is max) the maximum does."""
+    from thunder.torch.grad_rules_elementwise import _grad_for
 
-    keep = None
-    if min is not None:
-        keep = ew.ge(a, min)
-    if max is not None:
-        le = ew.le(a, max)
-        keep = le if keep is None else ew.logical_and(keep, le)
-    ga = ew.where(keep, g, 0.0)
-    gmin = reduce_like(ew.where(ew.lt(a, min), g, 0.0), min) if isinstance(min, TensorProxy) else None
-    gmax = reduce_like(ew.where(ew.gt(a, max), g, 0.0), max) if isinstance(max, TensorProxy) else None
+    if min is not None and max is not None:
+        keep = ew.logical_and(ew.ge(a, min), ew.le(a, max))
+    else:
+        keep = ew.ge(a, min) if min is not None else ew.le(a, max)
+    ga = _grad_for(ew.where(keep, g, 0), a)
+    gmin = gmax = None
+    if isinstance(min, TensorProxy):
+        below = ew.lt(a, min)
+        gmin = _grad_for(ew.where(ew.logical_and(below, ew.lt(min, max)) if max is not None else below, g, 0), min)
+    if isinstance(max, TensorProxy):
+        above = ew.gt(a, max)
+        gmax = _grad_for(ew.where(ew.logical_or(above, ew.lt(max, min)) if min is not None else above, g, 0), max)
     return ga, gmin, gmax
 
 
@@ -352,7 +314,11 @@ def clamp_min_rule(a, min):
 
 @register_vjp(ew.clamp_max)
 def clamp_max_rule(a, max):
-    return ew.clamp_max(a, max), lambda g: (_clamp_grads(g, a, None, max)[0], _clamp_grads(g, a, None, max)[2])
+    def backward(g):
+        ga, _, gmax = _clamp_grads(g, a, None, max)
+        return ga, gmax
+
+    return ew.clamp_max(a, max), backward
 
 
 # ---------------------------------------------------------------------------------------------
@@ -385,6 +351,8 @@ def _max_min_rule(sym):
     return rule
 
 
+_addmm_rule(tnn.addmm, tnn.mm)
+_addmm_rule(tnn.baddbmm, tnn.bmm)
 register_vjp(red.max)(_max_min_rule(red.max))
 register_vjp(red.min)(_max_min_rule(red.min))
 
@@ -457,3 +425,68 @@ def _bce_meta(input, target, weight=None, size_average=None, reduce=None, reduct
 
 
 register_vjp(tnn.binary_cross_entropy)(torch_autograd_rule(_bce, _bce_meta))
+
+
+def _bce_logits_meta(input, target, weight=None, size_average=None, reduce=None, reduction="mean", pos_weight=None):
+    return _loss_meta(input, target, reduction=tnn._legacy_reduction(size_average, reduce, reduction))
+
+
+def _smooth_l1_meta(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
+    return _loss_meta(input, target, reduction=tnn._legacy_reduction(size_average, reduce, reduction))
+
+
+# torch's fused loss kernels (their backward formulas are not the decompositions')
+register_vjp(tnn.binary_cross_entropy_with_logits)(
+    torch_autograd_rule(F.binary_cross_entropy_with_logits, _bce_logits_meta))
+register_vjp(tnn.smooth_l1_loss)(torch_autograd_rule(F.smooth_l1_loss, _smooth_l1_meta))
+
+
+def _mse_meta(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    shape = tuple(torch.broadcast_shapes(tuple(input.shape), tuple(target.shape)))
+    reduction = tnn._legacy_reduction(size_average, reduce, reduction)
+    return ((shape if reduction == "none" else (), input.dtype, input.device),)
+
+
+def _cosine_similarity_meta(x1, x2, dim=1, eps=1e-8):
+    shape = list(torch.broadcast_shapes(tuple(x1.shape), tuple(x2.shape)))
+    del shape[dim % len(shape)]
+    return ((tuple(shape), x1.dtype, x1.device),)
+
+
+# eager's mse_loss backward kernel, and cosine_similarity's normalize-then-multiply composite (whose clamp of the
+# norms at eps passes the gradient through): torch's autograd gives exactly eager's gradients
+register_vjp(tnn.mse_loss)(torch_autograd_rule(F.mse_loss, _mse_meta))
+register_vjp(tnn.cosine_similarity)(torch_autograd_rule(F.cosine_similarity, _cosine_similarity_meta))
+
+
+def _prod(a, dim=None, keepdim=False, *, dtype=None):
+    return torch.prod(a, dtype=dtype) if dim is None else torch.prod(a, dim, keepdim, dtype=dtype)
+
+
+def _prod_meta(a, dim=None, keepdim=False, *, dtype=None):
+    ((shape, _, device),) = _norm_meta(a, 2, dim, keepdim)
+    return ((shape, dtype or a.dtype, device),)
+
+
+# prod: torch's formula handles zeros (one zero: the product of the others; several: zero)
+register_vjp(red.prod)(torch_autograd_rule(_prod, _prod_meta))
+
+
+@register_vjp(red.logsumexp)
+def logsumexp_rule(a, dim, keepdim=False):
+    out = red.logsumexp(a, dim, keepdim)
+
+    def backward(g):
+        result = out
+        if not keepdim and a.ndim:
+            dims = red._dims(a, dim)
+            kept = tuple(1 if i in dims else s for i, s in enumerate(a.shape))
+            g, result = shp.reshape(g, kept), shp.reshape(out, kept)
+        from thunder.torch.grad_rules_elementwise import conj
+
+        return ew.mul(g, conj(ew.exp(ew.sub(a, result)))), None, None
+
+    return out, backward
+
+
+from thunder.torch import grad_rules_elementwise  # noqa: E402,F401  (rules of the elementwise operations)

@@ -187,9 +187,10 @@ def rms_norm(a, normalized_shape, weight=None, eps=None):
     compute = torch.float32 if a.dtype in (torch.float16, torch.bfloat16) else a.dtype
     eps = torch.finfo(compute).eps if eps is None else eps
     x = convert(a, compute)
-    out = ew.mul(x, ew.rsqrt(ew.add(red.mean(ew.mul(x, x), dims, True), eps)))
-    out = convert(out, a.dtype)
-    return ew.mul(out, weight) if weight is not None else out
+    out = ew.mul(x, ew.rsqrt(ew.add(red.mean(ew.pow(x, 2), dims, True), eps)))  # eager's composite, op for op
+    if weight is not None:
+        out = ew.mul(out, weight)  # before the cast back, as eager
+    return convert(out, a.dtype)
 
 
 def _batch_norm_stats_shape(a):
@@ -208,10 +209,11 @@ def native_batch_norm(a, weight, bias, running_mean, running_var, training: bool
         invstd = prims.rsqrt(prims.add(var, eps))
         new_rm = new_rv = None
         if running_mean is not None:
-            n = a.numel() / a.shape[1]
-            new_rm = ew.add(ew.mul(running_mean, 1 - momentum), ew.mul(mean, momentum))
-            unbiased = ew.mul(var, n / max(n - 1, 1))
-            new_rv = ew.add(ew.mul(running_var, 1 - momentum), ew.mul(unbiased, momentum))
+            with torch.no_grad():  # as eager's kernel, which updates the running statistics outside autograd
+                n = a.numel() / a.shape[1]
+                new_rm = ew.add(ew.mul(running_mean, 1 - momentum), ew.mul(mean, momentum))
+                unbiased = ew.mul(var, n / max(n - 1, 1))
+                new_rv = ew.add(ew.mul(running_var, 1 - momentum), ew.mul(unbiased, momentum))
         use_mean, use_invstd = mean, invstd
     else:
         use_mean = convert(running_mean, compute)
@@ -373,32 +375,46 @@ def red_gather(input, dim, target):
     return shapes.gather(input, dim, shapes.unsqueeze(target, dim))
 
 
+def _class_weight(weight, input, class_dim):
+    """``weight`` viewed to broadcast along the class dimension of ``input``."""
+    shape = [1] * input.ndim
+    shape[class_dim] = weight.shape[0]
+    return shapes.reshape(weight, tuple(shape))
+
+
 @torchsymbol(F.cross_entropy)
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
                   label_smoothing=0.0):
+    """torch's composite, operation for operation (so that values and gradients round as eager's)."""
     reduction = _legacy_reduction(size_average, reduce, reduction)
     class_dim = 1 if input.ndim >= 2 else 0
+    n = input.shape[class_dim]
     logp = log_softmax(input, class_dim)
-    if target.dtype.is_floating_point:
-        # Class probabilities.
+    if target.dtype.is_floating_point:  # class probabilities
         if label_smoothing > 0:
-            n = input.shape[class_dim]
             target = ew.add(ew.mul(target, 1 - label_smoothing), label_smoothing / n)
-        lw = logp if weight is None else ew.mul(logp, shapes.reshape(weight, (1, -1) + (1,) * (input.ndim - 2)) if input.ndim >= 2 else weight)
-        loss = ew.neg(red.sum(ew.mul(lw, target), class_dim))
-        n = extent_prod(loss.shape)
-        return _reduce(loss, reduction) if reduction != "mean" else ew.div(red.sum(loss), n if is_runtime(n) else float(n))
+        prod = ew.mul(logp, target)
+        if weight is not None:
+            prod = ew.mul(prod, _class_weight(weight, input, class_dim))
+        if reduction == "mean":
+            return ew.div(ew.neg(red.sum(prod)), input.numel() // n)
+        return ew.neg(red.sum(prod)) if reduction == "sum" else ew.neg(red.sum(prod, class_dim))
     nll = nll_loss(logp, target, weight, None, ignore_index, None, reduction)
     if label_smoothing == 0:
         return nll
-    check(weight is None, "cross_entropy with label_smoothing and class weights is not supported", NotImplementedError)
-    n = input.shape[class_dim]
-    valid = convert(ew.ne(target, ignore_index), input.dtype)
-    smooth = ew.mul(ew.neg(red.sum(logp, class_dim)), valid)
+    ignored = ew.eq(target, ignore_index)
+    smooth = ew.neg(red.sum(ew.mul(logp, _class_weight(weight, input, class_dim)) if weight is not None else logp,
+                            class_dim))
+    smooth = ew.masked_fill(smooth, ignored, 0.0)
     if reduction == "mean":
-        smooth = ew.div(red.sum(smooth), red.sum(valid))
-    else:
-        smooth = _reduce(smooth, reduction)
+        if weight is not None:  # normalized by the weights of the targets not ignored, as nll_loss
+            picked = shapes.reshape(prims.take(weight, shapes.flatten(ew.masked_fill(target, ignored, 0)), 0),
+                                    tuple(target.shape))
+            smooth = ew.div(red.sum(smooth), red.sum(ew.masked_fill(picked, ignored, 0.0)))
+        else:
+            smooth = ew.div(red.sum(smooth), red.sum(ew.logical_not(ignored)))
+    elif reduction == "sum":
+        smooth = red.sum(smooth)
     return ew.add(ew.mul(nll, 1 - label_smoothing), ew.mul(smooth, label_smoothing / n))
 
 

@@ -15,6 +15,7 @@ import time
 
 import torch
 
+from thunder.core import prims
 from thunder.core.codeutils import flat_proxies
 from thunder.core.extents import unify
 from thunder.core.compile_data import CacheEntry
@@ -26,7 +27,8 @@ from thunder.executors import pythonex as px
 from thunder.executors.passes import transform_for_execution
 from thunder.transforms.dce import dce, has_effects
 from thunder.transforms.delete_last_used import delete_last_used
-from thunder.transforms.grad_rules import get_vjp
+from thunder.transforms.grad_rules import ArgGrads, get_vjp, is_elementwise_rule
+from thunder.transforms.overwritten_saves import protect_overwritten_saves
 from thunder.transforms.rename import substitute
 
 
@@ -36,12 +38,13 @@ class _TapeEntry:
     outs: list  # the rule's tensor outputs, flat
     backward: callable
     n_outputs: int
+    kwargs: dict = dataclasses.field(default_factory=dict)  # the rule's keyword arguments
 
 
 def _rule_for(sym):
     rule = get_vjp(sym)
     if rule is None and getattr(sym, "is_fallback", False):
-        from thunder.torch.grad_rules import torch_autograd_rule
+        from thunder.torch.autograd_rule import torch_autograd_rule
 
         rule = torch_autograd_rule(sym.torch_impl)
     return rule
@@ -67,8 +70,9 @@ def _cheap_decomposition(bsym) -> bool:
         return False
     for sub in bsym.subsymbols:
         if sub.subsymbols:
-            # A part with a rule of its own (e.g. layer norm's kernel-based one) is better used in the forward.
-            if _rule_for(sub.sym) is not None or not _cheap_decomposition(sub):
+            # A part with a rule of its own (e.g. layer norm's kernel-based one) is better used in the forward,
+            # unless the rule is an elementwise formula (cheap to replay in the backward).
+            if (_rule_for(sub.sym) is not None and not is_elementwise_rule(sub.sym)) or not _cheap_decomposition(sub):
                 return False
         elif not (sub.sym.module == "prims" and sub.sym.name in _CHEAP_PRIMS):
             return False
@@ -139,7 +143,7 @@ class _ForwardBuilder:
             if old.name != new.name:
                 self.env[old.name] = new
         outs = [o for o in flat_proxies(out)]
-        self.tape.append(_TapeEntry(args, outs, backward, len(outs)))
+        self.tape.append(_TapeEntry(args, outs, backward, len(outs), kwargs))
 
 
 def _decomposition_backward(bsym, inputs):
@@ -179,6 +183,10 @@ def _run_tape(tape, grads: dict, trace):
         if all(c is None for c in cts):
             continue
         in_grads = entry.backward(*cts)
+        if isinstance(in_grads, ArgGrads):
+            _accumulate(grads, entry.args, in_grads.args, trace)
+            _accumulate(grads, entry.kwargs, in_grads.kwargs, trace)
+            continue
         for arg, g in zip(entry.args, in_grads):
             _accumulate(grads, arg, g, trace)
 
@@ -189,6 +197,10 @@ def _accumulate(grads: dict, arg, g, trace):
     if isinstance(arg, (list, tuple)):
         for a, gg in zip(arg, g):
             _accumulate(grads, a, gg, trace)
+        return
+    if isinstance(arg, dict):
+        for k, a in arg.items():
+            _accumulate(grads, a, g.get(k), trace)
         return
     if not isinstance(arg, TensorProxy) or not arg.requires_grad:
         return
@@ -292,7 +304,24 @@ def _unpack_backward_inputs(bwd: TraceCtx, saved_tensors, saved_others, cotangen
 
 
 def split_forward_backward(cd, result, trace, traces, candidates) -> CacheEntry:
-    """Forward and backward traces of ``trace`` (the computation after DCE and computation transforms)."""
+    """Forward and backward traces of ``trace`` (the computation after DCE and computation transforms).
+
+    See [Note: grad mode inside the program].
+    """
+    outer_grad = torch.is_grad_enabled()
+    with torch.enable_grad():
+        return _split_forward_backward(cd, result, trace, traces, candidates, outer_grad)
+
+
+# [Note: grad mode inside the program]
+# Tracing runs the program under the grad mode of the call, switching as the program does
+# (``torch.no_grad()``, ``torch.enable_grad()``, ``torch.set_grad_enabled``), so each recorded
+# output requires grad exactly when eager's would. Autodiff differentiates only operations whose
+# outputs require grad (the rules are replayed with grad enabled, as those operations ran), and
+# outputs that do not require grad are marked non-differentiable. A program called under no_grad
+# that enables grad inside runs its autograd.Function with grad enabled (``GradInfo.enable_grad``;
+# the prologue guarantees that every call of the entry has the mode of the first).
+def _split_forward_backward(cd, result, trace, traces, candidates, outer_grad) -> CacheEntry:
     params = list(candidates)
 
     # Forward
@@ -313,11 +342,13 @@ def split_forward_backward(cd, result, trace, traces, candidates) -> CacheEntry:
     flat_outputs = flat_proxies(output) if isinstance(output, (TensorProxy, NumberProxy)) or output is not None else []
     flat_outputs = [o for o in flat_outputs]
 
-    # Backward
-    bwd, cotangents = _build_backward(builder, fwd, flat_outputs, params)
+    # Backward (an input updated in place with a value that requires grad is an output too: [Note: dirty inputs])
+    dirty = _differentiable_writes(fwd, params)
+    bwd, cotangents = _build_backward(builder, fwd, flat_outputs + [src for _, src in dirty], params)
     bwd = dce(bwd, name="Backward construction")
     bwd = _rematerialize(fwd, bwd, builder.recomputable)
     saved_tensors, saved_others = _saved_values(fwd, bwd, cotangents)
+    bwd, saved_tensors = protect_overwritten_saves(fwd, bwd, saved_tensors)
     bwd = _unpack_backward_inputs(bwd, saved_tensors, saved_others, cotangents)
     bwd.set_provenance("Backward pass", t0)
 
@@ -343,7 +374,8 @@ def split_forward_backward(cd, result, trace, traces, candidates) -> CacheEntry:
     bwd_traces += executable_traces(bwd, cd)
     nondiff = tuple(i for i, o in enumerate(flat_outputs) if not (isinstance(o, TensorProxy) and o.requires_grad))
     return make_entry(result, params, traces, output_rebuild=_output_rebuild(result, output), backward_traces=bwd_traces,
-                      grad_info=GradInfo(nondiff, len(flat_outputs), is_printable_structure(result.output)))
+                      grad_info=GradInfo(nondiff, len(flat_outputs), is_printable_structure(result.output),
+                                         enable_grad=not outer_grad, dirty_inputs=tuple(i for i, _ in dirty)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -351,6 +383,33 @@ class GradInfo:
     nondiff_outputs: tuple
     n_outputs: int
     structured: bool
+    enable_grad: bool = False  # called under no_grad, differentiable inside (see [Note: grad mode inside the program])
+    dirty_inputs: tuple = ()  # inputs updated in place with values that require grad (see [Note: dirty inputs])
+
+
+# [Note: dirty inputs]
+# In eager, ``y.mul_(x)`` on a tensor ``y`` that does not require grad makes ``y`` part of the autograd
+# graph (it now requires grad, and its history leads to ``x``), so later uses of ``y`` outside the
+# program backpropagate into ``x``. thunder writes the new value into ``y`` with ``prims.copy_`` at the
+# end of the forward; when that value requires grad, ``y`` is also returned by the autograd.Function
+# and marked dirty (``ctx.mark_dirty``), which rebases its history onto the Function as eager's in-place
+# op does, and the value's cotangent flows into the backward like an output's.
+def _differentiable_writes(fwd: TraceCtx, params: list) -> list:
+    """(index of the parameter, value written) for each write-back of a value that requires grad."""
+    index = {p.name: i for i, p in enumerate(params) if isinstance(p, TensorProxy)}
+    producer = {}
+    writes = []
+    for b in fwd.bound_symbols:
+        for o in b.flat_outs:
+            producer[o.name] = b
+        if b.sym is prims.copy_:
+            src, dst = b.args
+            made_by = producer.get(src.name) if isinstance(src, TensorProxy) else None
+            if made_by is not None and made_by.sym.name == "detached_update":
+                continue  # an update made where autograd does not record it (no_grad): the input's history stays
+            if isinstance(src, TensorProxy) and src.requires_grad and dst.name in index:
+                writes.append((index[dst.name], src))
+    return writes
 
 
 def _output_rebuild(result, output):
@@ -375,6 +434,10 @@ class ThunderFunction(torch.autograd.Function):
         info = entry.grad_info
         if info.nondiff_outputs:
             ctx.mark_non_differentiable(*(flat[i] for i in info.nondiff_outputs if isinstance(flat[i], torch.Tensor)))
+        if info.dirty_inputs:  # see [Note: dirty inputs]
+            dirty = tuple(inputs[i] for i in info.dirty_inputs)
+            ctx.mark_dirty(*dirty)
+            return tuple(flat) + dirty
         return flat
 
     @staticmethod
@@ -384,13 +447,27 @@ class ThunderFunction(torch.autograd.Function):
                 "thunder does not support double backward: the backward of a jitted function is not itself "
                 "differentiable (torch.autograd.grad(..., create_graph=True) or backward(create_graph=True)). "
                 "Compute higher-order gradients outside thunder.jit.")
+        # With retain_graph=True the saved values stay for a later backward; otherwise they are released
+        # now, and a second backward raises as eager's does.
         saved = list(ctx.saved_tensors)
         ctx.maybe_clear_saved_tensors()
+        if ctx.saved_others is None:
+            raise RuntimeError(
+                "Trying to backward through the graph a second time (or directly access saved tensors after they "
+                "have already been freed). Specify retain_graph=True if you need to backward through the graph a "
+                "second time.")
         others = list(ctx.saved_others)
-        ctx.saved_others = None
+        if not torch._C._autograd._get_current_graph_task_keep_graph():
+            ctx.saved_others = None
         grads = ctx.entry.backward([saved, others], list(cotangents))
         return (None, *grads)
 
 
 def run_with_autograd(entry, inps):
-    return ThunderFunction.apply(entry, *inps)
+    info = entry.grad_info
+    if info.enable_grad:
+        with torch.enable_grad():
+            out = ThunderFunction.apply(entry, *inps)
+    else:
+        out = ThunderFunction.apply(entry, *inps)
+    return out[:info.n_outputs] if info.dirty_inputs else out

@@ -4,12 +4,15 @@ A rule for symbol ``S`` is a function with ``S``'s signature that computes ``S``
 it together with a *backward closure* (as in micrograd): ``backward(*cotangents)`` returns one
 gradient per positional argument (None where there is none). The rule is traced into the forward
 trace; the closure, called later, is traced into the backward trace, and whatever forward values
-it reads become the tensors saved for backward. A symbol without a rule is differentiated through
-its decomposition. This module holds the registry and the rules of the primitives.
+it reads become the tensors saved for backward. A backward may instead return ``ArgGrads``, the
+gradients of the positional and the keyword arguments, each mirroring the structure of the call's
+arguments (for tensors passed by keyword or nested in containers). A symbol without a rule is
+differentiated through its decomposition. This module holds the registry and the rules of the primitives.
 """
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -18,6 +21,13 @@ from thunder.core.extents import is_one, same_shape
 from thunder.core.proxies import TensorProxy
 
 VJP_RULES: dict[str, callable] = {}
+
+
+class ArgGrads(NamedTuple):
+    """Gradients of a call's positional arguments (a tuple) and keyword arguments (a dict), in their structure."""
+
+    args: tuple
+    kwargs: dict
 
 
 def register_vjp(*symbols):
@@ -31,6 +41,20 @@ def register_vjp(*symbols):
 
 def get_vjp(sym):
     return VJP_RULES.get(sym.id)
+
+
+_ELEMENTWISE_RULES: set[str] = set()
+
+
+def register_elementwise_vjp(*symbols):
+    """``register_vjp`` for a rule that is an elementwise formula: as cheap to replay in the backward as the
+    primitives it decomposes into (see [Note: differentiating a decomposition] in autodiff)."""
+    _ELEMENTWISE_RULES.update(sym.id for sym in symbols)
+    return register_vjp(*symbols)
+
+
+def is_elementwise_rule(sym) -> bool:
+    return sym.id in _ELEMENTWISE_RULES
 
 
 def _t(x):
@@ -57,17 +81,56 @@ def _reduce_to(g, shape):
 # ---------------------------------------------------------------------------------------------
 
 
+def _complex(*xs) -> bool:
+    return any(_t(x) and x.dtype.is_complex for x in xs)
+
+
+def _conj(x):
+    """The complex conjugate of a complex tensor (``torch.conj_physical``); anything else unchanged."""
+    if isinstance(x, complex):
+        return x.conjugate()
+    if not _complex(x):
+        return x
+    from thunder.torch.fallback import fallback_symbol
+
+    return fallback_symbol(torch.conj_physical)(x)
+
+
+# [Note: complex gradients of primitives]
+# torch's gradient of a holomorphic f at a complex input is ``g * conj(f'(a))``. The formulas below are
+# written as ``g * f'(a)``, linear in ``g``; for complex inputs a rule returns ``conj(formula(conj(g)))``,
+# which is exactly that. Non-holomorphic primitives (``abs``) have their own complex formula.
+def _holomorphic(backward, *inputs):
+    if not _complex(*inputs):
+        return backward
+
+    def conjugated(g):
+        grads = backward(_conj(g))
+        return tuple(_conj(x) for x in grads) if isinstance(grads, tuple) else _conj(grads)
+
+    return conjugated
+
+
 def _unary(sym, grad_fn):
     @register_vjp(sym)
     def rule(a):
         out = sym(a)
-        return out, lambda g: (grad_fn(g, a, out),)
+        return out, _holomorphic(lambda g: (grad_fn(g, a, out),), a)
 
     return rule
 
 
 _unary(prims.neg, lambda g, a, out: prims.neg(g))
-_unary(prims.abs, lambda g, a, out: prims.mul(g, prims.sign(a)))
+@register_vjp(prims.abs)
+def abs_rule(a):
+    out = prims.abs(a)
+    if not _complex(a):
+        return out, lambda g: (prims.mul(g, prims.sign(a)),)
+    # the complex sign a / |a| (0 at 0), times the real gradient
+    sgn = prims.where(prims.eq(out, 0.0), 0.0, prims.div(a, prims.convert_element_type(out, a.dtype)))
+    return out, lambda g: (prims.mul(prims.convert_element_type(g, a.dtype), sgn),)
+
+
 _unary(prims.exp, lambda g, a, out: prims.mul(g, out))
 _unary(prims.exp2, lambda g, a, out: prims.mul(g, prims.mul(out, math.log(2.0))))
 _unary(prims.expm1, lambda g, a, out: prims.mul(g, prims.add(out, 1.0)))
@@ -113,7 +176,7 @@ def _binary(sym, grad_fn):
     @register_vjp(sym)
     def rule(a, b):
         out = sym(a, b)
-        return out, lambda g: grad_fn(g, a, b, out)
+        return out, _holomorphic(lambda g: grad_fn(g, a, b, out), a, b)
 
     return rule
 
@@ -179,7 +242,13 @@ def where_rule(pred, a, b):
 @register_vjp(prims.convert_element_type)
 def convert_rule(a, dtype):
     out = prims.convert_element_type(a, dtype)
-    return out, lambda g: (prims.convert_element_type(g, a.dtype) if g.dtype is not a.dtype else g, None)
+
+    def backward(g):
+        if g.dtype.is_complex and not a.dtype.is_complex:  # real -> complex: the real part flows back
+            g = prims.real(g)
+        return (prims.convert_element_type(g, a.dtype) if g.dtype is not a.dtype else g, None)
+
+    return out, backward
 
 
 @register_vjp(prims.device_put)
@@ -321,7 +390,17 @@ def sum_rule(a, dims):
 @register_vjp(prims.prod)
 def prod_rule(a, dims):
     out = prims.prod(a, dims)
-    return out, lambda g: (prims.div(prims.mul(_unreduce(g, a, dims), _unreduce(out, a, dims)), a), None)
+
+    def backward(g):
+        # g * out / a, except at zeros: where a slice has one zero, its gradient is the product of the others
+        g, full_out = _unreduce(g, a, dims), _unreduce(out, a, dims)
+        zero = prims.eq(a, 0)
+        others = _unreduce(prims.prod(prims.where(zero, 1.0, a), dims), a, dims)
+        one_zero = prims.eq(_unreduce(prims.sum(prims.convert_element_type(zero, torch.int64), dims), a, dims), 1)
+        at_zero = prims.where(one_zero, prims.mul(g, others), 0.0)
+        return (prims.where(zero, at_zero, prims.mul(g, prims.div(full_out, a))), None)
+
+    return out, _holomorphic(backward, a)
 
 
 def _amax_amin(sym):
@@ -395,7 +474,7 @@ def matmul_rule(a, b):
 
 def matmul_backward(a, b):
     def backward(g):
-        from thunder.torch import matmul, unsqueeze, transpose
+        from thunder.torch import matmul, reshape, unsqueeze, transpose
 
         if a.ndim == 1 and b.ndim == 1:  # dot product: g is a scalar
             return prims.mul(prims.broadcast_in_dim(g, tuple(b.shape), ()), b), prims.mul(
@@ -405,14 +484,18 @@ def matmul_backward(a, b):
         g2 = unsqueeze(g, -2) if a.ndim == 1 else g
         g2 = unsqueeze(g2, -1) if b.ndim == 1 else g2
         ga = _reduce_to(matmul(g2, transpose(b2, -1, -2)), a2.shape)
-        gb = _reduce_to(matmul(transpose(a2, -1, -2), g2), b2.shape)
+        if b2.ndim == 2 and a2.ndim > 2:  # as torch's matmul: the batch folded into the rows, one matrix product
+            k, n = b2.shape
+            gb = matmul(transpose(reshape(a2, (-1, k)), 0, 1), reshape(g2, (-1, n)))
+        else:
+            gb = _reduce_to(matmul(transpose(a2, -1, -2), g2), b2.shape)
         if a.ndim == 1:
             ga = prims.reshape(ga, tuple(a.shape))
         if b.ndim == 1:
             gb = prims.reshape(gb, tuple(b.shape))
         return ga, gb
 
-    return backward
+    return _holomorphic(backward, a, b)
 
 
 @register_vjp(prims.linear)
@@ -436,7 +519,7 @@ def linear_backward(a, w, bias):
         gb = _reduce_to(prims.sum(g2, (0,)), tuple(bias.shape)) if bias is not None else None
         return ga, gw, gb
 
-    return backward
+    return _holomorphic(backward, a, w, bias)
 
 
 @register_vjp(prims.convolution)

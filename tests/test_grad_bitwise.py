@@ -1,0 +1,164 @@
+"""Gradients that are bitwise eager's (see [Note: bitwise gradients of elementwise ops]).
+
+Activations, the elementwise operations models are built from, normalizations, losses and fused matrix
+products, in float32, float64 and bfloat16,
+and a small EfficientNet-like network trained for three SGD steps: every gradient and every updated
+parameter must equal eager's bit for bit.
+"""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import thunder
+
+DTYPES = (torch.float32, torch.float64, torch.bfloat16)
+
+ACTIVATIONS = {
+    "relu": F.relu, "relu6": F.relu6, "elu": F.elu, "elu-alpha": lambda x: F.elu(x, 0.5), "selu": F.selu,
+    "celu": lambda x: F.celu(x, 0.7), "leaky_relu": F.leaky_relu, "gelu": F.gelu,
+    "gelu-tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu, "mish": F.mish, "hardtanh": F.hardtanh,
+    "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid, "hardshrink": F.hardshrink, "softshrink": F.softshrink,
+    "tanhshrink": F.tanhshrink, "softplus": F.softplus, "softplus-beta": lambda x: F.softplus(x, 2.0, 5.0),
+    "softsign": F.softsign, "logsigmoid": F.logsigmoid, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+    "F.sigmoid": F.sigmoid, "F.tanh": F.tanh, "threshold": lambda x: F.threshold(x, 0.1, 20.0),
+    "softmax": lambda x: F.softmax(x, -1), "log_softmax": lambda x: F.log_softmax(x, -1),
+    "softmin": lambda x: F.softmin(x, -1), "glu": lambda x: F.glu(x, -1),
+    "prelu": lambda x: F.prelu(x, torch.tensor([0.25], dtype=x.dtype)), "rrelu-eval": lambda x: F.rrelu(x),
+    "silu-by-hand": lambda x: x * torch.sigmoid(x),
+    # in place on an intermediate: eager's formulas for the in-place forms read the result
+    **{f"{name}_": (lambda f: lambda x: f(x * 1, inplace=True))(f)
+       for name, f in (("relu", F.relu), ("elu", F.elu), ("selu", F.selu), ("celu", F.celu), ("leaky_relu", F.leaky_relu),
+                       ("hardtanh", F.hardtanh), ("relu6", F.relu6), ("hardswish", F.hardswish), ("silu", F.silu),
+                       ("hardsigmoid", F.hardsigmoid), ("mish", F.mish))},
+}
+
+ELEMENTWISE = {
+    "exp": torch.exp, "expm1": torch.expm1, "exp2": torch.exp2, "log": lambda x: (x.abs() + 0.5).log(),
+    "log1p": lambda x: x.abs().log1p(), "log2": lambda x: (x.abs() + 0.5).log2(), "sqrt": lambda x: (x.abs() + 0.1).sqrt(),
+    "rsqrt": lambda x: (x.abs() + 0.1).rsqrt(), "reciprocal": lambda x: (x.abs() + 0.5).reciprocal(), "sin": torch.sin,
+    "cos": torch.cos, "tan": lambda x: torch.tan(x * 0.3), "atan": torch.atan, "sinh": torch.sinh, "cosh": torch.cosh,
+    "asinh": torch.asinh, "erf": torch.erf, "erfc": torch.erfc, "abs": torch.abs, "square": torch.square,
+    "pow-3": lambda x: x.pow(3), "pow-2.5": lambda x: x.abs().pow(2.5), "pow-tensor": lambda x: x.abs().pow(x * 0.1),
+    "div": lambda x: x / (x.abs() + 1), "mul-broadcast": lambda x: x * x[:1], "atan2": lambda x: torch.atan2(x, x.flip(-1)),
+    "hypot": lambda x: torch.hypot(x, x.flip(0)), "logsumexp": lambda x: torch.logsumexp(x, -1),
+    "prod": lambda x: x.prod(-1), "rms_norm": lambda x: F.rms_norm(x, (x.shape[-1],)),
+    "layer_norm": lambda x: F.layer_norm(x, (x.shape[-1],)), "group_norm": lambda x: F.group_norm(x.reshape(4, 8, 4), 2),
+    "normalize": lambda x: F.normalize(x, dim=-1), "clamp": lambda x: x.clamp(-0.5, 0.5),
+    "clamp-tensor": lambda x: x.clamp(x.flip(0) - 1, x.flip(1) + 1), "lerp": lambda x: torch.lerp(x, x.flip(0), 0.3),
+    "addcmul": lambda x: torch.addcmul(x, x, x.flip(0), value=0.5), "addcdiv": lambda x: torch.addcdiv(x, x, x.abs() + 1),
+    "where": lambda x: torch.where(x > 0, x, x * 2), "bce-with-logits": lambda x: F.binary_cross_entropy_with_logits(
+        x, torch.sigmoid(x.flip(0)).detach()), "smooth_l1": lambda x: F.smooth_l1_loss(x, x.flip(0).detach()),
+    "cross_entropy": lambda x: F.cross_entropy(x, torch.arange(x.shape[0]) % x.shape[1]),
+    "mse": lambda x: F.mse_loss(x, x.flip(0).detach()),
+    "cross_entropy-label-smoothing": lambda x: F.cross_entropy(x, torch.arange(16) % 8, label_smoothing=0.1),
+    "sum": lambda x: x.sum(-1), "mean": lambda x: x.mean(), "var": lambda x: x.var(-1), "softmax": lambda x: x.softmax(0),
+    "rms_norm-weight": lambda x: F.rms_norm(x, (8,), torch.arange(1.0, 9.0).to(x.dtype)),
+    "layer_norm-affine": lambda x: F.layer_norm(x, (8,), torch.arange(1.0, 9.0).to(x.dtype), torch.ones(8, dtype=x.dtype)),
+    "batch_norm": lambda x: F.batch_norm(x, None, None, training=True),
+    "linear": lambda x: F.linear(x, x[:5].detach() * 2, x[0, :5]),
+    "addmm": lambda x: torch.addmm(x[:, :5], x, x[:8, :5].detach()),
+    "baddbmm": lambda x: torch.baddbmm(x.reshape(2, 8, 8), x.reshape(2, 8, 8), x.reshape(2, 8, 8), beta=0.5, alpha=2),
+}
+
+
+def _input(dtype):
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(16, 8, generator=g) * 3).to(dtype)
+    x[0, :6] = torch.tensor([0.0, -3.0, 3.0, 6.0, -1.0, 1.0])  # kinks of relu6, hardtanh, hardswish, ...
+    return x
+
+
+def _output_and_grad(fn, x):
+    x = x.clone().requires_grad_()
+    out = fn(x)
+    ct = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape)
+    (grad,) = torch.autograd.grad(out, x, ct)
+    return out.detach(), grad
+
+
+def assert_bitwise(actual, expected, what):
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape, what
+    same = torch.eq(actual, expected) | (actual.isnan() & expected.isnan())
+    assert bool(same.all()), f"{what}: {int((~same).sum())} elements differ, at most by {(actual - expected).abs().max()}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", list(ACTIVATIONS) + list(ELEMENTWISE))
+def test_gradient_bitwise(name, dtype):
+    fn = ACTIVATIONS.get(name) or ELEMENTWISE[name]
+    x = _input(dtype)
+    expected_out, expected = _output_and_grad(fn, x)
+    out, grad = _output_and_grad(thunder.jit(fn), x)
+    assert_bitwise(out, expected_out, f"{name} output")
+    assert_bitwise(grad, expected, f"{name} gradient")
+
+
+# ---------------------------------------------------------------------------------------------
+# A small EfficientNet: stem, MBConv blocks (expand, depthwise, squeeze-excitation, project), head
+# ---------------------------------------------------------------------------------------------
+
+
+class SqueezeExcitation(nn.Module):
+    def __init__(self, channels, reduced):
+        super().__init__()
+        self.reduce = nn.Conv2d(channels, reduced, 1)
+        self.expand = nn.Conv2d(reduced, channels, 1)
+
+    def forward(self, x):
+        s = F.adaptive_avg_pool2d(x, 1)
+        return x * torch.sigmoid(self.expand(F.silu(self.reduce(s))))
+
+
+class MBConv(nn.Module):
+    def __init__(self, cin, cout, expand, stride):
+        super().__init__()
+        mid = cin * expand
+        self.use_residual = stride == 1 and cin == cout
+        self.block = nn.Sequential(
+            nn.Conv2d(cin, mid, 1, bias=False), nn.BatchNorm2d(mid), nn.SiLU(),
+            nn.Conv2d(mid, mid, 3, stride, 1, groups=mid, bias=False), nn.BatchNorm2d(mid), nn.SiLU(),
+            SqueezeExcitation(mid, max(1, cin // 4)),
+            nn.Conv2d(mid, cout, 1, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = self.block(x)
+        return x + y if self.use_residual else y
+
+
+class TinyEfficientNet(nn.Module):
+    def __init__(self, classes=5):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1, bias=False), nn.BatchNorm2d(8), nn.SiLU())
+        self.blocks = nn.Sequential(MBConv(8, 8, 1, 1), MBConv(8, 12, 4, 2), MBConv(12, 12, 4, 1))
+        self.head = nn.Sequential(nn.Conv2d(12, 32, 1, bias=False), nn.BatchNorm2d(32), nn.SiLU())
+        self.classifier = nn.Linear(32, classes)
+
+    def forward(self, x):
+        x = self.head(self.blocks(self.stem(x)))
+        return self.classifier(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def test_efficientnet_three_sgd_steps_bitwise():
+    torch.manual_seed(0)
+    model = TinyEfficientNet()
+    jmodel = thunder.jit(copy.deepcopy(model))
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (model, jmodel)]
+    g = torch.Generator().manual_seed(1)
+    for step in range(3):
+        x, y = torch.randn(4, 3, 16, 16, generator=g), torch.randint(0, 5, (4,), generator=g)
+        for m, opt in zip((model, jmodel), opts):
+            opt.zero_grad()
+            F.cross_entropy(m(x), y).backward()
+        for (name, p), q in zip(model.named_parameters(), jmodel.parameters()):
+            assert_bitwise(q.grad, p.grad, f"step {step}: gradient of {name}")
+        for opt in opts:
+            opt.step()
+        for (name, p), q in zip(model.named_parameters(), jmodel.parameters()):
+            assert_bitwise(q.detach(), p.detach(), f"step {step}: {name}")
+        for (name, b), c in zip(model.named_buffers(), jmodel.buffers()):
+            assert torch.equal(b, c), f"step {step}: buffer {name}"

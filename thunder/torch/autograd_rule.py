@@ -1,0 +1,146 @@
+"""Differentiation by torch's autograd: for the generic fallback (ops thunder has no definition for),
+for attention (whose kernel choice, flash, memory-efficient or math, only torch itself knows), and for
+ops whose eager gradient is torch's own composite or fused kernel (norms, variance, some losses).
+
+``torch_autograd_forward`` runs the op under autograd in the forward trace and keeps the graph;
+``torch_autograd_backward`` runs ``torch.autograd.grad`` on it in the backward trace.
+"""
+from __future__ import annotations
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from thunder.core.codeutils import flat_proxies
+from thunder.core.proxies import TensorProxy, Var
+from thunder.core.symbol import Symbol
+from thunder.core.trace import get_tracectx
+from thunder.torch import fallback
+from thunder.transforms.grad_rules import ArgGrads
+
+
+class AutogradGraph:
+    """Inputs and outputs of a function run under torch autograd, kept for its backward."""
+
+    __slots__ = ("inputs", "outputs")
+
+    def __init__(self, inputs, outputs):
+        self.inputs = inputs
+        self.outputs = outputs
+
+
+# [Note: differentiating with torch's autograd]
+# The tensors that require grad are found anywhere in the call's arguments: positional or keyword,
+# nested in lists, tuples and dicts (``torch.linalg.multi_dot([a, b, c])``, ``nn.LSTM``'s list of
+# weights, ``embedding_bag(per_sample_weights=w)``). They are numbered by their position among the
+# leaves of ``torch.utils._pytree.tree_flatten((args, kwargs))``, which is the same when tracing
+# (proxies) and when running (tensors). The outputs are the tensors among the flattened result, in
+# the order of ``flat_proxies``; the backward receives one cotangent (or None) for each of them.
+def torch_autograd_forward(fn, args, kwargs, groups, out_like=None):
+    """Runs ``fn`` with autograd enabled; returns its outputs and the graph for ``torch_autograd_backward``.
+
+    ``groups``: the positions of each traced tensor that requires grad. A tensor passed several times is one leaf
+    (``attn(x, x, x)`` sees ``query is key``); the groups are those of the trace, so the backward returns one
+    gradient per group even where two traced tensors are one tensor at run time (``x`` and ``x.contiguous()``).
+    """
+    leaves, spec = tree_flatten((args, kwargs))
+    inputs = []
+    with torch.enable_grad():
+        for group in groups:
+            d = leaves[group[0]].detach().requires_grad_(True)
+            inputs.append(d)
+            for i in group:
+                leaves[i] = d
+        args, kwargs = tree_unflatten(leaves, spec)
+        out = fn(*args, **kwargs)
+    flat, out_spec = tree_flatten(out)
+    graph = AutogradGraph(inputs, [o for o in flat if isinstance(o, torch.Tensor)])
+    return tree_unflatten([o.detach() if isinstance(o, torch.Tensor) else o for o in flat], out_spec), graph
+
+
+def torch_autograd_backward(graph, *cotangents):
+    if graph.inputs is None:
+        raise RuntimeError(
+            "Trying to backward through the graph a second time (or directly access saved tensors after they have "
+            "already been freed). Specify retain_graph=True if you need to backward through the graph a second time.")
+    outs, grads = [], []
+    for o, g in zip(graph.outputs, cotangents):
+        if g is not None and o.requires_grad:
+            outs.append(o)
+            grads.append(g)
+    keep = torch._C._autograd._get_current_graph_task_keep_graph()
+    if outs:
+        result = torch.autograd.grad(outs, graph.inputs, grads, retain_graph=keep, allow_unused=True,
+                                     materialize_grads=True)
+    else:
+        result = [torch.zeros_like(i) for i in graph.inputs]
+    if not keep:
+        graph.inputs = graph.outputs = None  # release the graph's saved tensors
+    return tuple(result)
+
+
+def _forward_meta(fn, args, kwargs, groups, out_like=None):
+    """``out_like``: the outputs' metadata, when known without running torch's meta kernel."""
+    if out_like is None:
+        out = fallback.meta_outputs(fn, args, kwargs)
+    else:
+        trace = get_tracectx()
+        requires_grad = any(isinstance(a, TensorProxy) and a.requires_grad for a in tree_flatten((args, kwargs))[0])
+        out = tuple(trace.tensor(s, d, dev, requires_grad) for s, d, dev in out_like)
+        out = out[0] if len(out) == 1 else out
+    return out, Var(get_tracectx().make_name("graph"))
+
+
+def _backward_meta(graph, *cotangents, like):
+    """``like``: (shape, dtype, device) of each gradient — metadata, so the inputs are not kept alive for it."""
+    trace = get_tracectx()
+    return tuple(trace.tensor(shape, dtype, device) for shape, dtype, device in like)
+
+
+torch_autograd_forward_sym = Symbol("torch_autograd_forward", _forward_meta, module="ltorch", is_prim=True)
+torch_autograd_backward_sym = Symbol("torch_autograd_backward", _backward_meta, module="ltorch", is_prim=True)
+torch_autograd_forward_sym.torch_impl = torch_autograd_forward
+
+
+def torch_autograd_backward_impl(graph, *cotangents, like):
+    return torch_autograd_backward(graph, *cotangents)
+
+
+torch_autograd_backward_sym.torch_impl = torch_autograd_backward_impl
+from thunder.torch.registry import SYMBOLS as _SYMBOLS  # noqa: E402
+
+_SYMBOLS["torch_autograd_forward"] = torch_autograd_forward_sym
+_SYMBOLS["torch_autograd_backward"] = torch_autograd_backward_sym
+
+
+def torch_autograd_rule(fn, out_meta=None):
+    """A rule that differentiates ``fn`` (a torch callable) with torch's autograd
+    (see [Note: differentiating with torch's autograd]).
+
+    ``out_meta(*args, **kwargs)`` gives the outputs' (shape, dtype, device); without it torch's meta
+    kernel is run.
+    """
+
+    def rule(*args, **kwargs):
+        leaves, spec = tree_flatten((args, kwargs))
+        groups = {}  # a tensor passed several times is one input of the graph: its gradient goes to its first place
+        for i, a in enumerate(leaves):
+            if isinstance(a, TensorProxy) and a.requires_grad:
+                groups.setdefault(a.name, []).append(i)
+        first = {name: g[0] for name, g in groups.items()}
+        out_like = out_meta(*args, **kwargs) if out_meta is not None else None
+        out, graph = torch_autograd_forward_sym(fn, args, kwargs, tuple(tuple(g) for g in groups.values()), out_like)
+        flat_out = flat_proxies(out)
+        like = tuple((tuple(leaves[i].shape), leaves[i].dtype, leaves[i].device) for i in first.values())
+
+        def backward(*cotangents):
+            cts = [g for o, g in zip(flat_out, cotangents) if isinstance(o, TensorProxy)]
+            grads = torch_autograd_backward_sym(graph, *cts, like=like)
+            flat = [None] * len(leaves)
+            for i, g in zip(first.values(), grads):
+                flat[i] = g
+            grad_args, grad_kwargs = tree_unflatten(flat, spec)
+            return ArgGrads(tuple(grad_args), grad_kwargs)
+
+        return out, backward
+
+    return rule
