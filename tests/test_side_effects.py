@@ -173,3 +173,67 @@ def test_eager_code_in_another_thread_is_unaffected_by_tracing():
     thunder.jit(slow)(torch.randn(3))
     t.join()
     assert results == {"seed": True, "function": True}
+
+
+class RunningAverage(nn.Module):
+    """Replaces its buffer with a new tensor in forward (out of place), as some code bases do."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("avg", torch.zeros(3))
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        self.avg = self.avg * 0.9 + x.mean(0) * 0.1
+        return self.lin(x) + self.avg
+
+
+def test_a_buffer_replaced_in_forward_gets_the_new_value_on_every_call():
+    m, ref = RunningAverage(), RunningAverage()
+    ref.load_state_dict(m.state_dict())
+    jm = thunder.jit(m)
+    for _ in range(3):
+        x = torch.randn(4, 3)
+        assert torch.equal(jm(x), ref(x))
+        assert torch.equal(m.avg, ref.avg)
+
+
+class Stores(nn.Module):
+    def forward(self, x):
+        self.cache = x * 2
+        return x + 1
+
+
+class Holder:
+    pass
+
+
+def test_storing_a_computed_tensor_on_an_object_is_refused_and_undone():
+    m = Stores()
+    with pytest.raises(NotImplementedError, match="module.cache"):
+        thunder.jit(m)(torch.randn(2))
+    assert not hasattr(m, "cache")  # no traced value left behind
+
+    def f(x, holder):
+        holder.t = x * 2
+        return x + 1
+
+    h = Holder()
+    h.t = "before"
+    with pytest.raises(NotImplementedError, match="holder.t|argument"):
+        thunder.jit(f)(torch.randn(2), h)
+    assert h.t == "before"
+
+
+def test_inference_mode_and_no_grad_are_different_specializations():
+    def f(x):
+        with torch.enable_grad():
+            return x * 2
+
+    jf = thunder.jit(f)
+    x = torch.randn(3)
+    with torch.no_grad():
+        assert jf(x).requires_grad is f(x).requires_grad
+    with torch.inference_mode():
+        assert jf(x).requires_grad is f(x).requires_grad
+    assert thunder.cache_misses(jf) == 2

@@ -53,7 +53,7 @@ def _arg_names(fn, args, kwargs) -> list:
 def module_tensors_as_proxies(module, comp: TraceCtx, prologue: PrologueBuilder):
     """Swaps the module's parameters and buffers for proxies while tracing (the prologue fetches the real ones)."""
     if module is None:
-        yield []
+        yield [], []
         return
     seen: dict[int, TensorProxy] = {}
     swaps = []
@@ -75,11 +75,11 @@ def module_tensors_as_proxies(module, comp: TraceCtx, prologue: PrologueBuilder)
                             proxy._is_param = True  # isinstance(p, nn.Parameter) answers as in eager
                         seen[id(t)] = proxy
                         prologue.unpack_source(proxy, frontend.ModuleTensorSource(m, qualname, collection, name), t)
-                    swaps.append((d, name, t))
+                    swaps.append((d, name, t, proxy, collection))
                     d[name] = proxy
-        yield modules
+        yield modules, swaps
     finally:
-        for d, name, t in reversed(swaps):
+        for d, name, t, _, _ in reversed(swaps):
             d[name] = t
 
 
@@ -102,7 +102,7 @@ def trace_program(cd: CompileData, args, kwargs) -> TraceResult:
     autocast_state = ltorch_autocast.state()
     state = python_state.StateRecorder(tracer, cd.sharp_edges)
     grad_enabled = torch.is_grad_enabled()
-    with module_tensors_as_proxies(cd.module, comp, prologue) as modules, contextlib.closing(state):
+    with module_tensors_as_proxies(cd.module, comp, prologue) as (modules, swaps), contextlib.closing(state):
         for p, _ in prologue.inputs:
             if isinstance(p, TensorProxy):
                 tracer.register_input(p, prologue.values.get(p.name))
@@ -110,6 +110,9 @@ def trace_program(cd: CompileData, args, kwargs) -> TraceResult:
         with side_effects.watched(cd.fn, cd.sharp_edges), frontend.active(tracer), tracectx(comp), \
                 frontend.TracingMode(tracer), recorder, state.active():
             out = cd.fn(*pargs, **pkwargs)
+        with tracectx(comp):
+            _adopt_replaced_module_tensors(swaps, tracer)
+    state.restore_traced_tensors()
     if torch.is_grad_enabled() != grad_enabled:
         torch.set_grad_enabled(grad_enabled)
         raise NotImplementedError(
@@ -143,6 +146,25 @@ def trace_program(cd: CompileData, args, kwargs) -> TraceResult:
     with tracectx(comp):
         px.python_return(ret)
     return TraceResult(comp, prologue, out, rebuild, recorder, tracer)
+
+
+def _adopt_replaced_module_tensors(swaps, tracer):
+    """A buffer the program replaced (``self.buf = new``) gets the new value, as an in-place update would give it
+    (values as in eager; the buffer stays the same tensor object). Anything else is refused."""
+    for d, name, _, proxy, collection in swaps:
+        new = d.get(name)
+        if new is proxy:
+            continue
+        if (collection == "_buffers" and isinstance(new, TensorProxy) and tuple(new.shape) == tuple(proxy.shape)
+                and new.dtype is proxy.dtype):
+            tracer.inplace(proxy, new, no_grad=True)
+            d[name] = proxy
+            continue
+        kind = "parameter" if collection == "_parameters" else "buffer"
+        raise NotImplementedError(
+            f"The program replaces the {kind} {name!r} with {'None' if new is None else 'another tensor'} while thunder "
+            "traces it; thunder can only give a buffer a new value of the same shape and dtype (written into it on "
+            "every call). Update it in place (`self.buf.copy_(value)`) or keep the new tensor outside the module.")
 
 
 def _real_tensor_of(source, tracer):

@@ -317,7 +317,7 @@ class PrologueBuilder:
         if len(tensor_vars) > 1:  # distinct tensor arguments stay distinct (x is y, and in-place updates)
             self._emit(px.check_distinct_op, tensor_vars)
         self._emit(px.check_global_state_op, torch.is_grad_enabled(), torch.get_default_dtype(), autocast_state,
-                   torch.are_deterministic_algorithms_enabled())
+                   torch.are_deterministic_algorithms_enabled(), torch.is_inference_mode_enabled())
         if modules:
             mvars = tuple(self.module_var(m, q) for q, m in modules)
             self._emit(px.check_training_op, mvars, tuple(m.training for _, m in modules))

@@ -158,10 +158,12 @@ def _patched_getattr(orig):
 
 def _patched_setattr(orig):
     def __setattr__(self, name, value):
-        orig(self, name, value)
         rec = _ACTIVE.recorder
-        if rec is not None:
-            rec.on_write(self, name)
+        if rec is None:
+            return orig(self, name, value)
+        old = rec.read_quietly(self, name)
+        orig(self, name, value)
+        rec.on_write(self, name, old)
 
     return __setattr__
 
@@ -276,6 +278,7 @@ class StateRecorder:
         self.cells: dict[int, tuple] = {}  # id(cell) -> (function, cell, name, expected)
         self.codes: dict = {}  # code objects that ran -> True when it is user code
         self.problems: dict[str, None] = {}
+        self.writes: dict[tuple, tuple] = {}  # (id(obj), name) -> (obj, name, value before the first write, label)
         self.busy = False
         self.internal = 0  # > 0 while thunder handles a torch call: the code running then is not the program's
         self._prev_trace = None
@@ -425,10 +428,21 @@ class StateRecorder:
             return  # tensors are fetched by the prologue on each call
         w.attrs[name] = self.expected(value, f"{w.label}.{name}", w.obj, name)  # the class's own __getattr__
 
-    def on_write(self, obj, name: str):
+    def read_quietly(self, obj, name: str):
+        """``obj.name`` (MISSING if unset), read without recording it."""
+        busy, self.busy = self.busy, True
+        try:
+            return getattr(obj, name, MISSING)
+        except Exception:  # noqa: BLE001 - a property that fails: nothing to restore
+            return MISSING
+        finally:
+            self.busy = busy
+
+    def on_write(self, obj, name: str, old=MISSING):
         w = self.watched.get(id(obj))
         if w is None or self.busy or self.internal:
             return
+        self.writes.setdefault((id(obj), name), (obj, name, old, w.label))
         self._problem(f"{w.label}.{name} is assigned while the program is traced; thunder does not repeat "
                       "assignments to Python attributes on later calls (only tensor operations run)")
         w.seen.add(name)  # later reads see what the program wrote, not outside state
@@ -573,6 +587,35 @@ class StateRecorder:
         nested = {c for code in ran for c in code.co_consts if isinstance(c, types.CodeType)}
         return [code for code in ran if set(code.co_freevars) - {"__class__"} and code not in known and code not in nested]
 
+    def restore_traced_tensors(self):
+        """Attributes the program set to values holding traced tensors: set back to what they were, then refused.
+
+        A traced tensor stored on a module or an argument object would outlive the trace as a meaningless value,
+        and later calls, which run the recorded tensor operations, would not store anything there.
+        """
+        leaked = []
+        real = self.tracer.real_inputs
+        for obj, name, old, label in self.writes.values():
+            value = getattr(obj, name, MISSING)
+            proxies = _proxies_in(value) if value is not MISSING else []
+            if not proxies:
+                continue
+            if all(p.name in real and p.name not in self.tracer.aliases.current for p in proxies):
+                # only inputs (RNN's _flat_weights lists its parameters): the attribute holds them, as in eager
+                setattr(obj, name, _with_real_tensors(value, real))
+                continue
+            leaked.append(f"{label}.{name}")
+            if old is MISSING:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, old)
+        if leaked:
+            raise NotImplementedError(
+                f"The program stores a tensor it computes in {', '.join(leaked)} while thunder traces it. thunder repeats "
+                "only the program's tensor operations on later calls, not assignments to Python attributes, so that "
+                "attribute would hold a traced value. Return the tensor from the jitted function instead (and keep the "
+                "state outside it), or update an existing tensor in place (`self.buf.copy_(value)`).")
+
     def report(self):
         """Reports what thunder cannot check, as ``sharp_edges`` asks."""
         for code in self.unchecked_closures():
@@ -587,6 +630,32 @@ class StateRecorder:
 
         for message in self.problems:
             warnings.warn("Sharp edge: " + message, stacklevel=4)
+
+
+def _proxies_in(value, depth=0) -> list:
+    """The traced tensors in ``value`` and the lists, tuples, dicts and plain objects it holds (a few levels deep)."""
+    if isinstance(value, frontend.TensorProxy):
+        return [value]
+    if depth > 3:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [p for v in value for p in _proxies_in(v, depth + 1)]
+    if isinstance(value, dict):
+        return [p for v in value.values() for p in _proxies_in(v, depth + 1)]
+    d = getattr(value, "__dict__", None)
+    if isinstance(d, dict) and not isinstance(value, (type, types.ModuleType, torch.nn.Module)):
+        return [p for v in list(d.values()) for p in _proxies_in(v, depth + 1)]
+    return []
+
+
+def _with_real_tensors(value, real: dict):
+    if isinstance(value, frontend.TensorProxy):
+        return real[value.name]
+    if type(value) in (list, tuple):
+        return type(value)(_with_real_tensors(v, real) for v in value)
+    if type(value) is dict:
+        return {k: _with_real_tensors(v, real) for k, v in value.items()}
+    return value
 
 
 def watch_program(state: StateRecorder, fn, modules: list, objects: list):

@@ -174,15 +174,21 @@ GLOBAL_MODULE_HOOKS = ("_global_backward_pre_hooks", "_global_backward_hooks", "
                        "_global_forward_hooks", "_global_forward_hooks_with_kwargs", "_global_forward_hooks_always_called")
 
 
-def check_global_state(grad_enabled: bool, default_dtype, autocast_state: tuple, deterministic: bool = False):
+def check_global_state(grad_enabled: bool, default_dtype, autocast_state: tuple, deterministic: bool = False,
+                       inference: bool = False):
     if (torch.is_grad_enabled() is not grad_enabled or torch.get_default_dtype() is not default_dtype
             or _deterministic() is not deterministic):
+        raise CacheMiss
+    if not grad_enabled and _inference_mode() is not inference:  # no_grad and inference_mode trace differently
         raise CacheMiss
     if autocast_state[0] or autocast_state[2]:
         if _autocast_state() != autocast_state:
             raise CacheMiss
     elif _any_autocast():
         raise CacheMiss
+
+
+_inference_mode = torch.is_inference_mode_enabled
 
 
 def _autocast_state():
