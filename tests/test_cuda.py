@@ -1,0 +1,120 @@
+"""The CUDA paths, against eager on the same GPU (skipped where there is no GPU).
+
+cuDNN is made deterministic, so eager and thunder, which run the same kernels, agree bitwise; dropout
+draws its mask on CUDA with the fused ``native_dropout`` kernel, as eager does.
+"""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import thunder
+from tests.models import GPT, GPTConfig
+from tests.parity import check_training_parity
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.fixture(autouse=True)
+def deterministic():
+    old = torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    yield
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = old
+
+
+class LMLoss(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, idx, targets):
+        logits = self.model(idx)
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpt_training_parity_on_cuda(dtype):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=4, n_embd=64, vocab_size=128, block_size=32, dropout=0.1))
+    model = LMLoss(model).to("cuda", dtype)
+    idx = torch.randint(0, 128, (4, 32), device="cuda")
+    check_training_parity(model.train(), (idx, idx), loss_of=lambda loss: loss)
+
+
+def test_dropout_mask_is_eagers_on_cuda():
+    def f(x):
+        return F.dropout(x, 0.3) * 2
+
+    x = torch.randn(64, 64, device="cuda")
+    jf = thunder.jit(f)
+    for seed in range(3):
+        torch.manual_seed(seed)
+        expected = f(x)
+        torch.manual_seed(seed)
+        assert torch.equal(jf(x), expected)
+
+
+def test_autocast_on_cuda():
+    lin = nn.Linear(32, 32).cuda()
+
+    def f(x):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return lin(x).relu().sum(-1)
+
+    x = torch.randn(8, 32, device="cuda")
+    assert torch.equal(thunder.jit(f)(x), f(x))
+
+
+def test_inplace_and_views_on_cuda():
+    def f(x, buf):
+        y = x * 1
+        y[:, 1:].masked_fill_(y[:, 1:] > 0, 0.0)
+        buf[0] += y.sum()
+        return y
+
+    x = torch.randn(4, 5, device="cuda")
+    b1, b2 = torch.zeros(3, device="cuda"), torch.zeros(3, device="cuda")
+    assert torch.equal(thunder.jit(f)(x, b1), f(x, b2))
+    assert torch.equal(b1, b2)
+
+
+def test_data_dependent_shapes_on_cuda():
+    def f(x):
+        idx = torch.nonzero(x > 0).squeeze(1)
+        return x[idx].sum() + x[x < 0].abs().mean()
+
+    jf = thunder.jit(f)
+    for _ in range(3):
+        x = torch.randn(100, device="cuda")
+        torch.testing.assert_close(jf(x), f(x))
+
+
+def _library(name):
+    try:
+        return importlib.import_module(name)
+    except Exception as e:  # noqa: BLE001 - a CPU-only machine, or a torchvision built for another torch
+        pytest.skip(f"{name} does not import here ({type(e).__name__}: {e})")
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small", "efficientnet_b0"])
+def test_torchvision_training_parity_on_cuda(name):
+    tv = _library("torchvision")
+    torch.manual_seed(0)
+    model = getattr(tv.models, name)(num_classes=10).cuda()
+
+    class WithLoss(nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, images, targets):
+            return F.cross_entropy(self.m(images), targets)
+
+    images = torch.randn(4, 3, 64, 64, device="cuda")
+    targets = torch.randint(0, 10, (4,), device="cuda")
+    check_training_parity(WithLoss(model).train(), (images, targets), loss_of=lambda loss: loss)
