@@ -244,11 +244,18 @@ def test_extents_that_cannot_be_matched_raise():
 
 
 def test_fallback_op_on_unmatched_extents_raises():
+    """torch 2.13's meta kernel checks that the two extents are equal, which thunder cannot tell while tracing: a
+    clear error. Older meta kernels do not check (the real kernel does when it runs): then the result is eager's."""
     def fn(x):  # two selections by equal but separately computed masks
         return torch.zeros_like(x).index_copy(0, _selected_rows(x), x[_selected_rows(x)])
 
-    with pytest.raises(NotImplementedError, match="index_copy on inputs whose shapes hold extents known only"):
-        thunder.jit(fn)(torch.randn(6, 3))
+    x = torch.randn(6, 3)
+    try:
+        out = thunder.jit(fn)(x)
+    except NotImplementedError as e:
+        assert "index_copy on inputs whose shapes hold extents known only" in str(e)
+    else:
+        assert torch.__version__ < "2.13" and torch.equal(out, fn(x))
 
 
 def test_fallback_op_changing_an_extent_raises_naming_it():

@@ -118,6 +118,34 @@ def test_autocast_training(case):
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("how", ["F.dropout(inplace=True)", "torch.dropout_", "nn.Dropout(inplace=True)"])
+def test_inplace_dropout_draws_the_inplace_mask(how, grad):
+    """Eager draws in-place dropout's mask with bernoulli_ on every device (F.dropout's is fused on CUDA): the
+    trace says which mask it draws (``dropout_mask(..., True)``), and the values are eager's."""
+    drop = nn.Dropout(0.3, inplace=True)
+
+    def f(x):
+        y = x * 1
+        if how == "F.dropout(inplace=True)":
+            F.dropout(y, 0.3, inplace=True)
+        elif how == "torch.dropout_":
+            torch.dropout_(y, 0.3, True)
+        else:
+            drop(y.flatten())
+        return F.dropout(y, 0.1) * 2
+
+    x = torch.randn(4, 8, requires_grad=grad)
+    jf = thunder.jit(f)
+    torch.manual_seed(3)
+    expected = f(x)
+    torch.manual_seed(3)
+    assert torch.equal(jf(x), expected)
+    masks = [b for b in thunder.last_traces(jf)[-1].bound_symbols if b.sym.name == "dropout_mask"]
+    # the out-of-place dropout draws F.dropout's mask (run as F.dropout itself where no gradient is needed)
+    assert [b.args[2:] for b in masks] == ([(True,), ()] if grad else [(True,)]), [str(b) for b in masks]
+
+
 @pytest.mark.parametrize("p", [0.0, 0.1, 0.5, 1.0])
 def test_dropout_bitwise_with_same_seed(p):
     m = nn.Sequential(nn.Linear(16, 32), nn.Dropout(p), nn.ReLU(), nn.Dropout(p))

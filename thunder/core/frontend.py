@@ -434,6 +434,8 @@ class Tracer:
                 if kwargs.get("dtype") not in (None, getattr(self_value, "dtype", None)):  # x.cumsum_(0, dtype=...)
                     raise RuntimeError(f"Bad in-place call: input tensor dtype {self_value.dtype} and output tensor dtype "
                                        f"{kwargs['dtype']} should match")
+                if getattr(plan.fn, "has_inplace_param", False):  # torch.dropout_ is dropout(..., inplace=True)
+                    kwargs = {**kwargs, "inplace": True}
                 new = self.call(plan.fn, args, kwargs, fn=func)
             else:
                 new = self.handle(plan.fn, args, kwargs)

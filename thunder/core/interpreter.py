@@ -1,8 +1,8 @@
 """What the interpreter saw while tracing: the bytecode instructions of the user's program.
 
 Thunder runs the user's Python natively (see ``thunder.core.frontend``); the interpreter's own hooks
-record what ran: ``sys.settrace`` opcode events on Python 3.11, ``sys.monitoring`` instruction
-events on 3.12 and later. Only the user's code is recorded: frames of torch, thunder and the
+record what ran: ``sys.settrace`` opcode events, in the tracing thread only. Only the user's code
+is recorded: frames of torch, thunder and the
 standard library are skipped.
 """
 from __future__ import annotations
@@ -83,7 +83,8 @@ class InstructionRecorder:
             self.instructions.append(inst)
             self.log.append(inst)
 
-    # -- Python 3.11: sys.settrace ---------------------------------------------------------
+    # -- sys.settrace: this thread only (sys.monitoring's events are process-wide, and instrumenting code
+    # from its callbacks while other threads run is not safe) --------------------------------------
     def _global_trace(self, frame, event, arg):
         code = frame.f_code
         if not self._is_user(code):
@@ -99,61 +100,11 @@ class InstructionRecorder:
             self.log.append(ReturnEvent(frame.f_code.co_qualname))
         return self._local_trace
 
-    # -- Python 3.12+: sys.monitoring ------------------------------------------------------
-    def _start_monitoring(self):
-        mon = sys.monitoring
-        tool = next((i for i in range(5, 0, -1) if mon.get_tool(i) is None), None)
-        if tool is None:
-            return False
-        self._tool = tool
-        self._enabled_codes = []
-        mon.use_tool_id(tool, "thunder")
-        E = mon.events
-
-        def on_start(code, offset):
-            if not self._is_user(code):
-                return mon.DISABLE
-            self.log.append(CallEvent(code.co_qualname, code.co_filename, code.co_firstlineno))
-            if code not in self._enabled_codes:
-                self._enabled_codes.append(code)
-                mon.set_local_events(tool, code, E.INSTRUCTION | E.PY_RETURN)
-            return None
-
-        def on_instruction(code, offset):
-            self._record(code, offset)
-
-        def on_return(code, offset, retval):
-            self.log.append(ReturnEvent(code.co_qualname))
-
-        mon.register_callback(tool, E.PY_START, on_start)
-        mon.register_callback(tool, E.INSTRUCTION, on_instruction)
-        mon.register_callback(tool, E.PY_RETURN, on_return)
-        mon.set_events(tool, E.PY_START)
-        return True
-
-    def _stop_monitoring(self):
-        mon = sys.monitoring
-        tool = self._tool
-        for code in self._enabled_codes:
-            mon.set_local_events(tool, code, 0)
-        mon.set_events(tool, 0)
-        for ev in (mon.events.PY_START, mon.events.INSTRUCTION, mon.events.PY_RETURN):
-            mon.register_callback(tool, ev, None)
-        mon.free_tool_id(tool)
-        mon.restart_events()
-
     def __enter__(self):
-        if sys.version_info >= (3, 12):
-            self._monitoring = self._start_monitoring()
-        else:
-            self._previous = sys.gettrace()
-            sys.settrace(self._global_trace)
+        self._previous = sys.gettrace()
+        sys.settrace(self._global_trace)
         return self
 
     def __exit__(self, *exc):
-        if sys.version_info >= (3, 12):
-            if self._monitoring:
-                self._stop_monitoring()
-        else:
-            sys.settrace(self._previous)
+        sys.settrace(self._previous)
         return False

@@ -159,7 +159,7 @@ def _patched_getattr(orig):
 def _patched_setattr(orig):
     def __setattr__(self, name, value):
         rec = _ACTIVE.recorder
-        if rec is None:
+        if rec is None or not rec.is_watched(self):  # unwatched: no read (a lazy __getattr__ may assign)
             return orig(self, name, value)
         old = rec.read_quietly(self, name)
         orig(self, name, value)
@@ -241,6 +241,16 @@ def _is_library_file(filename: str, prefixes: tuple) -> bool:
 
 
 _LIBRARY_PREFIXES = _library_prefixes()
+
+
+def _importing(frame) -> bool:
+    """Whether ``frame`` runs inside an import statement (importlib's frames are on the stack)."""
+    f = frame.f_back
+    while f is not None:
+        if f.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        f = f.f_back
+    return False
 
 
 def _watchable(cls: type, skipped: tuple) -> bool:
@@ -428,6 +438,9 @@ class StateRecorder:
             return  # tensors are fetched by the prologue on each call
         w.attrs[name] = self.expected(value, f"{w.label}.{name}", w.obj, name)  # the class's own __getattr__
 
+    def is_watched(self, obj) -> bool:
+        return id(obj) in self.watched
+
     def read_quietly(self, obj, name: str):
         """``obj.name`` (MISSING if unset), read without recording it."""
         busy, self.busy = self.busy, True
@@ -522,8 +535,8 @@ class StateRecorder:
     # -- globals and closures of the functions that ran -------------------------------------------
     def _trace_calls(self, frame, event, arg):
         code = frame.f_code
-        if code not in self.codes and not self.internal and code.co_name != "<module>":  # not imports' module code
-            self._new_code(frame)
+        if code not in self.codes and not self.internal and code.co_name != "<module>" and not _importing(frame):
+            self._new_code(frame)  # (code run by an import, e.g. a library's lazy import inside torch, is not the program's)
         prev = self._prev_trace
         return prev(frame, event, arg) if prev is not None else None
 

@@ -295,15 +295,16 @@ for _name, _prim in prims.all_prims().items():
 # ---------------------------------------------------------------------------------------------
 
 
-def dropout_mask(a, p):
+def dropout_mask(a, p, for_inplace=False):
     """The scaled keep-mask of dropout, drawn with the same RNG calls as eager's ``F.dropout``.
 
     On CPU eager draws ``bernoulli_(1 - p)`` into a tensor like the input and divides it by
-    ``1 - p``; on CUDA it runs the fused ``native_dropout`` kernel. A fusion executor that takes
-    dropout instead draws from its own generator: the mask then differs from eager's for the
-    same seed, while the backward still uses exactly the forward's mask.
+    ``1 - p``; on CUDA it runs the fused ``native_dropout`` kernel, except for in-place dropout
+    (``for_inplace``: ``F.dropout(inplace=True)``, ``torch.dropout_``), which draws as on CPU.
+    A fusion executor that takes dropout instead draws from its own generator: the mask then
+    differs from eager's for the same seed, while the backward still uses exactly the forward's mask.
     """
-    if a.device.type == "cuda":
+    if a.device.type == "cuda" and not for_inplace:
         return torch.native_dropout(torch.ones_like(a), p, True)[0]
     return torch.empty_like(a).bernoulli_(1 - p).div_(1 - p)
 
@@ -325,12 +326,22 @@ def manual_seed(seed):
 
 _LTORCH_HELPERS = {"dropout_mask": dropout_mask, "native_batch_norm": native_batch_norm, "manual_seed": manual_seed}
 
+
+def _out_of_place_dropout(a, p=0.5, training=True, inplace=False):
+    """In-place dropout runs as its decomposition (``dropout_mask(..., for_inplace=True)``, a product): eager
+    draws its mask unlike ``F.dropout``'s on CUDA."""
+    return not inplace
+
+
+_LTORCH_CHECKERS = {"dropout": _out_of_place_dropout}
+
 for _sym in LTORCH_SYMBOLS.values():
     _impl = _LTORCH_HELPERS.get(_sym.name) or getattr(_sym, "torch_impl", None)
     if _impl is None:
         continue
     _name = _sym.name if _sym.name in _LTORCH_HELPERS or printable_name(_impl) is None else None
-    ex.register_implementation(_sym, _op_for(_impl, name=_name, tags=_sym.tags), args_transform=_trim_defaults(_sym))
+    ex.register_implementation(_sym, _op_for(_impl, name=_name, tags=_sym.tags), args_transform=_trim_defaults(_sym),
+                               checker=_LTORCH_CHECKERS.get(_sym.name))
 
 
 def _claim_fallback(sym):

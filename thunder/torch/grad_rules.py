@@ -209,8 +209,8 @@ def silu_rule(a, inplace=False):
 
 
 @register_vjp(tnn.dropout_mask)
-def dropout_mask_rule(a, p):
-    return tnn.dropout_mask(a, p), lambda g: (None,)
+def dropout_mask_rule(a, p, for_inplace=False):
+    return tnn.dropout_mask(a, p, True) if for_inplace else tnn.dropout_mask(a, p), lambda g: (None,)
 
 
 from thunder.torch.autograd_rule import torch_autograd_rule  # noqa: E402

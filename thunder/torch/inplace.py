@@ -133,6 +133,7 @@ _REFUSED = {
     "sparse_resize_": "sparse tensors are not supported by thunder",
     "sparse_resize_and_clear_": "sparse tensors are not supported by thunder",
     "resize_": "Tensor.resize_ changes a tensor's size and storage in place; use reshape or a new tensor instead",
+    "rename_": "Tensor.rename_ names dimensions in place; named tensors are not supported by thunder",
     "resize_as_": "Tensor.resize_as_ changes a tensor's size and storage in place; use reshape_as or a new tensor instead",
 }
 

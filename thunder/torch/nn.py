@@ -11,7 +11,7 @@ from thunder.core import prims
 from thunder.core.extents import is_runtime, is_zero, prod as extent_prod
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import Tag
-from thunder.torch.registry import torchsymbol
+from thunder.torch.registry import INPLACE_TO_SYMBOL, torchsymbol
 from thunder.torch.utils import broadcast, canonicalize_dim, check, convert, expand_to, promote
 from thunder.torch import elementwise as ew, reductions as red, shapes, fallback
 from thunder.torch.creation import full
@@ -282,8 +282,11 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
 
 
 @torchsymbol(name="dropout_mask", tags=(Tag.RANDOM,), torch_impl=None)
-def dropout_mask(a, p: float):
-    """The scaled keep-mask of dropout: 1/(1-p) where an element is kept, 0 where it is dropped."""
+def dropout_mask(a, p: float, for_inplace: bool = False):
+    """The scaled keep-mask of dropout: 1/(1-p) where an element is kept, 0 where it is dropped.
+
+    ``for_inplace``: the mask of in-place dropout, which eager draws differently on CUDA (see the torch
+    executor's ``dropout_mask``)."""
     u = prims.uniform(tuple(a.shape), 0.0, 1.0, device=a.device, dtype=a.dtype)
     keep = prims.lt(u, 1 - p)
     return prims.mul(prims.convert_element_type(keep, a.dtype), 1 / (1 - p))
@@ -296,7 +299,10 @@ def dropout(a, p=0.5, training=True, inplace=False):
         return a
     if p == 1:
         return ew.mul(a, 0.0)
-    return ew.mul(a, dropout_mask(a, p))
+    return ew.mul(a, dropout_mask(a, p, inplace) if inplace else dropout_mask(a, p))
+
+
+INPLACE_TO_SYMBOL[torch.dropout_] = dropout  # an in-place twin: called with inplace=True by the tracer
 
 
 # ---------------------------------------------------------------------------------------------
