@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import thunder
-from thunder.core.cache import DEFAULT_CACHE_LIMIT, RecompilationWarning
-from thunder.core.prologue import MAX_INPUT_DEPTH
+from thunder.driver.cache import DEFAULT_CACHE_LIMIT, RecompilationWarning
+from thunder.driver.prologue import MAX_INPUT_DEPTH
 from thunder.executors.pythonex import CacheMiss
 
 

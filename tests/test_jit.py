@@ -11,7 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import thunder
-from thunder.core.interpreter import InterpreterError
+from thunder.driver.interpreter import InterpreterError
 from thunder.core.proxies import DataDependentError
 from thunder.core.trace_checker import check_trace
 
@@ -863,7 +863,7 @@ def test_transforms_are_applied_and_listed():
 
 @pytest.mark.parametrize("mode", ["allow", "warn", "error"])
 def test_sharp_edges_option_for_tensors_outside_the_arguments(mode):
-    from thunder.core.frontend import ThunderSharpEdgeError
+    from thunder.driver.frontend import ThunderSharpEdgeError
     import warnings
 
     jf = thunder.jit(uses_global, sharp_edges=mode)

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 
 import thunder
-from thunder.core.frontend import ThunderSharpEdgeError
+from thunder.driver.frontend import ThunderSharpEdgeError
 
 
 class Cfg:

@@ -11,7 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import thunder
-from thunder.core.frontend import ThunderSharpEdgeError
+from thunder.driver.frontend import ThunderSharpEdgeError
 
 LOG: list = []
 

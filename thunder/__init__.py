@@ -11,11 +11,11 @@ from typing import Any, Callable
 
 import torch as pytorch  # `torch` names the thunder.torch submodule in this package
 
-from thunder.core.cache import DEFAULT_CACHE_LIMIT
-from thunder.core.compile_data import CompileData, CompileStats
-from thunder.core.interpreter import InterpreterError
-from thunder.core.module import ThunderModule
-from thunder.core.prologue import CACHE_OPTIONS
+from thunder.driver.cache import DEFAULT_CACHE_LIMIT
+from thunder.driver.compile_data import CompileData, CompileStats
+from thunder.driver.interpreter import InterpreterError
+from thunder.driver.module import ThunderModule
+from thunder.driver.prologue import CACHE_OPTIONS
 from thunder.core.trace import TraceCtx
 from thunder import extend
 from thunder.extend import resolve_executors
@@ -30,10 +30,10 @@ _KNOWN_COMPILE_OPTIONS = frozenset()
 
 
 def _make_jitted(cd: CompileData) -> Callable:
-    from thunder.core import frontend
-    from thunder.core.cache import Cache, Call, key_function, same_input_key
-    from thunder.core.pipeline import compile_entry
-    from thunder.core.runtime import run_entry, first_inputs, run_inline
+    from thunder.driver import frontend
+    from thunder.driver.cache import Cache, Call, key_function, same_input_key
+    from thunder.driver.pipeline import compile_entry
+    from thunder.driver.runtime import run_entry, first_inputs, run_inline
     from thunder.executors.pythonex import CacheMiss
 
     _check_jittable(cd.fn)
@@ -122,7 +122,7 @@ def jit(fn: Callable, /, *, langctx=None, executors=None, sharp_edges=None, cach
         disable_torch_autograd: trace for inference only, never connecting outputs to torch.autograd.
         transforms: ``thunder.transforms.base.Transform`` objects, applied in order at the points
             that class documents; the data-parallel transforms are among them.
-        cache_limit: the most compiled entries kept (default ``thunder.core.cache.DEFAULT_CACHE_LIMIT``, 32).
+        cache_limit: the most compiled entries kept (default ``thunder.driver.cache.DEFAULT_CACHE_LIMIT``, 32).
             Past it thunder warns once, naming what keeps changing, and evicts the least recently used.
     """
     _check_jittable(fn)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
-from thunder.core.compile_data import CompileData
-from thunder.core.prologue import CACHE_OPTIONS
+from thunder.driver.compile_data import CompileData
+from thunder.driver.prologue import CACHE_OPTIONS
 from thunder.extend import resolve_executors
 
 __all__ = ["jit"]

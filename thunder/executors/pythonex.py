@@ -208,7 +208,7 @@ for _fn in (check_tensor, check_layout, check_distinct, check_unshared, check_le
                                                            imports=(_IMPORT.format(_fn.__name__),))
 
 
-# -- checks of Python state (see [Note: Python state] in thunder/core/python_state.py) ------------------
+# -- checks of Python state (see [Note: Python state] in thunder/driver/python_state.py) ------------------
 
 
 class _Missing:

@@ -83,7 +83,7 @@ def _trim_defaults(sym):
     def transform(args, kwargs):
         args = list(args)
         # Traces are functional: ``F.relu(x, inplace=True)`` is recorded as relu plus a rebinding of ``x``
-        # (see [Note: in-place updates] in thunder/core/frontend.py), so the kernel runs out of place.
+        # (see [Note: in-place updates] in thunder/driver/frontend.py), so the kernel runs out of place.
         if inplace_at is not None and len(args) > inplace_at:
             args[inplace_at] = False
         kwargs = {k: (False if k == "inplace" else v) for k, v in kwargs.items()}

@@ -252,5 +252,5 @@ _TORCH_MANUAL_SEED = torch.random.manual_seed
 @torchsymbol(name="manual_seed", tags=(Tag.RANDOM, Tag.SIDE_EFFECT), torch_impl=_TORCH_MANUAL_SEED)
 def manual_seed(seed):
     """``torch.manual_seed(seed)`` inside a jitted program: recorded, so it reseeds on every call, in order with the
-    program's random operations, as eager does (see thunder/core/random_state.py)."""
+    program's random operations, as eager does (see thunder/driver/random_state.py)."""
     return None

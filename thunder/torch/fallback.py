@@ -363,7 +363,7 @@ def fallback_call(fn, args, kwargs):
 # an augmented assignment (``__ior__``), an ``nn.init`` initializer, or an operation called with
 # ``inplace=True``. Recording its call like an out-of-place one would lose the update (later reads
 # of the tensor would see the old value), so it is recorded functionally, like the in-place
-# operations thunder defines (see [Note: in-place updates] in thunder/core/functionalization.py):
+# operations thunder defines (see [Note: in-place updates] in thunder/driver/functionalization.py):
 # ``updated_copy(op, a, ...)`` runs ``op`` on a copy of ``a`` and returns the copy, and the tracer
 # rebinds ``a`` to it. The same torch kernel runs, so values and random draws are eager's.
 # Operations that change a tensor's shape, strides or storage in place cannot be expressed so and

@@ -1,7 +1,7 @@
 """In-place operations of the torch language: for every torch callable that updates a tensor in place,
 how to compute the tensor's new value out of place.
 
-Traces are functional (see [Note: in-place updates] in thunder/core/frontend.py): the frontend computes the
+Traces are functional (see [Note: in-place updates] in thunder/driver/frontend.py): the frontend computes the
 new value with the plan below, then rebinds the updated tensor to it. Every public ``Tensor.*_`` method,
 the in-place operators (``+=``, ...), torch's and ``torch.nn.functional``'s in-place functions
 (``torch.relu_``, ``F.elu_``) and ``torch.nn.init`` have a plan; an in-place callable without one is refused

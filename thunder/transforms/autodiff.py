@@ -6,7 +6,7 @@ The forward trace (``augmented_forward_fn``) applies each differentiable operati
 reads. The backward trace (``backward_fn``) calls the rules' backward closures in reverse order and
 accumulates gradients. Which forward values are saved is not decided by hand: it is exactly the set
 of forward values the (dead-code-eliminated) backward trace reads, except those of activation-
-checkpointed regions, which the backward recomputes (see ``thunder.core.checkpointing``).
+checkpointed regions, which the backward recomputes (see ``thunder.driver.checkpointing``).
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import torch
 from thunder.core import prims
 from thunder.core.codeutils import flat_proxies
 from thunder.core.extents import unify
-from thunder.core.compile_data import CacheEntry
-from thunder.core.outputs import is_printable_structure
+from thunder.driver.compile_data import CacheEntry
+from thunder.driver.outputs import is_printable_structure
 from thunder.core.proxies import TensorProxy, NumberProxy, Var
 from thunder.core.symbol import BoundSymbol, Tag
 from thunder.core.trace import TraceCtx, tracectx
@@ -368,7 +368,7 @@ def _split_forward_backward(cd, result, trace, traces, candidates, outer_grad) -
         if new_bwd is not bwd:
             bwd = new_bwd
             bwd_traces.append(bwd)
-    from thunder.core.pipeline import executable_traces, make_entry
+    from thunder.driver.pipeline import executable_traces, make_entry
 
     traces += executable_traces(fwd_final, cd)
     bwd_traces += executable_traces(bwd, cd)
@@ -413,7 +413,7 @@ def _differentiable_writes(fwd: TraceCtx, params: list) -> list:
 
 
 def _output_rebuild(result, output):
-    from thunder.core.outputs import flatten_output
+    from thunder.driver.outputs import flatten_output
 
     _, rebuild = flatten_output(result.output)
     if isinstance(result.output, (TensorProxy, NumberProxy)):

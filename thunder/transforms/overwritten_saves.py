@@ -3,7 +3,7 @@
 [Note: saved values overwritten by in-place updates]
 Traces are functional: ``y.mul_(x)`` on an input ``y`` computes a new value and the forward trace ends
 with ``prims.copy_(new, y)``, which writes it into the caller's tensor (see [Note: in-place updates]
-in thunder/core/frontend.py). A value the backward reads is saved as the tensor the forward computed.
+in thunder/driver/frontend.py). A value the backward reads is saved as the tensor the forward computed.
 If that tensor is the input ``y`` itself, or a view of it (``y.reshape(-1)``, ``y.t()``: the torch
 executor runs view operations as views), the write-back would overwrite it before the backward reads
 it, and the gradients would silently use the new value. Such saved values are cloned before the first

@@ -6,8 +6,8 @@ from typing import Any, Callable
 
 import torch
 
-from thunder.core.cache import DEFAULT_CACHE_LIMIT
-from thunder.core.prologue import CACHE_OPTIONS
+from thunder.driver.cache import DEFAULT_CACHE_LIMIT
+from thunder.driver.prologue import CACHE_OPTIONS
 
 
 @dataclasses.dataclass
@@ -64,7 +64,7 @@ class CompileStats:
     last_entry: CacheEntry | None = None
     last_trace_tracing_time_ms: float = 0.0
     last_compile_time_ms: float = 0.0
-    cache: Any = None  # thunder.core.cache.Cache
+    cache: Any = None  # thunder.driver.cache.Cache
 
     @property
     def entries(self) -> list:

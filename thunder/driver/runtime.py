@@ -36,7 +36,7 @@ def unchecked_prologue(entry):
 def run_inline(cd, args, kwargs):
     """A jitted callable called while another program is traced runs as plain Python, so that the outer
     trace records its operations (forward and backward then follow the outer program)."""
-    from thunder.core import python_state
+    from thunder.driver import python_state
 
     recorder = python_state.current()
     if recorder is not None and cd.module is not None:

@@ -18,8 +18,8 @@ import torch
 
 from thunder.core.proxies import TensorProxy, NumberProxy, Var
 from thunder.core.trace import TraceCtx, tracectx
-from thunder.core.interpreter import InterpreterError
-from thunder.core import frontend
+from thunder.driver.interpreter import InterpreterError
+from thunder.driver import frontend
 from thunder.executors import pythonex as px
 
 

@@ -6,8 +6,8 @@ factories) and records the matching ``ltorch`` symbol instead of computing. Pyth
 shapes and numbers therefore simply runs, and is specialized into the trace.
 
 In-place updates and aliasing are functionalized while tracing: see [Note: in-place updates] in
-thunder/core/functionalization.py. Questions the program asks about its tensors (metadata, strides,
-autograd state) are answered as eager answers them: see thunder/core/tensor_queries.py.
+thunder/driver/functionalization.py. Questions the program asks about its tensors (metadata, strides,
+autograd state) are answered as eager answers them: see thunder/driver/tensor_queries.py.
 """
 from __future__ import annotations
 
@@ -23,14 +23,15 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from thunder.core import prims, python_state, tensor_queries
-from thunder.core.functionalization import Aliases, ViewStep, view_chain
-from thunder.core.interpreter import InterpreterError
-from thunder.core.layouts import Layouts, UnknownLayout
-from thunder.core.outputs import flatten_output
+from thunder.core import prims
+from thunder.driver import python_state, tensor_queries
+from thunder.driver.functionalization import Aliases, ViewStep, view_chain
+from thunder.driver.interpreter import InterpreterError
+from thunder.driver.layouts import Layouts, UnknownLayout
+from thunder.driver.outputs import flatten_output
 from thunder.core.proxies import TensorProxy, NumberProxy, SymbolicTensorProxy
 from thunder.core.symbol import Symbol
-from thunder.core.tensor_queries import TracedGradFn
+from thunder.driver.tensor_queries import TracedGradFn
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.torch import TORCH_TO_SYMBOL
 from thunder.torch import shapes as ltorch_shapes
@@ -313,7 +314,7 @@ class Tracer:
     # -- the interception point --------------------------------------------------------------
     def handle(self, func, args, kwargs):
         """A torch call the program made. The code it runs (thunder's, torch's meta kernels, libraries they import)
-        is not the program's: the recorder of Python state ignores it (see thunder/core/python_state.py)."""
+        is not the program's: the recorder of Python state ignores it (see thunder/driver/python_state.py)."""
         state = python_state.current()
         if state is None:
             return self._handle(func, args, kwargs)
@@ -424,7 +425,7 @@ class Tracer:
             return self.inplace(first if first is not None else args[0], self.call(sym, args, kwargs))
         return self.call(fallback_symbol(func), args, kwargs, fn=func)
 
-    # -- in-place updates (see [Note: in-place updates] in thunder/core/functionalization.py) --------
+    # -- in-place updates (see [Note: in-place updates] in thunder/driver/functionalization.py) --------
     def _inplace_call(self, plan, func, first, args, kwargs):
         if plan.kind == PlanKind.REFUSE:
             raise NotImplementedError(f"{describe(func)} is not supported by thunder: {plan.message}")
@@ -557,7 +558,7 @@ class Tracer:
             return rebuild([self._resolve_outputs(y, written) for y in leaves])
         return x
 
-    # -- questions about tensors (see thunder/core/tensor_queries.py) ----------------------------
+    # -- questions about tensors (see thunder/driver/tensor_queries.py) ----------------------------
     def _layout_query(self, func, args, kwargs):
         value = self.resolve(args[0])
         try:
@@ -669,7 +670,7 @@ def _is_view_prim(bsym) -> bool:
 
 
 def _is_fallback_view(bsym) -> bool:
-    from thunder.core.functionalization import _FALLBACK_SCATTERS
+    from thunder.driver.functionalization import _FALLBACK_SCATTERS
 
     return getattr(bsym.sym, "torch_impl", None) in _FALLBACK_SCATTERS
 

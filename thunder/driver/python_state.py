@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from thunder.core import frontend
+from thunder.driver import frontend
 from thunder.core.proxies import Var
 from thunder.executors import pythonex as px
 from thunder.executors.pythonex import MISSING, Contents, MethodOf
@@ -295,7 +295,7 @@ class StateRecorder:
 
     def emit(self, pb):
         """Adds a check of everything recorded to the prologue being built (``pb``, a ``PrologueBuilder``)."""
-        from thunder.core.state_checks import emit_checks
+        from thunder.driver.state_checks import emit_checks
 
         pb.check_objects(self.by_identity)
         emit_checks(self, pb)

@@ -26,7 +26,7 @@ def install():
 
         @functools.wraps(_TORCH_MANUAL_SEED)
         def manual_seed(seed):
-            from thunder.core.frontend import current_tracer
+            from thunder.driver.frontend import current_tracer
 
             tracer = current_tracer()
             if tracer is None:

@@ -2,7 +2,7 @@
 
 Metadata (shape, dtype, device, ...) comes from the proxy of the tensor's *current* value (an in-place
 ``t_()`` changes the shape, an in-place update with a tensor that requires grad makes the tensor require
-grad). Layout questions (``stride()``, ``is_contiguous()``) are answered from ``thunder.core.layouts``.
+grad). Layout questions (``stride()``, ``is_contiguous()``) are answered from ``thunder.driver.layouts``.
 Autograd questions (``is_leaf``, ``grad_fn``, ``grad``) are answered as eager would answer them. Questions
 that need tensor data (``data_ptr()``, ``untyped_storage()``) are refused with a clear error.
 """

@@ -7,11 +7,11 @@ import time
 
 import torch
 
-from thunder.core import checkpointing, frontend, python_state, random_state, side_effects
-from thunder.core.compile_data import CacheEntry, CompileData
-from thunder.core.interpreter import InstructionRecorder
-from thunder.core.outputs import flatten_output, is_printable_structure
-from thunder.core.prologue import PrologueBuilder
+from thunder.driver import checkpointing, frontend, python_state, random_state, side_effects
+from thunder.driver.compile_data import CacheEntry, CompileData
+from thunder.driver.interpreter import InstructionRecorder
+from thunder.driver.outputs import flatten_output, is_printable_structure
+from thunder.driver.prologue import PrologueBuilder
 from thunder.core.proxies import TensorProxy, NumberProxy
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.executors import pythonex as px

@@ -204,7 +204,7 @@ def _show(v) -> str:
 def _arg_names(call: Call | None) -> list:
     if call is None:
         return []
-    from thunder.core.pipeline import _arg_names as names
+    from thunder.driver.pipeline import _arg_names as names
 
     return names(call.fn, call.args, call.kwargs)
 

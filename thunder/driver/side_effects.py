@@ -3,7 +3,7 @@
 thunder records the program's torch operations; plain Python runs only while tracing. So ``print(...)``,
 ``random.random()``, ``time.time()`` and changes to module-level lists, dicts and sets happen on the call that
 traces, not on later calls, which run the trace. (``torch.manual_seed`` is recorded in the trace: see
-thunder/core/random_state.py.) With ``sharp_edges`` set, the builtins such a program calls are watched while
+thunder/driver/random_state.py.) With ``sharp_edges`` set, the builtins such a program calls are watched while
 tracing (``sys.setprofile``, this thread only) and each kind of side effect is reported once.
 """
 from __future__ import annotations
@@ -52,7 +52,7 @@ def watched(fn, mode):
     if mode not in ("warn", "error"):
         yield
         return
-    from thunder.core.frontend import ThunderSharpEdgeError
+    from thunder.driver.frontend import ThunderSharpEdgeError
 
     reported: set[str] = set()
     previous = sys.getprofile()

@@ -1,6 +1,6 @@
 """What the interpreter saw while tracing: the bytecode instructions of the user's program.
 
-Thunder runs the user's Python natively (see ``thunder.core.frontend``); the interpreter's own hooks
+Thunder runs the user's Python natively (see ``thunder.driver.frontend``); the interpreter's own hooks
 record what ran: ``sys.settrace`` opcode events, in the tracing thread only. Only the user's code
 is recorded: frames of torch, thunder and the
 standard library are skipped.

@@ -14,7 +14,7 @@ import enum
 import torch
 
 from thunder.core.proxies import Var
-from thunder.core.python_state import _CALL_STATE, _HOOK_DICTS, _NO_CHECK
+from thunder.driver.python_state import _CALL_STATE, _HOOK_DICTS, _NO_CHECK
 from thunder.executors import pythonex as px
 from thunder.executors.pythonex import MISSING, Contents
 

@@ -27,7 +27,7 @@ _install_lock = threading.Lock()
 
 
 def _tracing_trace():
-    from thunder.core.frontend import current_tracer
+    from thunder.driver.frontend import current_tracer
 
     tracer = current_tracer()
     return None if tracer is None else tracer.trace
