@@ -24,6 +24,7 @@ __all__ = [
     "jit", "compile_data", "compile_stats", "last_traces", "last_backward_traces", "last_prologue_traces",
     "cache_option", "cache_hits", "cache_misses", "list_transforms", "last_interpreted_instructions",
     "last_interpreter_log", "last_compile_options", "ThunderModule", "CACHE_OPTIONS", "InterpreterError",
+    "add_transform",
 ]
 
 _KNOWN_COMPILE_OPTIONS = frozenset()
@@ -143,15 +144,32 @@ def jit(fn: Callable, /, *, langctx=None, executors=None, sharp_edges=None, cach
     for t in cd.transforms:
         if not isinstance(t, Transform):
             raise TypeError(f"transforms must be thunder.transforms.base.Transform objects, got {t!r}")
-        t.transform_module(cd)
     jitted = _make_jitted(cd)
+    result = jitted
     if module is not None:
-        tm = ThunderModule(module, jitted)
-        tm._lc_cd = cd
-        tm._lc_cs = jitted._lc_cs
-        return tm
-    functools.update_wrapper(jitted, fn)
-    return jitted
+        result = cd.thunder_module = ThunderModule(module, jitted)
+        result._lc_cd = cd
+        result._lc_cs = jitted._lc_cs
+    else:
+        functools.update_wrapper(jitted, fn)
+    for t in cd.transforms:
+        t.transform_module(cd)
+    return result
+
+
+def add_transform(jitted, transform) -> None:
+    """Applies ``transform`` to an already jitted function or ``ThunderModule``, after its other transforms.
+
+    The programs compiled so far are dropped: the next call compiles again, with the transform.
+    """
+    from thunder.transforms.base import Transform
+
+    cd = compile_data(jitted)
+    if not isinstance(transform, Transform):
+        raise TypeError(f"transforms must be thunder.transforms.base.Transform objects, got {transform!r}")
+    cd.transforms = (*cd.transforms, transform)
+    compile_stats(jitted).cache.clear()
+    transform.transform_module(cd)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -135,6 +135,11 @@ class Cache:
         self.warned = False
         self.stacklevel = stacklevel  # of the warning: the user's call
 
+    def clear(self):
+        """Drops every entry (the program changed: e.g. a transform was added)."""
+        self.buckets.clear()
+        self.size = 0
+
     def entries(self) -> list:
         return [e for bucket in self.buckets.values() for e in bucket]
 

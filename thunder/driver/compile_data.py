@@ -26,6 +26,7 @@ class CompileData:
     langctx: Any = None
     used_options: set = dataclasses.field(default_factory=set)
     cache_limit: int = DEFAULT_CACHE_LIMIT
+    thunder_module: Any = None  # the ThunderModule, when a module was jitted
 
     @property
     def is_module(self) -> bool:

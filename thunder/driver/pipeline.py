@@ -11,13 +11,16 @@ from thunder.driver import checkpointing, frontend, python_state, random_state, 
 from thunder.driver.compile_data import CacheEntry, CompileData
 from thunder.driver.interpreter import InstructionRecorder
 from thunder.driver.outputs import flatten_output, is_printable_structure
+from thunder.driver.runtime import GradInfo, output_rebuild
 from thunder.driver.prologue import PrologueBuilder
 from thunder.core.proxies import TensorProxy, NumberProxy
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.executors import pythonex as px
 from thunder.executors.passes import transform_for_execution
+from thunder.transforms.autodiff import forward_and_backward
 from thunder.transforms.dce import dce
 from thunder.transforms.delete_last_used import delete_last_used
+from thunder.transforms.saved_for_backward import save_for_backward
 from thunder.torch import autocast as ltorch_autocast
 
 
@@ -50,8 +53,9 @@ def _arg_names(fn, args, kwargs) -> list:
 
 
 @contextlib.contextmanager
-def module_tensors_as_proxies(module, comp: TraceCtx, prologue: PrologueBuilder):
-    """Swaps the module's parameters and buffers for proxies while tracing (the prologue fetches the real ones)."""
+def module_tensors_as_proxies(module, comp: TraceCtx, prologue: PrologueBuilder, compilation: "Compilation"):
+    """Swaps the module's parameters and buffers for proxies while tracing (the prologue fetches the real ones);
+    transforms may give the program something else in a proxy's place (``transform_module_tensor``)."""
     if module is None:
         yield [], []
         return
@@ -73,8 +77,12 @@ def module_tensors_as_proxies(module, comp: TraceCtx, prologue: PrologueBuilder)
                                             name="t_" + fq.replace(".", "_"))
                         if collection == "_parameters":
                             proxy._is_param = True  # isinstance(p, nn.Parameter) answers as in eager
+                        source = frontend.ModuleTensorSource(m, qualname, collection, name)
+                        prologue.unpack_source(proxy, source, t)
+                        with tracectx(comp):
+                            for transform in compilation.compile_data.transforms:
+                                proxy = transform.transform_module_tensor(proxy, source, compilation)
                         seen[id(t)] = proxy
-                        prologue.unpack_source(proxy, frontend.ModuleTensorSource(m, qualname, collection, name), t)
                     swaps.append((d, name, t, proxy, collection))
                     d[name] = proxy
         yield modules, swaps
@@ -83,11 +91,11 @@ def module_tensors_as_proxies(module, comp: TraceCtx, prologue: PrologueBuilder)
             d[name] = t
 
 
-def trace_program(cd: CompileData, args, kwargs) -> TraceResult:
+def trace_program(cd: CompileData, args, kwargs, compilation: "Compilation") -> TraceResult:
     checkpointing.install()
     random_state.install()
     comp = TraceCtx("computation")
-    prologue = PrologueBuilder(comp, cd.cache_option, cd.functional)
+    prologue = compilation._prologue = PrologueBuilder(comp, cd.cache_option, cd.functional)
     prologue.start_ns = time.perf_counter_ns()
     with tracectx(comp):
         pargs, pkwargs = prologue.unpack_call(args, kwargs, _arg_names(cd.fn, args, kwargs))
@@ -102,7 +110,8 @@ def trace_program(cd: CompileData, args, kwargs) -> TraceResult:
     autocast_state = ltorch_autocast.state()
     state = python_state.StateRecorder(tracer, cd.sharp_edges)
     grad_enabled = torch.is_grad_enabled()
-    with module_tensors_as_proxies(cd.module, comp, prologue) as (modules, swaps), contextlib.closing(state):
+    with module_tensors_as_proxies(cd.module, comp, prologue, compilation) as (modules, swaps), \
+            contextlib.closing(state):
         for p, _ in prologue.inputs:
             if isinstance(p, TensorProxy):
                 tracer.register_input(p, prologue.values.get(p.name))
@@ -186,9 +195,49 @@ def used_params(trace: TraceCtx, candidates: list) -> list:
     return [p for p in candidates if p.name in used]
 
 
+class Compilation:
+    """One compilation, from a call to a cache entry: what transforms see besides the traces.
+
+    ``compile_data``: the jitted callable and its options (``thunder_module`` among them). ``sources``:
+    where the prologue fetches each input proxy (by name), e.g. a ``ModuleTensorSource`` naming the
+    parameter or buffer and its submodule. ``grad_inputs`` (training only): the backward trace's output
+    ``i`` is the gradient of the forward input ``grad_inputs[i]``. ``read_state(obj, name)`` reads Python
+    state a transform specializes on (``no_sync``, say): the entry's prologue checks it on every call, so a
+    change gives another entry.
+    """
+
+    def __init__(self, cd: CompileData):
+        self.compile_data = cd
+        self.sources: dict = {}
+        self.grad_inputs: list | None = None
+        self._prologue: PrologueBuilder | None = None  # set when tracing starts
+
+    @property
+    def thunder_module(self):
+        return self.compile_data.thunder_module
+
+    def parameter_name(self, proxy) -> str | None:
+        """The qualified name (``"layer.0.weight"``) of the module parameter or buffer ``proxy`` stands for."""
+        src = self.sources.get(getattr(proxy, "name", None))
+        if isinstance(src, frontend.ModuleTensorSource):
+            return f"{src.qualname}.{src.name}" if src.qualname else src.name
+        return None
+
+    def read_state(self, obj, name: str):
+        """``getattr(obj, name)``, checked by the prologue on every call (a change is a cache miss)."""
+        value = getattr(obj, name)
+        self._prologue.check_attribute(obj, name, value)
+        return value
+
+
 def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
+    """The phases, in order, for inference and training alike: trace, dead-code elimination, computation
+    transforms, then (training) autodiff, forward/backward transforms and the choice of saved values, then
+    executors, post-executor transforms, freeing after last use, and the cache entry with its prologue."""
     start = time.perf_counter_ns()
-    result = trace_program(cd, args, kwargs)
+    compilation = Compilation(cd)
+    result = trace_program(cd, args, kwargs, compilation)
+    compilation.sources = {p.name: src for p, src in result.prologue.inputs if hasattr(p, "name")}
     comp = result.computation
     comp.set_provenance("Trace", start)
     candidates = [p for p, _ in result.prologue.inputs]
@@ -199,18 +248,35 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     trace = dce(comp)
     traces.append(trace)
     for transform in cd.transforms:
-        new = transform.transform_computation(trace, cd)
-        if new is not trace:
-            trace = new
-            traces.append(trace)
-    if needs_grad:
-        from thunder.transforms.autodiff import split_forward_backward
+        trace = _append_if_new(traces, trace, transform.transform_computation(trace, compilation))
+    if not needs_grad:
+        params = used_params(trace, candidates)
+        trace.params = params
+        traces += _executable(trace, cd, compilation, "computation")
+        return make_entry(result, params, traces, output_rebuild=result.rebuild)
 
-        return split_forward_backward(cd, result, trace, traces, candidates)
-    params = used_params(trace, candidates)
-    trace.params = params
-    traces += executable_traces(trace, cd)
-    return make_entry(result, params, traces, output_rebuild=result.rebuild)
+    outer_grad = torch.is_grad_enabled()
+    fb = forward_and_backward(trace, candidates)
+    compilation.grad_inputs = list(fb.inputs)
+    fwd, bwd = fb.forward, fb.backward
+    for transform in cd.transforms:
+        fwd, bwd = transform.transform_forward_backward(fwd, bwd, compilation)
+    fwd, bwd = save_for_backward(fb, fwd, bwd)
+    traces.append(fwd)
+    bwd_traces = [bwd]
+    traces += _executable(fwd, cd, compilation, "forward")
+    bwd_traces += _executable(bwd, cd, compilation, "backward")
+    nondiff = tuple(i for i, o in enumerate(fb.flat_outputs) if not (isinstance(o, TensorProxy) and o.requires_grad))
+    grad_info = GradInfo(nondiff, len(fb.flat_outputs), is_printable_structure(result.output),
+                         enable_grad=not outer_grad, dirty_inputs=tuple(i for i, _ in fb.dirty))
+    return make_entry(result, candidates, traces, output_rebuild=output_rebuild(result), backward_traces=bwd_traces,
+                      grad_info=grad_info)
+
+
+def _append_if_new(traces: list, old: TraceCtx, new: TraceCtx) -> TraceCtx:
+    if new is not old:
+        traces.append(new)
+    return new
 
 
 def _records_grad(trace: TraceCtx) -> bool:
@@ -218,10 +284,14 @@ def _records_grad(trace: TraceCtx) -> bool:
     return any(isinstance(o, TensorProxy) and o.requires_grad for b in trace.bound_symbols for o in b.flat_outs)
 
 
-def executable_traces(trace: TraceCtx, cd: CompileData) -> list:
-    """The executors' trace of ``trace`` and the same with ``del`` statements: the last is what runs."""
-    claimed = transform_for_execution(trace, cd.executors)
-    return [claimed, delete_last_used(claimed)]
+def _executable(trace: TraceCtx, cd: CompileData, compilation: Compilation, kind: str) -> list:
+    """The executors' trace of ``trace``, what post-executor transforms make of it, and the same with ``del``
+    statements (the last is what runs). ``kind``: "computation", "forward" or "backward"."""
+    traces = [transform_for_execution(trace, cd.executors)]
+    for transform in cd.transforms:
+        _append_if_new(traces, traces[-1], transform.transform_executed(traces[-1], compilation, kind))
+    traces.append(delete_last_used(traces[-1]))
+    return traces
 
 
 def make_entry(result: TraceResult, params: list, traces: list, *, output_rebuild, backward_traces=(),

@@ -236,6 +236,11 @@ class PrologueBuilder:
 
         self.state_bsyms.append(BoundSymbol(op, args, {}, None))
 
+    def check_attribute(self, obj, name: str, value):
+        """A check that ``obj.name`` is still ``value`` (a number, string, bool, None, or the same object)."""
+        shown = value if isinstance(value, (int, float, str, type(None))) else self.constant_var(value, name)
+        self.emit_state(px.check_attrs_op, self.object_var(obj, type(obj).__name__), (name,), (shown,))
+
     def constant_var(self, obj, hint: str) -> Var:
         name = self.constant_names.get(id(obj))
         if name is not None:

@@ -1,13 +1,17 @@
-"""Running a cache entry."""
+"""Running a cache entry; a training entry's forward and backward traces run as one ``torch.autograd.Function``."""
 from __future__ import annotations
 
+import dataclasses
+
+import torch
+
+from thunder.core.proxies import TensorProxy, NumberProxy
+from thunder.driver.outputs import flatten_output
 from thunder.executors import pythonex as px
 
 
 def run_entry(entry, inps):
     if entry.uses_autograd:
-        from thunder.transforms.autodiff import run_with_autograd
-
         out = run_with_autograd(entry, inps)
     else:
         out = entry.computation(*inps)
@@ -42,3 +46,74 @@ def run_inline(cd, args, kwargs):
     if recorder is not None and cd.module is not None:
         recorder.watch(cd.module, f"the jitted {type(cd.module).__name__}")
     return cd.fn(*args, **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class GradInfo:
+    """How the autograd.Function treats a training entry's outputs and inputs."""
+
+    nondiff_outputs: tuple
+    n_outputs: int
+    structured: bool
+    enable_grad: bool = False  # called under no_grad, differentiable inside ([Note: grad mode inside the program])
+    dirty_inputs: tuple = ()  # inputs updated in place with values that require grad ([Note: dirty inputs])
+
+
+def output_rebuild(result):
+    """How a training entry's flat outputs become the program's output."""
+    _, rebuild = flatten_output(result.output)
+    if isinstance(result.output, (TensorProxy, NumberProxy)):
+        return lambda values: values[0]
+    return rebuild
+
+
+class ThunderFunction(torch.autograd.Function):
+    """Connects a forward/backward trace pair to torch.autograd."""
+
+    @staticmethod
+    def forward(ctx, entry, *inputs):
+        result, (saved_tensors, saved_others) = entry.computation(*inputs)
+        ctx.save_for_backward(*saved_tensors)
+        ctx.saved_others = saved_others
+        ctx.entry = entry
+        flat = result["flat_output"]
+        info = entry.grad_info
+        if info.nondiff_outputs:
+            ctx.mark_non_differentiable(*(flat[i] for i in info.nondiff_outputs if isinstance(flat[i], torch.Tensor)))
+        if info.dirty_inputs:  # see [Note: dirty inputs]
+            dirty = tuple(inputs[i] for i in info.dirty_inputs)
+            ctx.mark_dirty(*dirty)
+            return tuple(flat) + dirty
+        return flat
+
+    @staticmethod
+    def backward(ctx, *cotangents):
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                "thunder does not support double backward: the backward of a jitted function is not itself "
+                "differentiable (torch.autograd.grad(..., create_graph=True) or backward(create_graph=True)). "
+                "Compute higher-order gradients outside thunder.jit.")
+        # With retain_graph=True the saved values stay for a later backward; otherwise they are released
+        # now, and a second backward raises as eager's does.
+        saved = list(ctx.saved_tensors)
+        ctx.maybe_clear_saved_tensors()
+        if ctx.saved_others is None:
+            raise RuntimeError(
+                "Trying to backward through the graph a second time (or directly access saved tensors after they "
+                "have already been freed). Specify retain_graph=True if you need to backward through the graph a "
+                "second time.")
+        others = list(ctx.saved_others)
+        if not torch._C._autograd._get_current_graph_task_keep_graph():
+            ctx.saved_others = None
+        grads = ctx.entry.backward([saved, others], list(cotangents))
+        return (None, *grads)
+
+
+def run_with_autograd(entry, inps):
+    info = entry.grad_info
+    if info.enable_grad:
+        with torch.enable_grad():
+            out = ThunderFunction.apply(entry, *inps)
+    else:
+        out = ThunderFunction.apply(entry, *inps)
+    return out[:info.n_outputs] if info.dirty_inputs else out

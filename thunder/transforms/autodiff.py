@@ -1,12 +1,12 @@
-"""Reverse-mode autodiff: splitting a computation trace into a forward and a backward trace, and
-running them as a ``torch.autograd.Function``.
+"""Reverse-mode autodiff: splitting a computation trace into a forward and a backward trace.
 
 The forward trace (``augmented_forward_fn``) applies each differentiable operation's gradient rule
 (see ``grad_rules``): it computes the outputs and returns, besides them, the values the backward
 reads. The backward trace (``backward_fn``) calls the rules' backward closures in reverse order and
-accumulates gradients. Which forward values are saved is not decided by hand: it is exactly the set
-of forward values the (dead-code-eliminated) backward trace reads, except those of activation-
-checkpointed regions, which the backward recomputes (see ``thunder.driver.checkpointing``).
+accumulates gradients. It is a pure pass from traces to traces (``forward_and_backward``): which forward
+values are saved for the backward is decided later, once transforms have changed both traces
+(``thunder.transforms.saved_for_backward``); joining the pair to torch.autograd is the runtime's job
+(``thunder.driver.runtime``).
 """
 from __future__ import annotations
 
@@ -18,17 +18,12 @@ import torch
 from thunder.core import prims
 from thunder.core.codeutils import flat_proxies
 from thunder.core.extents import unify
-from thunder.driver.compile_data import CacheEntry
-from thunder.driver.outputs import is_printable_structure
 from thunder.core.proxies import TensorProxy, NumberProxy, Var
 from thunder.core.symbol import BoundSymbol, Tag
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.executors import pythonex as px
-from thunder.executors.passes import transform_for_execution
 from thunder.transforms.dce import dce, has_effects
-from thunder.transforms.delete_last_used import delete_last_used
 from thunder.transforms.grad_rules import ArgGrads, get_vjp, is_elementwise_rule
-from thunder.transforms.overwritten_saves import protect_overwritten_saves
 from thunder.transforms.rename import substitute
 
 
@@ -240,77 +235,38 @@ def _build_backward(builder: _ForwardBuilder, fwd: TraceCtx, flat_outputs: list,
     return bwd, cotangents
 
 
-def _rematerialize(fwd: TraceCtx, bwd: TraceCtx, recomputable: set) -> TraceCtx:
-    """Moves checkpointed forward computations the backward reads into the backward (recompute, don't save)."""
-    if not recomputable:
-        return bwd
-    producers = {}
-    for b in fwd.bound_symbols:
-        for o in b.flat_outs:
-            producers[o.name] = b
-    defined_in_bwd = {o.name for b in bwd.bound_symbols for o in b.flat_outs}
-    needed = [a for b in bwd.bound_symbols for a in b.flat_args if a.name not in defined_in_bwd]
-    chosen: dict[int, BoundSymbol] = {}
+@dataclasses.dataclass
+class ForwardBackward:
+    """What autodiff makes of a computation trace.
 
-    def pull(name):
-        b = producers.get(name)
-        if b is None or name not in recomputable or id(b) in chosen:
-            return
-        chosen[id(b)] = b
-        for a in b.flat_args:
-            pull(a.name)
+    ``forward`` computes the program's outputs; its return statement holds them, and what the backward
+    needs from it is added last (``thunder.transforms.saved_for_backward``), after every transform has
+    had its say. ``backward`` reads forward values by name and the ``cotangents`` of ``flat_outputs``,
+    and returns one gradient per forward input: its output ``i`` is the gradient of ``inputs[i]``
+    (None where that input gets none).
+    """
 
-    for a in needed:
-        pull(a.name)
-    if not chosen:
-        return bwd
-    order = [b for b in fwd.bound_symbols if id(b) in chosen]
-    names = {o.name for b in order for o in b.flat_outs}
-    body = bwd.bound_symbols
-    first = next((i for i, b in enumerate(body) if any(a.name in names for a in b.flat_args)), 0)
-    new = bwd.from_trace(body[:first] + order + body[first:])
-    return new
+    forward: TraceCtx
+    backward: TraceCtx
+    inputs: list
+    output: object
+    flat_outputs: list
+    cotangents: list
+    dirty: list  # (input index, value written) of inputs updated with values that require grad
+    recomputable: set  # forward values the backward recomputes instead of saving (checkpointed regions)
+
+    def grad_of(self, i: int):
+        """The forward input whose gradient the backward's output ``i`` is."""
+        return self.inputs[i]
 
 
-def _saved_values(fwd: TraceCtx, bwd: TraceCtx, cotangents: list):
-    defined_in_fwd = {p.name for p in fwd.params if isinstance(p, (TensorProxy, NumberProxy))}
-    for b in fwd.bound_symbols:
-        defined_in_fwd.update(o.name for o in b.flat_outs)
-    defined_in_bwd = {c.name for c in cotangents}
-    saved, seen = [], set()
-    for b in bwd.bound_symbols:
-        for a in b.flat_args:
-            if a.name in defined_in_fwd and a.name not in defined_in_bwd and a.name not in seen:
-                seen.add(a.name)
-                saved.append(a)
-        defined_in_bwd.update(o.name for o in b.flat_outs)
-    tensors = [s for s in saved if isinstance(s, TensorProxy)]
-    others = [s for s in saved if not isinstance(s, TensorProxy)]
-    return tensors, others
-
-
-def _unpack_backward_inputs(bwd: TraceCtx, saved_tensors, saved_others, cotangents) -> TraceCtx:
-    sfb, cts = Var("saved_for_backward"), Var("cotangents")
-    c0, c1 = Var(bwd.make_name("C")), Var(bwd.make_name("C"))
-    pre = [
-        BoundSymbol(px.unpack_sequence, (sfb,), {}, (c0, c1)),
-        BoundSymbol(px.clear_mutable_collection, (sfb,), {}, None),
-    ]
-    for coll, values in ((c0, saved_tensors), (c1, saved_others), (cts, cotangents)):
-        if values:
-            pre.append(BoundSymbol(px.unpack_sequence, (coll,), {}, tuple(values)))
-            pre.append(BoundSymbol(px.clear_mutable_collection, (coll,), {}, None))
-    return bwd.from_trace(pre + list(bwd.bound_symbols))
-
-
-def split_forward_backward(cd, result, trace, traces, candidates) -> CacheEntry:
-    """Forward and backward traces of ``trace`` (the computation after DCE and computation transforms).
+def forward_and_backward(trace: TraceCtx, inputs: list) -> ForwardBackward:
+    """The forward and backward traces of ``trace`` (the computation after DCE and computation transforms).
 
     See [Note: grad mode inside the program].
     """
-    outer_grad = torch.is_grad_enabled()
     with torch.enable_grad():
-        return _split_forward_backward(cd, result, trace, traces, candidates, outer_grad)
+        return _forward_and_backward(trace, list(inputs))
 
 
 # [Note: grad mode inside the program]
@@ -319,16 +275,13 @@ def split_forward_backward(cd, result, trace, traces, candidates) -> CacheEntry:
 # output requires grad exactly when eager's would. Autodiff differentiates only operations whose
 # outputs require grad (the rules are replayed with grad enabled, as those operations ran), and
 # outputs that do not require grad are marked non-differentiable. A program called under no_grad
-# that enables grad inside runs its autograd.Function with grad enabled (``GradInfo.enable_grad``;
-# the prologue guarantees that every call of the entry has the mode of the first).
-def _split_forward_backward(cd, result, trace, traces, candidates, outer_grad) -> CacheEntry:
-    params = list(candidates)
-
-    # Forward
+# that enables grad inside runs its autograd.Function with grad enabled (``GradInfo.enable_grad`` in
+# thunder/driver/runtime.py; the prologue guarantees that every call of the entry has the mode of the first).
+def _forward_and_backward(trace: TraceCtx, inputs: list) -> ForwardBackward:
     t0 = time.perf_counter_ns()
     fwd = trace.from_trace([])
     fwd.name = "augmented_forward_fn"
-    fwd.params = params
+    fwd.params = inputs
     fwd.decorators = ["@torch.no_grad()", "@no_autocast"]
     builder = _ForwardBuilder(fwd)
     ret = None
@@ -340,51 +293,22 @@ def _split_forward_backward(cd, result, trace, traces, candidates, outer_grad) -
             builder.process(bsym)
     output = ret
     flat_outputs = flat_proxies(output) if isinstance(output, (TensorProxy, NumberProxy)) or output is not None else []
-    flat_outputs = [o for o in flat_outputs]
 
     # Backward (an input updated in place with a value that requires grad is an output too: [Note: dirty inputs])
-    dirty = _differentiable_writes(fwd, params)
-    bwd, cotangents = _build_backward(builder, fwd, flat_outputs + [src for _, src in dirty], params)
+    dirty = _differentiable_writes(fwd, inputs)
+    bwd, cotangents = _build_backward(builder, fwd, flat_outputs + [src for _, src in dirty], inputs)
     bwd = dce(bwd, name="Backward construction")
-    bwd = _rematerialize(fwd, bwd, builder.recomputable)
-    saved_tensors, saved_others = _saved_values(fwd, bwd, cotangents)
-    bwd, saved_tensors = protect_overwritten_saves(fwd, bwd, saved_tensors)
-    bwd = _unpack_backward_inputs(bwd, saved_tensors, saved_others, cotangents)
     bwd.set_provenance("Backward pass", t0)
-
     with tracectx(fwd):
-        px.python_return(({"output": output, "flat_args": list(params), "flat_output": tuple(flat_outputs)},
-                          (tuple(saved_tensors), tuple(saved_others))))
+        px.python_return(forward_return(output, inputs, flat_outputs, (), ()))
     fwd.set_provenance("Augmented forward pass", t0)
-    traces.append(fwd)
-    fwd_final = dce(fwd)
-    traces.append(fwd_final)
-    bwd_traces = [bwd]
-    for transform in cd.transforms:
-        new_fwd, new_bwd = transform.transform_forward_backward(fwd_final, bwd, cd)
-        if new_fwd is not fwd_final:
-            fwd_final = new_fwd
-            traces.append(fwd_final)
-        if new_bwd is not bwd:
-            bwd = new_bwd
-            bwd_traces.append(bwd)
-    from thunder.driver.pipeline import executable_traces, make_entry
-
-    traces += executable_traces(fwd_final, cd)
-    bwd_traces += executable_traces(bwd, cd)
-    nondiff = tuple(i for i, o in enumerate(flat_outputs) if not (isinstance(o, TensorProxy) and o.requires_grad))
-    return make_entry(result, params, traces, output_rebuild=_output_rebuild(result, output), backward_traces=bwd_traces,
-                      grad_info=GradInfo(nondiff, len(flat_outputs), is_printable_structure(result.output),
-                                         enable_grad=not outer_grad, dirty_inputs=tuple(i for i, _ in dirty)))
+    return ForwardBackward(fwd, bwd, inputs, output, flat_outputs, cotangents, dirty, builder.recomputable)
 
 
-@dataclasses.dataclass(frozen=True)
-class GradInfo:
-    nondiff_outputs: tuple
-    n_outputs: int
-    structured: bool
-    enable_grad: bool = False  # called under no_grad, differentiable inside (see [Note: grad mode inside the program])
-    dirty_inputs: tuple = ()  # inputs updated in place with values that require grad (see [Note: dirty inputs])
+def forward_return(output, inputs, flat_outputs, saved_tensors, saved_others):
+    """What ``augmented_forward_fn`` returns: the outputs, and the values saved for the backward."""
+    return ({"output": output, "flat_args": list(inputs), "flat_output": tuple(flat_outputs)},
+            (tuple(saved_tensors), tuple(saved_others)))
 
 
 # [Note: dirty inputs]
@@ -412,62 +336,3 @@ def _differentiable_writes(fwd: TraceCtx, params: list) -> list:
     return writes
 
 
-def _output_rebuild(result, output):
-    from thunder.driver.outputs import flatten_output
-
-    _, rebuild = flatten_output(result.output)
-    if isinstance(result.output, (TensorProxy, NumberProxy)):
-        return lambda values: values[0]
-    return rebuild
-
-
-class ThunderFunction(torch.autograd.Function):
-    """Connects a forward/backward trace pair to torch.autograd."""
-
-    @staticmethod
-    def forward(ctx, entry, *inputs):
-        result, (saved_tensors, saved_others) = entry.computation(*inputs)
-        ctx.save_for_backward(*saved_tensors)
-        ctx.saved_others = saved_others
-        ctx.entry = entry
-        flat = result["flat_output"]
-        info = entry.grad_info
-        if info.nondiff_outputs:
-            ctx.mark_non_differentiable(*(flat[i] for i in info.nondiff_outputs if isinstance(flat[i], torch.Tensor)))
-        if info.dirty_inputs:  # see [Note: dirty inputs]
-            dirty = tuple(inputs[i] for i in info.dirty_inputs)
-            ctx.mark_dirty(*dirty)
-            return tuple(flat) + dirty
-        return flat
-
-    @staticmethod
-    def backward(ctx, *cotangents):
-        if torch.is_grad_enabled():
-            raise RuntimeError(
-                "thunder does not support double backward: the backward of a jitted function is not itself "
-                "differentiable (torch.autograd.grad(..., create_graph=True) or backward(create_graph=True)). "
-                "Compute higher-order gradients outside thunder.jit.")
-        # With retain_graph=True the saved values stay for a later backward; otherwise they are released
-        # now, and a second backward raises as eager's does.
-        saved = list(ctx.saved_tensors)
-        ctx.maybe_clear_saved_tensors()
-        if ctx.saved_others is None:
-            raise RuntimeError(
-                "Trying to backward through the graph a second time (or directly access saved tensors after they "
-                "have already been freed). Specify retain_graph=True if you need to backward through the graph a "
-                "second time.")
-        others = list(ctx.saved_others)
-        if not torch._C._autograd._get_current_graph_task_keep_graph():
-            ctx.saved_others = None
-        grads = ctx.entry.backward([saved, others], list(cotangents))
-        return (None, *grads)
-
-
-def run_with_autograd(entry, inps):
-    info = entry.grad_info
-    if info.enable_grad:
-        with torch.enable_grad():
-            out = ThunderFunction.apply(entry, *inps)
-    else:
-        out = ThunderFunction.apply(entry, *inps)
-    return out[:info.n_outputs] if info.dirty_inputs else out

@@ -1,17 +1,28 @@
 """The interface of explicit transforms: ``thunder.jit(fn, transforms=[...])``.
 
 A transform is an object holding its configuration (validated when it is constructed). thunder
-calls its hooks at fixed points of compilation; each hook that returns a trace returns a *new*
-trace (traces are not mutated) and the returned trace is appended to the corresponding list of
-traces (``last_traces``, ``last_backward_traces``). Every hook is optional.
+calls its hooks at fixed points of compilation (``thunder.driver.pipeline.compile_entry`` orders them);
+each hook that returns a trace returns a *new* trace (traces are not mutated), and the returned trace is
+appended to the corresponding list of traces (``last_traces``, ``last_backward_traces``). Every hook is
+optional. ``compilation`` (a ``thunder.driver.pipeline.Compilation``) tells the hooks about the
+compilation at hand: the jitted module, where each input comes from (which parameter of which
+submodule), which backward output is whose gradient, and lets them specialize the entry on Python state.
 
-- ``transform_module(compile_data)``: once, in ``thunder.jit``, before anything is traced. A
-  transform that changes how the module's tensors are held (sharding, say) records that in
-  state it owns or in ``compile_data`` — never as attributes on the user's module.
-- ``transform_computation(trace, compile_data)``: the traced program (torch-level), before autodiff
-  and execution. Called for inference and training alike.
-- ``transform_forward_backward(forward, backward, compile_data)``: the forward and backward traces
-  of a training specialization, after autodiff and before executors claim them. Returns both.
+- ``transform_module(compile_data)``: once, when the transform is applied (by ``thunder.jit`` or, to an
+  already jitted one, by ``thunder.add_transform``), before anything is traced.
+  ``compile_data.thunder_module`` is the ``ThunderModule`` (None for a function). A transform that changes
+  how the module's tensors are held (sharding, say) records that in state it owns or in ``compile_data``,
+  never as attributes on the user's module.
+- ``transform_module_tensor(proxy, source, compilation)``: while tracing, for each parameter and buffer of the
+  module as it becomes a proxy; returns what the program sees in its place (by default the proxy itself).
+- ``transform_computation(trace, compilation)``: the traced program (torch-level), after dead-code
+  elimination, before autodiff and execution. Called for inference and training alike.
+- ``transform_forward_backward(forward, backward, compilation)``: the forward and backward traces of a
+  training specialization, after autodiff, before the values saved for the backward are chosen (the
+  backward may read any forward value) and before executors claim them. Returns both.
+  ``compilation.grad_inputs[i]`` is the forward input whose gradient the backward's output ``i`` is.
+- ``transform_executed(trace, compilation, kind)``: each trace the executors produced (``kind``:
+  ``"computation"``, ``"forward"`` or ``"backward"``), before values are freed after their last use.
 """
 from __future__ import annotations
 
@@ -20,11 +31,17 @@ class Transform:
     def transform_module(self, compile_data) -> None:
         return None
 
-    def transform_computation(self, trace, compile_data):
+    def transform_module_tensor(self, proxy, source, compilation):
+        return proxy
+
+    def transform_computation(self, trace, compilation):
         return trace
 
-    def transform_forward_backward(self, forward, backward, compile_data):
+    def transform_forward_backward(self, forward, backward, compilation):
         return forward, backward
+
+    def transform_executed(self, trace, compilation, kind: str):
+        return trace
 
     def __repr__(self):
         return f"{type(self).__name__}()"

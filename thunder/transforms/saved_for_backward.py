@@ -1,0 +1,104 @@
+"""Deciding, last, which forward values the backward reads: they are saved for it.
+
+Autodiff (``thunder.transforms.autodiff``) leaves the backward trace reading forward values by name;
+transforms may then change either trace (a data-parallel transform reads forward values in the
+backward, say). Only after all of them does this pass decide what is saved: exactly the forward values
+the backward reads, except those of activation-checkpointed regions, which the backward recomputes
+(see ``thunder.driver.checkpointing``), and those an in-place update would overwrite, which are saved as
+copies (``thunder.transforms.overwritten_saves``).
+"""
+from __future__ import annotations
+
+import time
+
+from thunder.core.proxies import TensorProxy, NumberProxy, Var
+from thunder.core.symbol import BoundSymbol
+from thunder.core.trace import TraceCtx, tracectx
+from thunder.executors import pythonex as px
+from thunder.transforms.autodiff import ForwardBackward, forward_return
+from thunder.transforms.dce import dce
+from thunder.transforms.overwritten_saves import protect_overwritten_saves
+
+
+def save_for_backward(fb: ForwardBackward, fwd: TraceCtx, bwd: TraceCtx) -> tuple[TraceCtx, TraceCtx]:
+    """``fwd`` returning what ``bwd`` reads of it, and ``bwd`` unpacking it (``fwd``/``bwd``: ``fb``'s traces,
+    as transforms left them)."""
+    start = time.perf_counter_ns()
+    ret = fwd.bound_symbols[-1]
+    assert ret.sym.name == "python_return", "the forward trace ends with its return"
+    forward = fwd.from_trace(fwd.bound_symbols[:-1])
+    bwd = dce(bwd, name="Backward construction")
+    bwd = _rematerialize(forward, bwd, fb.recomputable)
+    saved_tensors, saved_others = _saved_values(forward, bwd, fb.cotangents)
+    bwd, saved_tensors = protect_overwritten_saves(forward, bwd, saved_tensors)
+    bwd = _unpack_backward_inputs(bwd, saved_tensors, saved_others, fb.cotangents)
+    bwd.set_provenance("Backward pass", start)
+    outputs = ret.args[0][0]  # forward_return's first part: the outputs as the transforms left them
+    with tracectx(forward):
+        px.python_return(forward_return(outputs["output"], outputs["flat_args"], outputs["flat_output"], saved_tensors,
+                                        saved_others))
+    forward.set_provenance("Augmented forward pass", start)
+    return dce(forward), bwd
+
+
+def _rematerialize(fwd: TraceCtx, bwd: TraceCtx, recomputable: set) -> TraceCtx:
+    """Moves checkpointed forward computations the backward reads into the backward (recompute, don't save)."""
+    if not recomputable:
+        return bwd
+    producers = {}
+    for b in fwd.bound_symbols:
+        for o in b.flat_outs:
+            producers[o.name] = b
+    defined_in_bwd = {o.name for b in bwd.bound_symbols for o in b.flat_outs}
+    needed = [a for b in bwd.bound_symbols for a in b.flat_args if a.name not in defined_in_bwd]
+    chosen: dict[int, BoundSymbol] = {}
+
+    def pull(name):
+        b = producers.get(name)
+        if b is None or name not in recomputable or id(b) in chosen:
+            return
+        chosen[id(b)] = b
+        for a in b.flat_args:
+            pull(a.name)
+
+    for a in needed:
+        pull(a.name)
+    if not chosen:
+        return bwd
+    order = [b for b in fwd.bound_symbols if id(b) in chosen]
+    names = {o.name for b in order for o in b.flat_outs}
+    body = bwd.bound_symbols
+    first = next((i for i, b in enumerate(body) if any(a.name in names for a in b.flat_args)), 0)
+    new = bwd.from_trace(body[:first] + order + body[first:])
+    return new
+
+
+def _saved_values(fwd: TraceCtx, bwd: TraceCtx, cotangents: list):
+    defined_in_fwd = {p.name for p in fwd.params if isinstance(p, (TensorProxy, NumberProxy))}
+    for b in fwd.bound_symbols:
+        defined_in_fwd.update(o.name for o in b.flat_outs)
+    defined_in_bwd = {c.name for c in cotangents}
+    saved, seen = [], set()
+    for b in bwd.bound_symbols:
+        for a in b.flat_args:
+            if a.name in defined_in_fwd and a.name not in defined_in_bwd and a.name not in seen:
+                seen.add(a.name)
+                saved.append(a)
+        defined_in_bwd.update(o.name for o in b.flat_outs)
+    tensors = [s for s in saved if isinstance(s, TensorProxy)]
+    others = [s for s in saved if not isinstance(s, TensorProxy)]
+    return tensors, others
+
+
+def _unpack_backward_inputs(bwd: TraceCtx, saved_tensors, saved_others, cotangents) -> TraceCtx:
+    sfb, cts = Var("saved_for_backward"), Var("cotangents")
+    c0, c1 = Var(bwd.make_name("C")), Var(bwd.make_name("C"))
+    pre = [
+        BoundSymbol(px.unpack_sequence, (sfb,), {}, (c0, c1)),
+        BoundSymbol(px.clear_mutable_collection, (sfb,), {}, None),
+    ]
+    for coll, values in ((c0, saved_tensors), (c1, saved_others), (cts, cotangents)):
+        if values:
+            pre.append(BoundSymbol(px.unpack_sequence, (coll,), {}, tuple(values)))
+            pre.append(BoundSymbol(px.clear_mutable_collection, (coll,), {}, None))
+    return bwd.from_trace(pre + list(bwd.bound_symbols))
