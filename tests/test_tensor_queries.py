@@ -49,6 +49,41 @@ def test_isinstance_parameter():
         _same(thunder.jit(m)(x), m(x))
 
 
+class _TypeQueries(nn.Module):
+    """Branches on type() as library code does; returns which branches it took."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        class Meta(type):
+            pass
+
+        made = type("Made", (), {})
+        flags = torch.tensor([type(x) is torch.Tensor, type(self.w) is nn.Parameter, type(self.w) is torch.Tensor,
+                              type(x).__name__ == "Tensor", type(3) is int, type(made) is type,
+                              isinstance(int, type), issubclass(Meta, type), type(x) in (torch.Tensor, list)])
+        return x * self.w, flags
+
+
+def test_type_of_traced_tensors_is_eagers():
+    """type(x) is torch.Tensor (nn.Parameter for parameters) while tracing, as in eager; the builtin type's other uses
+    (three arguments, metaclasses, isinstance(c, type)) are unchanged, and nothing is left in the module afterwards."""
+    m = _TypeQueries()
+    x = torch.randn(3)
+    jm = thunder.jit(m)
+    with torch.no_grad():
+        out, flags = jm(x)
+        expected_out, expected_flags = m(x)
+    assert torch.equal(out, expected_out) and flags.tolist() == expected_flags.tolist()
+    assert expected_flags.tolist() == [True, True, False, True, True, True, True, True, True]
+    assert "type" not in globals()
+    with torch.no_grad():
+        jm(x)
+    assert thunder.cache_hits(jm) == 1
+
+
 def test_parameter_passed_as_argument_is_a_parameter():
     def f(p, x):
         return x * 2 if isinstance(p, nn.Parameter) else x * 3

@@ -46,6 +46,7 @@ from typing import Any
 import torch
 
 from thunder.driver import frontend
+from thunder.core import proxies
 from thunder.core.proxies import Var
 from thunder.executors import pythonex as px
 from thunder.executors.pythonex import MISSING, Contents, MethodOf
@@ -243,6 +244,60 @@ def _is_library_file(filename: str, prefixes: tuple) -> bool:
 _LIBRARY_PREFIXES = _library_prefixes()
 
 
+# [Note: type() of traced tensors]
+# A traced tensor is a TensorProxy, a torch.Tensor subclass, so ``type(x) is torch.Tensor`` would be False while
+# tracing where eager says True. While a program is traced, the user modules whose code calls ``type`` see a global
+# ``type`` (``_TracedType``) that answers ``torch.Tensor`` (``nn.Parameter`` for parameters) for a proxy, and is
+# the builtin otherwise: ``type(x, ...)`` with three arguments, ``isinstance(c, type)``, ``class M(type)`` and
+# ``type.__name__`` behave as the builtin's. It is removed when tracing ends.
+class _TypeMeta(type):
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, type)
+
+    def __subclasscheck__(cls, sub):
+        return issubclass(sub, type)
+
+    def __repr__(cls):
+        return repr(type)
+
+
+class _TracedType(type, metaclass=_TypeMeta):
+    def __new__(mcls, *args, **kwargs):
+        if mcls is _TracedType:
+            if len(args) == 1 and not kwargs:
+                t = type(args[0])
+                if t is proxies.TensorProxy:
+                    return torch.nn.Parameter if getattr(args[0], "_is_param", False) else torch.Tensor
+                return _TracedType if t is type else t  # type(C) is type, for a class C
+            return type(*args, **kwargs)
+        return type.__new__(mcls, *args, **kwargs)  # a metaclass the program defines: class M(type)
+
+
+_TYPE_SHADOWS: dict[int, list] = {}  # id(globals) -> [globals, count]: modules whose ``type`` is shadowed
+
+
+def _shadow_type(g: dict) -> bool:
+    with _PATCH_LOCK:
+        entry = _TYPE_SHADOWS.get(id(g))
+        if entry is None:
+            if "type" in g:
+                return False  # the module defines its own ``type``
+            entry = _TYPE_SHADOWS[id(g)] = [g, 0]
+            g["type"] = _TracedType
+        entry[1] += 1
+        return True
+
+
+def _unshadow_type(g: dict):
+    with _PATCH_LOCK:
+        entry = _TYPE_SHADOWS[id(g)]
+        entry[1] -= 1
+        if not entry[1]:
+            del _TYPE_SHADOWS[id(g)]
+            if g.get("type") is _TracedType:
+                del g["type"]
+
+
 def _importing(frame) -> bool:
     """Whether ``frame`` runs inside an import statement (importlib's frames are on the stack)."""
     f = frame.f_back
@@ -284,6 +339,7 @@ class StateRecorder:
         self.class_attrs: dict[tuple, Any] = {}  # (class, name) -> expected
         self.class_lookups: dict[tuple, Any] = {}  # (class, name) -> _class_lookup(class, name), while tracing
         self.globals: dict[int, tuple] = {}  # id(globals dict) -> (dict, {name: expected})
+        self.type_shadowed: dict[int, dict] = {}  # see [Note: type() of traced tensors]
         self.functions: dict[int, types.FunctionType] = {}
         self.cells: dict[int, tuple] = {}  # id(cell) -> (function, cell, name, expected)
         self.codes: dict = {}  # code objects that ran -> True when it is user code
@@ -559,6 +615,8 @@ class StateRecorder:
                 if name in read or name not in g:
                     continue
                 value = g[name]
+                if value is _TracedType:
+                    continue  # see [Note: type() of traced tensors]
                 if isinstance(value, types.ModuleType):
                     continue  # an imported module (torch, F, math): assumed never rebound (see the README)
                 if isinstance(value, torch.Tensor):
@@ -568,6 +626,8 @@ class StateRecorder:
                 read[name] = self.expected(value, f"the global {name}", None, None)
         finally:
             self.busy = False
+        if "type" in code.co_names and id(g) not in self.type_shadowed and _shadow_type(g):
+            self.type_shadowed[id(g)] = g  # see [Note: type() of traced tensors]
 
     @contextlib.contextmanager
     def active(self):
@@ -583,10 +643,13 @@ class StateRecorder:
             _ACTIVE.recorder = prev_rec
 
     def close(self):
-        """Removes the class patches (call once, after tracing)."""
+        """Removes the class patches and the shadowed ``type``s (call once, after tracing)."""
         for cls in self.patched:
             _unpatch(cls)
         self.patched.clear()
+        for g in self.type_shadowed.values():
+            _unshadow_type(g)
+        self.type_shadowed.clear()
 
     def ran_cells(self) -> list:
         """(cell, name, expected) of the closures of the user's functions that ran."""
