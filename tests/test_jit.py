@@ -402,6 +402,23 @@ def test_same_input_skips_checks():
     assert "check_tensor" not in str(thunder.last_prologue_traces(jf)[-1])
 
 
+def test_statements_are_symbols_of_the_ir():
+    """Traces' statements are recognized by identity; each check prints as the python executor's function."""
+    from thunder.core import statements
+    from thunder.executors import pythonex
+
+    for sym in statements.CHECKS:
+        assert callable(getattr(pythonex, sym.name)), sym.name
+    jf = thunder.jit(foo)
+    a = torch.randn(2)
+    jf(a, a)
+    prologue = thunder.last_prologue_traces(jf)[-1]
+    assert prologue.bound_symbols[0].sym is statements.check_len
+    assert prologue.bound_symbols[-1].sym is statements.python_return
+    computation = thunder.last_traces(jf)[-1].bound_symbols
+    assert [b.sym for b in computation[-2:]] == [statements.python_del, statements.python_return]
+
+
 @pytest.mark.parametrize("change", ["shape", "dtype", "requires_grad", "grad_mode", "default_dtype", "autocast"])
 def test_prologue_checks_metadata_and_global_state(change):
     def f(x):
@@ -831,7 +848,7 @@ def test_transforms_are_applied_and_listed():
 
         def transform_computation(self, trace, compile_data):
             from thunder.core.trace import tracectx
-            from thunder.executors.pythonex import python_return
+            from thunder.core.statements import python_return
 
             self.seen.append("computation")
             body = list(trace.bound_symbols)

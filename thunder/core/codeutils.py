@@ -6,29 +6,18 @@ import torch
 
 from thunder.core import dtypes, devices
 from thunder.core.proxies import TensorProxy, NumberProxy, Var, type_string
+from thunder.core.pytree import tree_leaves
 
 _BUILTIN_TYPES = {k: v for k, v in vars(__import__("builtins")).items() if isinstance(v, type)}
 _LEAF_TYPES = (type(None), bool, int, float, complex, str, torch.dtype, torch.device, type(Ellipsis))
+_PROXIES = (TensorProxy, NumberProxy, Var)
 
 
 def flat_proxies(x) -> list:
-    """All proxies in a nested structure of tuples, lists, dicts and slices, in order."""
-    out = []
-    _collect(x, out)
-    return out
-
-
-def _collect(x, out):
-    if isinstance(x, (TensorProxy, NumberProxy, Var)):
-        out.append(x)
-    elif isinstance(x, (tuple, list)):
-        for y in x:
-            _collect(y, out)
-    elif isinstance(x, dict):
-        for y in x.values():
-            _collect(y, out)
-    elif isinstance(x, slice):
-        _collect((x.start, x.stop, x.step), out)
+    """All proxies in a nested structure (a pytree: tuples, lists, dicts, slices, ...), in order."""
+    if isinstance(x, _PROXIES):
+        return [x]
+    return [p for p in tree_leaves(x) if isinstance(p, _PROXIES)]
 
 
 class Printer:

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from thunder.core import codeutils
 from thunder.core.proxies import TensorProxy, NumberProxy
+from thunder.core.pytree import tree_map
 
 
 class Tag(enum.Enum):
@@ -99,21 +100,10 @@ def _copy_aliased(out, aliased: set):
     """Outputs that are inputs get a fresh name (``prims.shallow_copy``), keeping traces in SSA form."""
     from thunder.core import prims
 
-    def visit(x):
-        if isinstance(x, (TensorProxy, NumberProxy)):
-            return prims.shallow_copy(x) if id(x) in aliased else x
-        if isinstance(x, list):
-            return [visit(y) for y in x]
-        if isinstance(x, tuple):
-            items = [visit(y) for y in x]
-            if hasattr(x, "_fields"):
-                return type(x)(*items)
-            return type(x)(items) if type(x) is not tuple else tuple(items)
-        if isinstance(x, dict):
-            return {k: visit(v) for k, v in x.items()}
-        return x
+    def copy(x):
+        return prims.shallow_copy(x) if isinstance(x, (TensorProxy, NumberProxy)) and id(x) in aliased else x
 
-    return visit(out)
+    return tree_map(copy, out)
 
 
 class BoundSymbol:

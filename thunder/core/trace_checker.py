@@ -6,6 +6,7 @@ and that the printed program compiles.
 from __future__ import annotations
 
 from thunder.core.proxies import TensorProxy, NumberProxy, Var
+from thunder.core.statements import python_del
 
 
 class TraceCheckError(AssertionError):
@@ -26,7 +27,7 @@ def check_trace(trace) -> None:
                 raise TraceCheckError(f"{trace.name}: {a.name} is used by {bsym.sym.id} (line {i}) after it was deleted")
             if a.name not in defined:
                 raise TraceCheckError(f"{trace.name}: {a.name} is used by {bsym.sym.id} (line {i}) before it is defined")
-        if bsym.sym.name == "python_del":
+        if bsym.sym is python_del:
             deleted.update(a.name for a in bsym.args)
             continue
         for o in bsym.flat_outs:

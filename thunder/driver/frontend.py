@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from thunder.core import prims
+from thunder.core import prims, pytree
 from thunder.driver import python_state, tensor_queries
 from thunder.driver.functionalization import Aliases, ViewStep, view_chain
 from thunder.driver.interpreter import InterpreterError
@@ -137,6 +137,14 @@ class InputDict(dict):
     __ior__ = _unsupported("Updating an input dict")
 
 
+# Input lists and dicts are walked as the list and dict they stand for; rebuilt (pytree.tree_map), they are plain ones.
+pytree.register_pytree_node(InputList, lambda lst: (list(lst), None), lambda values, _: list(values),
+                            serialized_type_name="thunder.driver.frontend.InputList")
+pytree.register_pytree_node(InputDict, lambda d: (list(d.values()), list(d)),
+                            lambda values, keys: dict(zip(keys, values)),
+                            serialized_type_name="thunder.driver.frontend.InputDict")
+
+
 class TracingMode(TorchFunctionMode):
     """Routes every torch-level call made by the traced program to the tracer."""
 
@@ -148,16 +156,8 @@ class TracingMode(TorchFunctionMode):
         return self.tracer.handle(func, args, kwargs or {})
 
 
-def _tensor_leaves(x, out):
-    if isinstance(x, torch.Tensor):
-        out.append(x)
-    elif isinstance(x, (tuple, list)):
-        for y in x:
-            _tensor_leaves(y, out)
-    elif isinstance(x, dict):
-        for y in x.values():
-            _tensor_leaves(y, out)
-    return out
+def _tensor_leaves(x) -> list:
+    return [t for t in pytree.tree_leaves(x) if isinstance(t, torch.Tensor)]
 
 
 class _TracerStack(threading.local):
@@ -409,11 +409,11 @@ class Tracer:
             self.aliases.add_view(base, o, step)
 
     def _unknown(self, func, first, args, kwargs):
-        tensors = _tensor_leaves((args, kwargs), [])
+        tensors = _tensor_leaves((args, kwargs))
         args, kwargs = number_values(args), number_values(kwargs)  # torch sees numbers (specialized), not proxies
         if not tensors and not has_number_proxy((args, kwargs)):  # a run-time extent's use is traced
             out = func(*args, **kwargs)  # utilities such as torch.broadcast_shapes
-            if not _tensor_leaves(out, []):
+            if not _tensor_leaves(out):
                 return out
         functional = _without_inplace(func, args, kwargs)
         if functional is not None:  # F.rrelu(x, inplace=True): computed out of place, then x is updated

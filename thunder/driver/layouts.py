@@ -11,9 +11,9 @@ the prologue checks their strides on every call (see ``observed``).
 from __future__ import annotations
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
 
 from thunder.core.proxies import TensorProxy, NumberProxy
+from thunder.core.pytree import tree_leaves, tree_map
 
 
 class UnknownLayout(Exception):
@@ -41,7 +41,7 @@ class Layouts:
     def add_output(self, fn, args, kwargs, out):
         if fn is None:
             return
-        for i, o in enumerate(tree_flatten(out)[0]):
+        for i, o in enumerate(tree_leaves(out)):
             if isinstance(o, TensorProxy) and o.name not in self.inputs:
                 self.producer.setdefault(o.name, (fn, args, kwargs, i))
 
@@ -87,7 +87,7 @@ class Layouts:
         except Exception as e:  # noqa: BLE001 - any failure means: layout unknown
             raise UnknownLayout(f"thunder cannot compute the strides of {proxy.name}: running "
                                 f"{getattr(fn, '__name__', fn)} on meta tensors failed ({e})") from e
-        leaves = [x for x in tree_flatten(out)[0]]
+        leaves = tree_leaves(out)
         t = leaves[index] if index < len(leaves) else None
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(proxy.shape):
             return contiguous_strides(proxy.shape), 0, frozenset(deps)
@@ -109,7 +109,7 @@ class Layouts:
                 out = fn(*margs, **mkwargs)
         except Exception:  # noqa: BLE001 - no meta kernel: assume a fresh tensor
             return False
-        leaves = tree_flatten(out)[0]
+        leaves = tree_leaves(out)
         t = leaves[out_index] if out_index < len(leaves) else None
         return isinstance(t, torch.Tensor) and isinstance(mbase, torch.Tensor) and torch._C._is_alias_of(t, mbase)
 

@@ -16,11 +16,12 @@ from numbers import Number
 
 import torch
 
+from thunder.core import statements as st
 from thunder.core.proxies import TensorProxy, NumberProxy, Var
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.driver.interpreter import InterpreterError
 from thunder.driver import frontend
-from thunder.executors import pythonex as px
+from thunder.executors.pythonex import MISSING
 
 
 class CACHE_OPTIONS(enum.Enum):
@@ -83,13 +84,13 @@ class PrologueBuilder:
         outs = [Var(n) for n in names]
         with tracectx(self.trace):
             if self.check:
-                px.check_len_op(args_var, len(args))
+                st.check_len(args_var, len(args))
             if args:
                 _record_unpack(self.trace, args_var, outs)
         pargs = [self._value(a, v, v.name) for a, v in zip(args, outs)]
         pkwargs = {}
         if self.check:
-            self._emit(px.check_keys_op, kwargs_var, tuple(kwargs))
+            self._emit(st.check_keys, kwargs_var, tuple(kwargs))
         for k, v in kwargs.items():
             var = Var(self._name(k if k.isidentifier() else "kwarg"))
             _record_unpack_key(self.trace, kwargs_var, k, var)
@@ -109,7 +110,7 @@ class PrologueBuilder:
             seen = self.tensor_args.get(id(value))
             if seen is not None:  # the same tensor twice: the program sees one tensor (x is y), as in eager
                 if self.check:
-                    self._emit(px.check_is_op, var, seen[0])
+                    self._emit(st.check_is, var, seen[0])
                 return seen[1]
             proxy = TensorProxy(var.name, tuple(value.shape), value.dtype, value.device, value.requires_grad)
             if isinstance(value, torch.nn.Parameter):
@@ -124,7 +125,7 @@ class PrologueBuilder:
                 ptype = type(value)
                 proxy = NumberProxy(var.name, ptype, value, frozenset({var.name}))
                 if self.check:
-                    self._emit(px.check_type_op, var, ptype)
+                    self._emit(st.check_type, var, ptype)
                 self.inputs.append((proxy, frontend.ArgSource(())))
                 self.symbolic[var.name] = proxy
                 return proxy
@@ -133,13 +134,13 @@ class PrologueBuilder:
             return value
         if isinstance(value, _LITERAL_TYPES):
             if self.check:
-                self._emit(px.check_literal_op, var, value)
+                self._emit(st.check_literal, var, value)
             return value
         if isinstance(value, (list, tuple)) and (type(value) in (list, tuple) or hasattr(value, "_fields")):
             outs = [Var(self._name(f"{hint}_{i}")) for i in range(len(value))]
             if self.check:
-                self._emit(px.check_type_op, var, type(value))
-                self._emit(px.check_len_op, var, len(value))
+                self._emit(st.check_type, var, type(value))
+                self._emit(st.check_len, var, len(value))
             if value:
                 _record_unpack(self.trace, var, outs)
             items = [self._value(v, o, o.name, depth + 1) for v, o in zip(value, outs)]
@@ -151,8 +152,8 @@ class PrologueBuilder:
             return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
         if isinstance(value, dict) and type(value) is dict:
             if self.check:
-                self._emit(px.check_type_op, var, dict)
-                self._emit(px.check_keys_op, var, tuple(value))
+                self._emit(st.check_type, var, dict)
+                self._emit(st.check_keys, var, tuple(value))
             out = {}
             for k, v in value.items():
                 o = Var(self._name(f"{hint}_{k}" if isinstance(k, str) and k.isidentifier() else f"{hint}_item"))
@@ -184,19 +185,19 @@ class PrologueBuilder:
     def _check_identity(self, value, var: Var):
         """Checks ``var`` is ``value`` without keeping it alive (a weak reference, else its id and type)."""
         if isinstance(value, (type, types.BuiltinFunctionType, types.ModuleType)):
-            self.emit_state(px.check_is_op, var, value)  # long-lived: a strong reference is harmless
+            self.emit_state(st.check_is, var, value)  # long-lived: a strong reference is harmless
             return
         try:
             ref = weakref.ref(value)
         except TypeError:
-            self.emit_state(px.check_id_op, var, id(value), type(value))
+            self.emit_state(st.check_id, var, id(value), type(value))
             return
         self.weak_refs.append(ref)
-        self.emit_state(px.check_same_object_op, var, self.constant_var(ref, f"ref_{var.name}"))
+        self.emit_state(st.check_same_object, var, self.constant_var(ref, f"ref_{var.name}"))
 
     def _check_tensor(self, proxy, value):
         if self.check:
-            self._emit(px.check_tensor_op, proxy, tuple(value.shape), value.device, value.dtype, value.requires_grad)
+            self._emit(st.check_tensor, proxy, tuple(value.shape), value.device, value.dtype, value.requires_grad)
 
     # -- tensors the program reaches outside its arguments ------------------------------------
     def unpack_source(self, proxy: TensorProxy, source, value: torch.Tensor):
@@ -204,16 +205,16 @@ class PrologueBuilder:
         with tracectx(self.trace):
             if isinstance(source, frontend.ModuleTensorSource):
                 mvar = self.module_var(source.module, source.qualname)
-                _record_python(self.trace, px.unpack_module_tensor, (mvar, source.collection, source.name), proxy)
+                _record_python(self.trace, st.unpack_module_tensor, (mvar, source.collection, source.name), proxy)
             elif isinstance(source, frontend.AttrSource):
-                _record_python(self.trace, px.unpack_attr, (self.object_var(source.obj, "obj_" + source.label), source.name),
+                _record_python(self.trace, st.unpack_attr, (self.object_var(source.obj, "obj_" + source.label), source.name),
                                proxy)
             elif isinstance(source, frontend.GlobalSource):
-                _record_python(self.trace, px.unpack_key, (self.constant_var(source.globals_dict, "fn_globals"), source.name), proxy)
+                _record_python(self.trace, st.unpack_key, (self.constant_var(source.globals_dict, "fn_globals"), source.name), proxy)
             elif isinstance(source, frontend.CellSource):
-                _record_python(self.trace, px.unpack_cell, (self.constant_var(source.cell, "cell_" + source.name),), proxy)
+                _record_python(self.trace, st.unpack_cell, (self.constant_var(source.cell, "cell_" + source.name),), proxy)
             else:
-                _record_python(self.trace, _constant_op(), (self.constant_var(source.value, "captured"),), proxy)
+                _record_python(self.trace, st.unpack_constant, (self.constant_var(source.value, "captured"),), proxy)
         self._check_tensor(proxy, value)
         self.inputs.append((proxy, source))
         self.values[proxy.name] = value
@@ -228,7 +229,7 @@ class PrologueBuilder:
         return var if var is not None else self.constant_var(obj, hint)
 
     def missing_var(self) -> Var:
-        return self.constant_var(px.MISSING, "MISSING")
+        return self.constant_var(MISSING, "MISSING")
 
     def emit_state(self, op, *args):
         """Records a check of Python state; these go right after the arguments are unpacked (see ``finish``)."""
@@ -258,11 +259,11 @@ class PrologueBuilder:
         with tracectx(self.trace):
             if proxy is None:
                 var = Var(self._name(f"{tensor_proxy.name}_grad"))
-                _record_python(self.trace, px.unpack_attr, (tensor_proxy, "grad"), var)
+                _record_python(self.trace, st.unpack_attr, (tensor_proxy, "grad"), var)
                 if self.check:
-                    self._emit(px.check_literal_op, var, None)
+                    self._emit(st.check_literal, var, None)
                 return
-            _record_python(self.trace, px.unpack_attr, (tensor_proxy, "grad"), proxy)
+            _record_python(self.trace, st.unpack_attr, (tensor_proxy, "grad"), proxy)
         self._check_tensor(proxy, value)
         self.inputs.append((proxy, None))
 
@@ -287,7 +288,7 @@ class PrologueBuilder:
             proxy = by_name.get(name)
             if proxy is not None:
                 strides, offset = layouts.inputs[name]
-                self._emit(px.check_layout_op, proxy, strides, offset)
+                self._emit(st.check_layout, proxy, strides, offset)
 
     def check_updated_inputs(self, updated: list):
         """Inputs the program updates in place must not share memory with another input: the trace treats them
@@ -312,7 +313,7 @@ class PrologueBuilder:
         args = tuple(p for p, src in by_name.values() if isinstance(src, frontend.ArgSource))
         updated_args = tuple(p for p in args if p.name in updated)
         if updated_args and len(args) > 1:
-            self._emit(px.check_unshared_op, updated_args, args)
+            self._emit(st.check_unshared, updated_args, args)
 
     # -- state ------------------------------------------------------------------------------
     def check_state(self, autocast_state: tuple, modules: list):
@@ -320,12 +321,12 @@ class PrologueBuilder:
             return
         tensor_vars = tuple(v for v, _ in self.tensor_args.values())
         if len(tensor_vars) > 1:  # distinct tensor arguments stay distinct (x is y, and in-place updates)
-            self._emit(px.check_distinct_op, tensor_vars)
-        self._emit(px.check_global_state_op, torch.is_grad_enabled(), torch.get_default_dtype(), autocast_state,
+            self._emit(st.check_distinct, tensor_vars)
+        self._emit(st.check_global_state, torch.is_grad_enabled(), torch.get_default_dtype(), autocast_state,
                    torch.are_deterministic_algorithms_enabled(), torch.is_inference_mode_enabled())
         if modules:
             mvars = tuple(self.module_var(m, q) for q, m in modules)
-            self._emit(px.check_training_op, mvars, tuple(m.training for _, m in modules))
+            self._emit(st.check_training, mvars, tuple(m.training for _, m in modules))
 
     def check_specialized(self, names):
         if not self.check:
@@ -340,7 +341,7 @@ class PrologueBuilder:
         self.trace.bound_symbols[i:i] = self.state_bsyms
         self.state_bsyms = []
         with tracectx(self.trace):
-            px.python_return(tuple(params))
+            st.python_return(tuple(params))
         return self.trace
 
 
@@ -351,28 +352,18 @@ def _record_python(trace, op, args, out):
 
 
 def _record_unpack(trace, seq_var, outs):
-    _record_python(trace, px.unpack_sequence, (seq_var,), tuple(outs))
+    _record_python(trace, st.unpack_sequence, (seq_var,), tuple(outs))
 
 
 def _record_unpack_key(trace, dict_var, key, out):
-    _record_python(trace, px.unpack_key, (dict_var, key), out)
-
-
-_CONSTANT = None
+    _record_python(trace, st.unpack_key, (dict_var, key), out)
 
 
 def literal_check(value):
     """The check of a number: ``check_number`` where NaN or the sign of zero matters, else ``check_literal``."""
     if isinstance(value, float) and (value != value or value == 0.0):
-        return px.check_number_op
+        return st.check_number
     if isinstance(value, complex) and (value != value or value.real == 0.0 or value.imag == 0.0):
-        return px.check_number_op
-    return px.check_literal_op
+        return st.check_number
+    return st.check_literal
 
-
-def _constant_op():
-    global _CONSTANT
-    if _CONSTANT is None:
-        _CONSTANT = px.ex.register_operator(
-            "unpack_constant", fn=lambda x: x, printer=lambda b, p: f"{b.output.name} = {p.value(b.args[0])}")
-    return _CONSTANT

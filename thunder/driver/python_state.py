@@ -45,6 +45,7 @@ from typing import Any
 
 import torch
 
+from thunder.core import pytree
 from thunder.driver import frontend
 from thunder.core import proxies
 from thunder.core.proxies import Var
@@ -725,13 +726,7 @@ def _proxies_in(value, depth=0) -> list:
 
 
 def _with_real_tensors(value, real: dict):
-    if isinstance(value, frontend.TensorProxy):
-        return real[value.name]
-    if type(value) in (list, tuple):
-        return type(value)(_with_real_tensors(v, real) for v in value)
-    if type(value) is dict:
-        return {k: _with_real_tensors(v, real) for k, v in value.items()}
-    return value
+    return pytree.tree_map(lambda x: real[x.name] if isinstance(x, frontend.TensorProxy) else x, value)
 
 
 def watch_program(state: StateRecorder, fn, modules: list, objects: list):

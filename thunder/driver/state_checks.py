@@ -13,10 +13,10 @@ import enum
 
 import torch
 
+from thunder.core import statements as st
 from thunder.core.proxies import Var
 from thunder.driver.python_state import _CALL_STATE, _HOOK_DICTS, _NO_CHECK
-from thunder.executors import pythonex as px
-from thunder.executors.pythonex import MISSING, Contents
+from thunder.executors.pythonex import MISSING, Contents, global_module_hooks
 
 
 def emit_checks(rec, pb):
@@ -37,27 +37,27 @@ def emit_checks(rec, pb):
         else:
             objects.append(var)
             classes.append(cls)
-        _emit_items(rec, pb, px.check_items_op, var, "__dict__", w.items)
+        _emit_items(rec, pb, st.check_items, var, "__dict__", w.items)
         for collection, entries in w.entries.items():
-            _emit_items(rec, pb, px.check_items_op, var, collection, entries)
-        _emit_items(rec, pb, px.check_attrs_op, var, None, w.attrs)
+            _emit_items(rec, pb, st.check_items, var, collection, entries)
+        _emit_items(rec, pb, st.check_attrs, var, None, w.attrs)
     if objects:
-        pb.emit_state(px.check_types_op, tuple(objects), tuple(classes))
+        pb.emit_state(st.check_types, tuple(objects), tuple(classes))
     if calls:
-        pb.emit_state(px.check_module_calls_op, tuple(calls), tuple(call_classes))
+        pb.emit_state(st.check_module_calls, tuple(calls), tuple(call_classes))
     if any_call:  # torch's global module hooks run on every module call
-        pb.emit_state(px.check_global_module_hooks_op, _value(rec, pb, px.global_module_hooks(), "global_hooks"))
+        pb.emit_state(st.check_global_module_hooks, _value(rec, pb, global_module_hooks(), "global_hooks"))
     by_class: dict[type, dict] = {}
     for (cls, name), e in rec.class_attrs.items():
         by_class.setdefault(cls, {})[name] = e
     for cls, attrs in by_class.items():
-        _emit_items(rec, pb, px.check_class_attrs_op, pb.constant_var(cls, cls.__name__), None, attrs)
+        _emit_items(rec, pb, st.check_class_attrs, pb.constant_var(cls, cls.__name__), None, attrs)
     for g, read in rec.globals.values():
         hint = "g_" + str(g.get("__name__", "globals")).replace(".", "_")
-        _emit_items(rec, pb, px.check_items_op, pb.constant_var(g, hint), None, read)
+        _emit_items(rec, pb, st.check_items, pb.constant_var(g, hint), None, read)
     cells = rec.ran_cells()
     if cells:
-        pb.emit_state(px.check_cells_op, tuple(pb.constant_var(c, "cell_" + n) for c, n, _ in cells),
+        pb.emit_state(st.check_cells, tuple(pb.constant_var(c, "cell_" + n) for c, n, _ in cells),
                       tuple(_value(rec, pb, e, n) for _, n, e in cells))
 
 
@@ -89,7 +89,7 @@ def _emit_items(rec, pb, op, var, where, expected: dict):
     if not names:
         return
     values = tuple(_value(rec, pb, expected[n], n) for n in names)
-    if op is px.check_items_op:
+    if op is st.check_items:
         pb.emit_state(op, var, where, names, values)
     else:
         pb.emit_state(op, var, names, values)

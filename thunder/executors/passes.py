@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from thunder.core.statements import STATEMENTS
 from thunder.extend import FusionExecutor, OperatorExecutor
 
 
@@ -28,7 +29,7 @@ def transform_for_execution(trace, executors):
     new = trace.from_trace([])
     out = []
     for bsym in trace.bound_symbols:
-        if bsym.sym.executor is not None:
+        if bsym.sym.executor is not None or bsym.sym in STATEMENTS:  # statements run as they print
             out.append(bsym)
         else:
             out += _claim(bsym, executors, new)

@@ -1,7 +1,9 @@
-"""The python executor: plain Python statements of traces (return, del, unpacking) and the checks of prologues.
+"""The python executor: what the statements of traces run, and arithmetic on numbers as Python runs it.
 
-Prologue checks raise ``CacheMiss`` when a cache entry does not apply to a call, so a hit costs
-only the checks themselves.
+The statements (return, del, unpacking, prologue checks) are symbols of the IR, defined in
+thunder/core/statements.py; the checks print as calls of the functions of the same names defined here.
+They raise ``CacheMiss`` when a cache entry does not apply to a call, so a hit costs only the checks
+themselves.
 """
 from __future__ import annotations
 
@@ -13,87 +15,17 @@ from torch.nn.modules import module as _module_module
 from thunder.core.codeutils import flat_proxies
 from thunder.extend import OperatorExecutor, register_executor
 
+# Transitional: thunder/driver/pipeline.py, thunder/driver/runtime.py and thunder/transforms/autodiff.py (being
+# redesigned) still read these statements here; once they import thunder.core.statements, remove this line.
+from thunder.core.statements import CHECKS, clear_mutable_collection, python_return, unpack_sequence  # noqa: F401
+
 ex = OperatorExecutor("python")
 register_executor(ex, always=True)
-_IMPORT = "from thunder.executors.pythonex import {}"
 
 
 class CacheMiss(Exception):
     """A prologue check failed: this cache entry does not apply to the call."""
 
-
-def _no_output(*args, **kwargs):
-    return None
-
-
-def _op(name, fn=None, *, printer=None, imports=True):
-    return ex.register_operator(name, fn=fn or _no_output, meta=_no_output, printer=printer,
-                                imports=(_IMPORT.format(name),) if imports and printer is None else ())
-
-
-# -- statements ------------------------------------------------------------------------------
-
-def _print_return(bsym, p):
-    value = bsym.args[0]
-    if type(value) is tuple and len(value) > 1:
-        return "return " + ", ".join(p.value(v) for v in value)
-    return f"return {p.value(value)}"
-
-
-python_return = _op("python_return", printer=_print_return)
-
-
-def _print_del(bsym, p):
-    return "del " + ", ".join(a.name for a in bsym.args)
-
-
-python_del = _op("python_del", printer=_print_del)
-
-
-def _print_unpack_sequence(bsym, p):
-    outs = bsym.output
-    if not outs:
-        return f"check_len({p.value(bsym.args[0])}, 0)"
-    return ", ".join(o.name for o in outs) + f", = {p.value(bsym.args[0])}"
-
-
-unpack_sequence = _op("unpack_sequence", printer=_print_unpack_sequence)
-
-
-def _print_unpack_key(bsym, p):
-    return f"{bsym.output.name} = {p.value(bsym.args[0])}[{p.value(bsym.args[1])}]"
-
-
-unpack_key = _op("unpack_key", printer=_print_unpack_key)
-
-
-def _print_unpack_attr(bsym, p):
-    return f"{bsym.output.name} = {p.value(bsym.args[0])}.{bsym.args[1]}"
-
-
-unpack_attr = _op("unpack_attr", printer=_print_unpack_attr)
-
-
-def _print_unpack_module_tensor(bsym, p):
-    module, collection, name = bsym.args
-    return f"{bsym.output.name} = {p.value(module)}.{collection}[{name!r}]"
-
-
-unpack_module_tensor = _op("unpack_module_tensor", printer=_print_unpack_module_tensor)
-
-
-def _print_unpack_cell(bsym, p):
-    return f"{bsym.output.name} = {p.value(bsym.args[0])}.cell_contents"
-
-
-unpack_cell = _op("unpack_cell", printer=_print_unpack_cell)
-
-
-def _print_clear(bsym, p):
-    return f"{p.value(bsym.args[0])}.clear()"
-
-
-clear_mutable_collection = _op("clear_mutable_collection", printer=_print_clear)
 
 # -- prologue checks ---------------------------------------------------------------------------
 
@@ -200,12 +132,6 @@ def check_training(modules: tuple, flags: tuple):
     for m, f in zip(modules, flags):
         if m.training is not f:
             raise CacheMiss
-
-
-for _fn in (check_tensor, check_layout, check_distinct, check_unshared, check_len, check_keys, check_literal, check_number,
-            check_type, check_is, check_same_object, check_id, check_global_state, check_training):
-    globals()[_fn.__name__ + "_op"] = ex.register_operator(_fn.__name__, fn=_fn, meta=_no_output,
-                                                           imports=(_IMPORT.format(_fn.__name__),))
 
 
 # -- checks of Python state (see [Note: Python state] in thunder/driver/python_state.py) ------------------
@@ -384,26 +310,6 @@ def global_module_hooks() -> tuple:
         return ()
     return tuple(Contents(type(d), tuple(d.items())) for d in _GLOBAL_HOOK_DICTS)
 
-
-for _fn in (check_attrs, check_class_attrs, check_cells, check_types, check_module_calls, check_global_module_hooks):
-    globals()[_fn.__name__ + "_op"] = ex.register_operator(_fn.__name__, fn=_fn, meta=_no_output,
-                                                           imports=(_IMPORT.format(_fn.__name__),))
-
-
-def _print_check_items(bsym, p):
-    obj, attr, names, values = bsym.args
-    p.imports[_IMPORT.format("check_items")] = None
-    where = p.value(obj) + (f".{attr}" if attr else "")
-    return f"check_items({where}, {p.value(names)}, {p.value(values)})"
-
-
-check_items_op = _op("check_items", check_items, printer=_print_check_items)
-
-
-CHECKS = frozenset({check_tensor_op, check_len_op, check_keys_op, check_literal_op, check_number_op, check_type_op,
-                    check_is_op, check_same_object_op, check_id_op, check_global_state_op, check_training_op,
-                    check_attrs_op, check_class_attrs_op, check_cells_op, check_types_op, check_module_calls_op,
-                    check_global_module_hooks_op, check_items_op})
 
 # -- numbers: arithmetic on NumberProxies runs as Python (see [Note: Python number semantics]) -----
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
+from thunder.core.statements import STATEMENTS, python_return
 from thunder.core.symbol import BoundSymbol, Symbol
 
 _EXECUTORS: dict[str, "Executor"] = {}
@@ -108,7 +109,7 @@ class FusionExecutor(Executor):
         raise NotImplementedError
 
     def _fusible(self, bsym) -> bool:
-        if bsym.sym.name == "python_return" or bsym.sym.executor is not None:
+        if bsym.sym in STATEMENTS or bsym.sym.executor is not None:
             return False
         if not bsym.subsymbols:
             return bsym.sym.is_prim and self.can_fuse(bsym)
@@ -135,7 +136,6 @@ class FusionExecutor(Executor):
 
     def _fuse(self, trace, indices):
         from thunder.core.trace import TraceCtx
-        from thunder.executors import pythonex
 
         members = [trace.bound_symbols[i] for i in indices]
         later = trace.bound_symbols[indices[-1] + 1:]
@@ -156,7 +156,7 @@ class FusionExecutor(Executor):
                     seen.add(o.name)
                     outputs.append(o)
         region = TraceCtx(f"{self.name}_region", params=list(inputs))
-        region.bound_symbols = list(prims_) + [BoundSymbol(pythonex.python_return, (tuple(outputs),), {}, None)]
+        region.bound_symbols = list(prims_) + [BoundSymbol(python_return, (tuple(outputs),), {}, None)]
         fn = self.compile_region(region)
         name = f"{self.fusion_name}{self._count}"
         self._count += 1

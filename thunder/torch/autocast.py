@@ -12,6 +12,7 @@ import enum
 import torch
 
 from thunder.core.proxies import TensorProxy
+from thunder.core.pytree import tree_leaves, tree_map
 
 
 class Policy(enum.Enum):
@@ -53,26 +54,12 @@ def state() -> tuple:
             torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
 
 
-def _first_device_type(x):
-    if isinstance(x, TensorProxy):
-        return x.device.type
-    if isinstance(x, (tuple, list)):
-        for y in x:
-            d = _first_device_type(y)
-            if d is not None:
-                return d
-    return None
-
-
 def _cast(x, device_type, pred, dtype):
     if isinstance(x, TensorProxy):
         if x.device.type == device_type and x.dtype.is_floating_point and x.dtype is not torch.float64 and pred(x):
             from thunder.torch.utils import convert
 
             return convert(x, dtype)
-        return x
-    if isinstance(x, (tuple, list)) and type(x) in (tuple, list):
-        return type(x)(_cast(y, device_type, pred, dtype) for y in x)
     return x
 
 
@@ -80,7 +67,8 @@ def maybe_autocast(sym, args, kwargs):
     """``(args, kwargs)`` with the casts autocast would apply to ``sym``'s inputs."""
     if not (torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")):
         return args, kwargs
-    device_type = _first_device_type(args) or _first_device_type(tuple(kwargs.values()))
+    tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, TensorProxy)]
+    device_type = tensors[0].device.type if tensors else None
     if device_type is None or not torch.is_autocast_enabled(device_type):
         return args, kwargs
     policy = POLICIES.get(device_type, {}).get(getattr(sym, "name", None) or getattr(sym, "__name__", None))
@@ -93,26 +81,9 @@ def maybe_autocast(sym, args, kwargs):
         dtype = torch.float32
         pred = lambda t: t.dtype in (torch.float16, torch.bfloat16)  # noqa: E731
     else:
-        floats = [t for t in _leaves(args, kwargs) if t.dtype.is_floating_point]
+        floats = [t for t in tensors if t.dtype.is_floating_point]
         if not floats:
             return args, kwargs
         dtype = max((t.dtype for t in floats), key=lambda d: torch.finfo(d).bits)
         pred = lambda t: True  # noqa: E731
-    args = tuple(_cast(a, device_type, pred, dtype) for a in args)
-    kwargs = {k: _cast(v, device_type, pred, dtype) for k, v in kwargs.items()}
-    return args, kwargs
-
-
-def _leaves(args, kwargs):
-    out = []
-
-    def visit(x):
-        if isinstance(x, TensorProxy):
-            out.append(x)
-        elif isinstance(x, (tuple, list)):
-            for y in x:
-                visit(y)
-
-    visit(args)
-    visit(tuple(kwargs.values()))
-    return out
+    return tree_map(lambda x: _cast(x, device_type, pred, dtype), (args, kwargs))

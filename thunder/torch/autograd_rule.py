@@ -8,10 +8,10 @@ ops whose eager gradient is torch's own composite or fused kernel (norms, varian
 from __future__ import annotations
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from thunder.core.codeutils import flat_proxies
 from thunder.core.proxies import TensorProxy, Var
+from thunder.core.pytree import tree_flatten, tree_leaves, tree_unflatten
 from thunder.core.symbol import Symbol
 from thunder.core.trace import get_tracectx
 from thunder.torch import fallback
@@ -32,7 +32,7 @@ class AutogradGraph:
 # The tensors that require grad are found anywhere in the call's arguments: positional or keyword,
 # nested in lists, tuples and dicts (``torch.linalg.multi_dot([a, b, c])``, ``nn.LSTM``'s list of
 # weights, ``embedding_bag(per_sample_weights=w)``). They are numbered by their position among the
-# leaves of ``torch.utils._pytree.tree_flatten((args, kwargs))``, which is the same when tracing
+# leaves of ``tree_flatten((args, kwargs))`` (thunder/core/pytree.py), which is the same when tracing
 # (proxies) and when running (tensors). The outputs are the tensors among the flattened result, in
 # the order of ``flat_proxies``; the backward receives one cotangent (or None) for each of them.
 def torch_autograd_forward(fn, args, kwargs, groups, out_like=None):
@@ -84,7 +84,7 @@ def _forward_meta(fn, args, kwargs, groups, out_like=None):
         out = fallback.meta_outputs(fn, args, kwargs)
     else:
         trace = get_tracectx()
-        requires_grad = any(isinstance(a, TensorProxy) and a.requires_grad for a in tree_flatten((args, kwargs))[0])
+        requires_grad = any(isinstance(a, TensorProxy) and a.requires_grad for a in tree_leaves((args, kwargs)))
         out = tuple(trace.tensor(s, d, dev, requires_grad) for s, d, dev in out_like)
         out = out[0] if len(out) == 1 else out
     return out, Var(get_tracectx().make_name("graph"))

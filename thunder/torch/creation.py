@@ -10,6 +10,7 @@ from thunder.core import prims
 from thunder.core.devices import normalize
 from thunder.core.extents import as_extent, is_runtime
 from thunder.core.proxies import TensorProxy, NumberProxy
+from thunder.core.pytree import tree_leaves
 from thunder.core.symbol import Tag
 from thunder.torch.registry import number_torchsymbol, torchsymbol
 from thunder.torch.utils import check, convert
@@ -158,19 +159,12 @@ def _tensor_impl(data, *, dtype=None, device=None, requires_grad=False, pin_memo
 
 @torchsymbol(torch.tensor, torch_impl=torch.tensor)
 def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
-    check(not isinstance(data, torch.Tensor) and not any(isinstance(x, (TensorProxy, NumberProxy)) for x in _flat(data)),
+    traced = any(isinstance(x, (TensorProxy, NumberProxy)) for x in tree_leaves(data))
+    check(not isinstance(data, torch.Tensor) and not traced,
           "torch.tensor() of traced values is not supported; use torch.stack or torch.as_tensor", NotImplementedError)
     with torch._C.DisableTorchFunction():
         ref = torch.tensor(data, dtype=dtype, device="meta")
     return fallback.fallback_call(torch.tensor, (data,), dict(dtype=ref.dtype, device=_device(device)))
-
-
-def _flat(x):
-    if isinstance(x, (list, tuple)):
-        for y in x:
-            yield from _flat(y)
-    else:
-        yield x
 
 
 @number_torchsymbol(torch.scalar_tensor)

@@ -14,10 +14,10 @@ import operator
 import re
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from thunder.core.extents import is_symbolic_shape
 from thunder.core.proxies import TensorProxy, NumberProxy
+from thunder.core.pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
 from thunder.core.symbol import Symbol, Tag
 from thunder.core.trace import get_tracectx
 from thunder.torch.registry import property_key, signature_of
@@ -91,7 +91,7 @@ def meta_outputs(fn, args, kwargs, *, device=None):
     out = data_dependent.outputs(fn, describe(fn), args, kwargs)
     if out is not None:
         return out
-    flat, _ = tree_flatten((args, kwargs))
+    flat = tree_leaves((args, kwargs))
     proxies = [x for x in flat if isinstance(x, TensorProxy)]
     if device is None:
         device = proxies[0].device if proxies else _factory_device(kwargs)
@@ -108,7 +108,7 @@ def meta_outputs(fn, args, kwargs, *, device=None):
             f"thunder cannot trace {describe(fn)} on inputs whose shapes hold extents known only at run time "
             f"({', '.join(roots)}): torch's meta kernel rejects them at placeholder sizes ({e}). If two of them are equal "
             "when the program runs, compute them from the same operation (one mask, one set of indices).") from e
-    outs = [tree_flatten(r)[0] for r in runs]
+    outs = [tree_leaves(r) for r in runs]
     if roots and any(isinstance(x, (int, float, torch.SymInt)) for x in outs[0]):
         raise NotImplementedError(
             f"thunder cannot trace {describe(fn)}: it returns a Python number computed from extents known only at run "
@@ -125,7 +125,7 @@ def meta_outputs(fn, args, kwargs, *, device=None):
     def to_proxy(k, x):
         if not isinstance(x, torch.Tensor):
             return x
-        shape = tuple(extents.extent(k, d, [tree_flatten(r)[0][k].shape[d] for r in runs]) for d in range(x.ndim))
+        shape = tuple(extents.extent(k, d, [o[k].shape[d] for o in outs]) for d in range(x.ndim))
         return trace.tensor(shape, x.dtype, device, requires_grad and (x.dtype.is_floating_point or x.dtype.is_complex))
 
     flat_out, spec = tree_flatten(runs[0])

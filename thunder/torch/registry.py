@@ -14,6 +14,7 @@ from typing import Any, Callable
 import torch
 
 from thunder.core.proxies import NumberProxy
+from thunder.core.pytree import tree_leaves, tree_map
 from thunder.core.symbol import Symbol
 
 # torch callable (function, method descriptor, getset descriptor) -> ltorch symbol
@@ -91,30 +92,18 @@ def _number_values(fn):
 
 
 def has_number_proxy(x) -> bool:
-    if isinstance(x, NumberProxy):
-        return True
-    if isinstance(x, slice):
-        return has_number_proxy((x.start, x.stop, x.step))
-    if isinstance(x, (tuple, list)):
-        return any(has_number_proxy(y) for y in x)
-    if isinstance(x, dict):
-        return any(has_number_proxy(y) for y in x.values())
-    return False
+    return any(isinstance(y, NumberProxy) for y in tree_leaves(x))
 
 
 def number_values(x):
     """``x`` with the values of its NumberProxies (specializing the trace on them); run-time extents stay."""
     if not has_number_proxy(x):
         return x
-    if isinstance(x, NumberProxy):
-        return x if x.origin is not None else x._specialize()
-    if isinstance(x, slice):
-        return slice(number_values(x.start), number_values(x.stop), number_values(x.step))
-    if type(x) in (tuple, list):
-        return type(x)(number_values(y) for y in x)
-    if isinstance(x, dict):
-        return {k: number_values(v) for k, v in x.items()}
-    return x
+    return tree_map(_number_value, x)
+
+
+def _number_value(x):
+    return x._specialize() if isinstance(x, NumberProxy) and x.origin is None else x
 
 
 def property_key(func):

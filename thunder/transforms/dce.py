@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 
 from thunder.core.proxies import NumberProxy, SymbolicTensorProxy
+from thunder.core.statements import python_return
 from thunder.core.symbol import Tag
 
 
@@ -16,7 +17,7 @@ def has_effects(bsym) -> bool:
 
 
 def _keep_always(bsym) -> bool:
-    return bsym.sym.name == "python_return" or has_effects(bsym)
+    return bsym.sym is python_return or has_effects(bsym)
 
 
 def _shape_extents(bsym):

@@ -4,12 +4,11 @@ from __future__ import annotations
 import time
 
 from thunder.core.proxies import TensorProxy, NumberProxy
+from thunder.core.statements import python_del, python_return
+from thunder.core.symbol import BoundSymbol
 
 
 def delete_last_used(trace, *, keep: frozenset = frozenset()):
-    from thunder.executors.pythonex import python_del
-    from thunder.core.symbol import BoundSymbol
-
     start = time.perf_counter_ns()
     last_use: dict[str, int] = {}
     bsyms = trace.bound_symbols
@@ -19,7 +18,7 @@ def delete_last_used(trace, *, keep: frozenset = frozenset()):
     by_index: dict[int, list] = {}
     seen = set()
     for i, bsym in enumerate(bsyms):
-        if bsym.sym.name == "python_return":
+        if bsym.sym is python_return:
             continue
         for a in bsym.flat_args:
             if last_use.get(a.name) == i and a.name not in seen and a.name not in keep:
