@@ -30,10 +30,6 @@ def make_prim(name: str, meta, *, tags=(), printer=None) -> Symbol:
     return sym
 
 
-def all_prims() -> dict[str, Symbol]:
-    return dict(_PRIMS)
-
-
 def _new_tensor(shape, dtype, device, requires_grad=False) -> TensorProxy:
     return get_tracectx().tensor(tuple(as_extent(s) for s in shape), dtype, device, requires_grad)
 
@@ -328,7 +324,6 @@ def size_meta(a, dim: int):
 
 
 # Primitives of numbers only: run by the python executor.
-NUMBER_PRIMS = frozenset({"round_to", "size"})
 make_prim("round_to", round_to_meta)
 make_prim("size", size_meta)
 
