@@ -20,13 +20,15 @@ from thunder.core.proxies import NUMBER_OPS, TensorProxy, NumberProxy
 from thunder.core.symbol import Symbol, Tag
 from thunder.core.trace import get_tracectx
 
-_PRIMS: dict[str, Symbol] = {}
+_PRIMS: dict[str, Symbol] = {}  # every primitive by name: those below and those declared elsewhere
 
 
 def make_prim(name: str, meta, *, tags=(), printer=None) -> Symbol:
+    """The primitive ``prims.<name>``; ``meta`` returns its outputs."""
+    if name in _PRIMS:
+        raise ValueError(f"A primitive named {name!r} already exists (prims.{name}): choose another name")
     sym = Symbol(name, meta, module="prims", is_prim=True, tags=tags, printer=printer)
     _PRIMS[name] = sym
-    globals()[name] = sym
     return sym
 
 
@@ -124,7 +126,7 @@ UNARY = {
     "signbit": (_BOOL, None), "real": (_REAL, None), "imag": (_REAL, None), "sigmoid": (None, None),
 }
 for _name, (_out, _fn) in UNARY.items():
-    make_prim(_name, _elementwise_meta(_name, 1, output_dtype=_out, number_fn=_fn))
+    globals()[_name] = make_prim(_name, _elementwise_meta(_name, 1, output_dtype=_out, number_fn=_fn))
 
 BINARY = {
     "add": (None, operator.add), "sub": (None, operator.sub), "mul": (None, operator.mul),
@@ -140,7 +142,7 @@ BINARY = {
     "logical_or": (_BOOL, lambda a, b: bool(a or b)), "logical_xor": (_BOOL, lambda a, b: bool(a) != bool(b)),
 }
 for _name, (_out, _fn) in BINARY.items():
-    make_prim(_name, _elementwise_meta(_name, 2, output_dtype=_out, number_fn=_fn))
+    globals()[_name] = make_prim(_name, _elementwise_meta(_name, 2, output_dtype=_out, number_fn=_fn))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -324,8 +326,8 @@ def size_meta(a, dim: int):
 
 
 # Primitives of numbers only: run by the python executor.
-make_prim("round_to", round_to_meta)
-make_prim("size", size_meta)
+round_to = make_prim("round_to", round_to_meta)
+size = make_prim("size", size_meta)
 
 
 def _where_meta(pred, a, b):
@@ -341,7 +343,7 @@ def _where_meta(pred, a, b):
     return _new_tensor(ref.shape, dtype, ref.device, _requires_grad(a, b))
 
 
-make_prim("where", _where_meta)
+where = make_prim("where", _where_meta)
 
 
 def convert_element_type_meta(a, dtype: torch.dtype):
@@ -351,14 +353,14 @@ def convert_element_type_meta(a, dtype: torch.dtype):
     return _new_tensor(a.shape, dtype, a.device, _requires_grad(a) and dtypes.is_inexact(dtype))
 
 
-make_prim("convert_element_type", convert_element_type_meta)
+convert_element_type = make_prim("convert_element_type", convert_element_type_meta)
 
 
 def device_put_meta(a, device: torch.device):
     return _new_tensor(a.shape, a.dtype, device, _requires_grad(a))
 
 
-make_prim("device_put", device_put_meta)
+device_put = make_prim("device_put", device_put_meta)
 
 
 def shallow_copy_meta(a):
@@ -366,7 +368,7 @@ def shallow_copy_meta(a):
     return _new_tensor(a.shape, a.dtype, a.device, _requires_grad(a))
 
 
-make_prim("shallow_copy", shallow_copy_meta)
+shallow_copy = make_prim("shallow_copy", shallow_copy_meta)
 
 # ---------------------------------------------------------------------------------------------
 # Shapes
@@ -380,7 +382,7 @@ def broadcast_in_dim_meta(a, shape, broadcast_dimensions):
     return _new_tensor(shape, a.dtype, a.device, _requires_grad(a))
 
 
-make_prim("broadcast_in_dim", broadcast_in_dim_meta)
+broadcast_in_dim = make_prim("broadcast_in_dim", broadcast_in_dim_meta)
 
 
 def reshape_meta(a, shape):
@@ -389,7 +391,7 @@ def reshape_meta(a, shape):
     return _new_tensor(shape, a.dtype, a.device, _requires_grad(a))
 
 
-make_prim("reshape", reshape_meta)
+reshape = make_prim("reshape", reshape_meta)
 
 
 def transpose_meta(a, permutation):
@@ -397,7 +399,7 @@ def transpose_meta(a, permutation):
     return _new_tensor([a.shape[p] for p in permutation], a.dtype, a.device, _requires_grad(a))
 
 
-make_prim("transpose", transpose_meta)
+transpose = make_prim("transpose", transpose_meta)
 
 
 def slice_meta(a, start_indices, end_indices, strides=None):
@@ -416,7 +418,7 @@ def _slice_extent(start, stop, step):
     return builtins.max(0, (stop - start + step - 1) // step)
 
 
-make_prim("slice_prim", slice_meta)
+slice_prim = make_prim("slice_prim", slice_meta)
 
 
 def squeeze_meta(a, dims):
@@ -424,7 +426,7 @@ def squeeze_meta(a, dims):
     return _new_tensor([s for i, s in enumerate(a.shape) if i not in dims], a.dtype, a.device, _requires_grad(a))
 
 
-make_prim("squeeze", squeeze_meta)
+squeeze = make_prim("squeeze", squeeze_meta)
 
 
 def cat_meta(tensors, dim: int):
@@ -434,7 +436,7 @@ def cat_meta(tensors, dim: int):
     return _new_tensor(shape, ref.dtype, ref.device, _requires_grad(*tensors))
 
 
-make_prim("cat", cat_meta)
+cat = make_prim("cat", cat_meta)
 
 
 def pad_meta(a, padding_value, padding_config):
@@ -444,14 +446,14 @@ def pad_meta(a, padding_value, padding_config):
     return _new_tensor(shape, a.dtype, a.device, _requires_grad(a))
 
 
-make_prim("pad", pad_meta)
+pad = make_prim("pad", pad_meta)
 
 
 def flip_meta(a, dims):
     return _new_tensor(a.shape, a.dtype, a.device, _requires_grad(a))
 
 
-make_prim("flip", flip_meta)
+flip = make_prim("flip", flip_meta)
 
 
 def take_meta(a, index, dim: int):
@@ -460,28 +462,28 @@ def take_meta(a, index, dim: int):
     return _new_tensor(shape, a.dtype, a.device, _requires_grad(a))
 
 
-make_prim("take", take_meta)
+take = make_prim("take", take_meta)
 
 
 def gather_meta(a, index, dim: int):
     return _new_tensor(index.shape, a.dtype, a.device, _requires_grad(a))
 
 
-make_prim("gather", gather_meta)
+gather = make_prim("gather", gather_meta)
 
 
 def scatter_add_meta(a, index, value, dim: int):
     return _new_tensor(a.shape, a.dtype, a.device, _requires_grad(a, value))
 
 
-make_prim("scatter_add", scatter_add_meta)
+scatter_add = make_prim("scatter_add", scatter_add_meta)
 
 
 def index_add_meta(a, index, value, dim: int):
     return _new_tensor(a.shape, a.dtype, a.device, _requires_grad(a, value))
 
 
-make_prim("index_add", index_add_meta)
+index_add = make_prim("index_add", index_add_meta)
 
 # ---------------------------------------------------------------------------------------------
 # Reductions
@@ -503,14 +505,14 @@ def _reduction_meta(name, output_dtype=None):
 
 
 for _name in ("sum", "prod", "amax", "amin"):
-    make_prim(_name, _reduction_meta(_name))
+    globals()[_name] = make_prim(_name, _reduction_meta(_name))
 
 
 def var_meta(a, dims, *, correction):
     return _new_tensor(_reduced_shape(a, dims), dtypes.to_real(a.dtype), a.device, _requires_grad(a))
 
 
-make_prim("var", var_meta)
+var = make_prim("var", var_meta)
 
 
 def var_mean_meta(a, dims, *, correction):
@@ -519,7 +521,7 @@ def var_mean_meta(a, dims, *, correction):
             _new_tensor(shape, a.dtype, a.device, _requires_grad(a)))
 
 
-make_prim("var_mean", var_mean_meta)
+var_mean = make_prim("var_mean", var_mean_meta)
 
 
 def _arg_reduction_meta(a, dim):
@@ -527,15 +529,15 @@ def _arg_reduction_meta(a, dim):
     return _new_tensor(shape, torch.int64, a.device)
 
 
-make_prim("argmax", _arg_reduction_meta)
-make_prim("argmin", _arg_reduction_meta)
+argmax = make_prim("argmax", _arg_reduction_meta)
+argmin = make_prim("argmin", _arg_reduction_meta)
 
 
 def cumsum_meta(a, dim: int):
     return _new_tensor(a.shape, a.dtype, a.device, _requires_grad(a))
 
 
-make_prim("cumsum", cumsum_meta)
+cumsum = make_prim("cumsum", cumsum_meta)
 
 # ---------------------------------------------------------------------------------------------
 # Tensor creation
@@ -546,28 +548,28 @@ def full_meta(shape, fill_value, *, device, dtype):
     return _new_tensor(shape, dtype, device)
 
 
-make_prim("full", full_meta)
+full = make_prim("full", full_meta)
 
 
 def iota_meta(length, *, start, step, device, dtype):
     return _new_tensor((length,), dtype, device)
 
 
-make_prim("iota", iota_meta)
+iota = make_prim("iota", iota_meta)
 
 
 def uniform_meta(shape, minval, maxval, *, device, dtype):
     return _new_tensor(shape, dtype, device)
 
 
-make_prim("uniform", uniform_meta, tags=(Tag.RANDOM,))
+uniform = make_prim("uniform", uniform_meta, tags=(Tag.RANDOM,))
 
 
 def randn_meta(shape, *, device, dtype):
     return _new_tensor(shape, dtype, device)
 
 
-make_prim("randn", randn_meta, tags=(Tag.RANDOM,))
+randn = make_prim("randn", randn_meta, tags=(Tag.RANDOM,))
 
 # ---------------------------------------------------------------------------------------------
 # Linear algebra and neural-network primitives
@@ -586,7 +588,7 @@ def matmul_meta(a, b):
     return _new_tensor(tuple(batch) + (a.shape[-2], b.shape[-1]), a.dtype, a.device, _requires_grad(a, b))
 
 
-make_prim("matmul", matmul_meta)
+matmul = make_prim("matmul", matmul_meta)
 
 
 def linear_meta(a, w, bias):
@@ -595,7 +597,7 @@ def linear_meta(a, w, bias):
     return _new_tensor(shape, a.dtype, a.device, _requires_grad(a, w, bias))
 
 
-make_prim("linear", linear_meta)
+linear = make_prim("linear", linear_meta)
 
 
 def convolution_meta(a, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
@@ -606,14 +608,14 @@ def convolution_meta(a, weight, bias, stride, padding, dilation, transposed, out
     return _new_tensor(out.shape, a.dtype, a.device, _requires_grad(a, weight, bias))
 
 
-make_prim("convolution", convolution_meta)
+convolution = make_prim("convolution", convolution_meta)
 
 
 def embedding_meta(indices, weight):
     return _new_tensor(tuple(indices.shape) + (weight.shape[1],), weight.dtype, weight.device, _requires_grad(weight))
 
 
-make_prim("embedding", embedding_meta)
+embedding = make_prim("embedding", embedding_meta)
 
 # ---------------------------------------------------------------------------------------------
 # Effects
@@ -628,6 +630,6 @@ def copy__meta(src, dst):
     return _new_tensor(dst.shape, dst.dtype, dst.device)
 
 
-make_prim("copy_", copy__meta, tags=(Tag.SIDE_EFFECT,))
+copy_ = make_prim("copy_", copy__meta, tags=(Tag.SIDE_EFFECT,))
 
-__all__ = list(_PRIMS)
+__all__ = list(_PRIMS)  # the primitives defined here
