@@ -2,8 +2,9 @@
 
 Primitives have no broadcasting and no type promotion: a binary primitive takes tensors of one
 shape and dtype (or Python numbers). The torch language (``thunder.torch``) implements torch's
-semantics on top of them. Each primitive here is its meta function (how its output looks); the
-torch executor gives each an implementation, and autodiff gives each a gradient rule.
+semantics on top of them. Each primitive here is its meta function (how its output looks: tensors
+made with ``new_tensor``, requiring grad where ``requires_grad(*inputs)`` says); the torch executor
+gives each an implementation, and autodiff gives each a gradient rule.
 """
 from __future__ import annotations
 
@@ -20,25 +21,24 @@ from thunder.core.proxies import NUMBER_OPS, TensorProxy, NumberProxy
 from thunder.core.symbol import Symbol, Tag
 from thunder.core.trace import get_tracectx
 
-_PRIMS: dict[str, Symbol] = {}
+_PRIMS: dict[str, Symbol] = {}  # every primitive by name: those below and those declared elsewhere
 
 
 def make_prim(name: str, meta, *, tags=(), printer=None) -> Symbol:
+    """The primitive ``prims.<name>``; ``meta`` returns its outputs (built with ``new_tensor``)."""
+    if name in _PRIMS:
+        raise ValueError(f"A primitive named {name!r} already exists (prims.{name}): choose another name")
     sym = Symbol(name, meta, module="prims", is_prim=True, tags=tags, printer=printer)
     _PRIMS[name] = sym
-    globals()[name] = sym
     return sym
 
 
-def all_prims() -> dict[str, Symbol]:
-    return dict(_PRIMS)
-
-
-def _new_tensor(shape, dtype, device, requires_grad=False) -> TensorProxy:
+def new_tensor(shape, dtype, device, requires_grad=False) -> TensorProxy:
+    """A tensor of the trace being recorded: what a meta function returns for each output."""
     return get_tracectx().tensor(tuple(as_extent(s) for s in shape), dtype, device, requires_grad)
 
 
-def _requires_grad(*args) -> bool:
+def requires_grad(*args) -> bool:
     """Whether an output computed from ``args`` is part of the autograd graph (as in torch)."""
     if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
         return False
@@ -96,7 +96,7 @@ def _elementwise_meta(name: str, nargs: int, *, output_dtype=None, number_fn=Non
                    lambda: f"prims.{name}: shapes {tuple(t0.shape)} and {tuple(t.shape)} differ")
             _check(t.device == t0.device, lambda: f"prims.{name}: devices {t0.device} and {t.device} differ")
         dtype = output_dtype(t0.dtype) if output_dtype else t0.dtype
-        return _new_tensor(t0.shape, dtype, t0.device, _requires_grad(*args) and dtypes.is_inexact(dtype))
+        return new_tensor(t0.shape, dtype, t0.device, requires_grad(*args) and dtypes.is_inexact(dtype))
 
     meta.__name__ = name
     meta.__signature__ = _positional_signature(nargs)
@@ -128,7 +128,7 @@ UNARY = {
     "signbit": (_BOOL, None), "real": (_REAL, None), "imag": (_REAL, None), "sigmoid": (None, None),
 }
 for _name, (_out, _fn) in UNARY.items():
-    make_prim(_name, _elementwise_meta(_name, 1, output_dtype=_out, number_fn=_fn))
+    globals()[_name] = make_prim(_name, _elementwise_meta(_name, 1, output_dtype=_out, number_fn=_fn))
 
 BINARY = {
     "add": (None, operator.add), "sub": (None, operator.sub), "mul": (None, operator.mul),
@@ -144,7 +144,7 @@ BINARY = {
     "logical_or": (_BOOL, lambda a, b: bool(a or b)), "logical_xor": (_BOOL, lambda a, b: bool(a) != bool(b)),
 }
 for _name, (_out, _fn) in BINARY.items():
-    make_prim(_name, _elementwise_meta(_name, 2, output_dtype=_out, number_fn=_fn))
+    globals()[_name] = make_prim(_name, _elementwise_meta(_name, 2, output_dtype=_out, number_fn=_fn))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,9 +328,8 @@ def size_meta(a, dim: int):
 
 
 # Primitives of numbers only: run by the python executor.
-NUMBER_PRIMS = frozenset({"round_to", "size"})
-make_prim("round_to", round_to_meta)
-make_prim("size", size_meta)
+round_to = make_prim("round_to", round_to_meta)
+size = make_prim("size", size_meta)
 
 
 def _where_meta(pred, a, b):
@@ -343,35 +342,35 @@ def _where_meta(pred, a, b):
         dtype = vals[0].dtype
     else:
         dtype = torch.get_default_dtype() if isinstance(a, float) or isinstance(b, float) else torch.int64
-    return _new_tensor(ref.shape, dtype, ref.device, _requires_grad(a, b))
+    return new_tensor(ref.shape, dtype, ref.device, requires_grad(a, b))
 
 
-make_prim("where", _where_meta)
+where = make_prim("where", _where_meta)
 
 
 def convert_element_type_meta(a, dtype: torch.dtype):
     if isinstance(a, NumberProxy):
         ptype = dtypes.python_type_of(dtype)
         return _new_number(ptype, None if a.value is None else ptype(a.value), a.inputs, a.origin)
-    return _new_tensor(a.shape, dtype, a.device, _requires_grad(a) and dtypes.is_inexact(dtype))
+    return new_tensor(a.shape, dtype, a.device, requires_grad(a) and dtypes.is_inexact(dtype))
 
 
-make_prim("convert_element_type", convert_element_type_meta)
+convert_element_type = make_prim("convert_element_type", convert_element_type_meta)
 
 
 def device_put_meta(a, device: torch.device):
-    return _new_tensor(a.shape, a.dtype, device, _requires_grad(a))
+    return new_tensor(a.shape, a.dtype, device, requires_grad(a))
 
 
-make_prim("device_put", device_put_meta)
+device_put = make_prim("device_put", device_put_meta)
 
 
 def shallow_copy_meta(a):
     """The same value under a new name (an operation whose result is its input)."""
-    return _new_tensor(a.shape, a.dtype, a.device, _requires_grad(a))
+    return new_tensor(a.shape, a.dtype, a.device, requires_grad(a))
 
 
-make_prim("shallow_copy", shallow_copy_meta)
+shallow_copy = make_prim("shallow_copy", shallow_copy_meta)
 
 # ---------------------------------------------------------------------------------------------
 # Shapes
@@ -382,33 +381,33 @@ def broadcast_in_dim_meta(a, shape, broadcast_dimensions):
     _check(len(broadcast_dimensions) == a.ndim, "prims.broadcast_in_dim: one broadcast dimension per input dimension")
     for d, s in zip(broadcast_dimensions, a.shape):
         _check(is_one(s) or same(s, shape[d]), lambda: f"prims.broadcast_in_dim: cannot broadcast {tuple(a.shape)} to {shape}")
-    return _new_tensor(shape, a.dtype, a.device, _requires_grad(a))
+    return new_tensor(shape, a.dtype, a.device, requires_grad(a))
 
 
-make_prim("broadcast_in_dim", broadcast_in_dim_meta)
+broadcast_in_dim = make_prim("broadcast_in_dim", broadcast_in_dim_meta)
 
 
 def reshape_meta(a, shape):
     _check(prod_poly(shape).key() == prod_poly(a.shape).key(),
            lambda: f"prims.reshape: cannot reshape {tuple(a.shape)} to {tuple(shape)}")
-    return _new_tensor(shape, a.dtype, a.device, _requires_grad(a))
+    return new_tensor(shape, a.dtype, a.device, requires_grad(a))
 
 
-make_prim("reshape", reshape_meta)
+reshape = make_prim("reshape", reshape_meta)
 
 
 def transpose_meta(a, permutation):
     _check(sorted(permutation) == list(range(a.ndim)), "prims.transpose: not a permutation")
-    return _new_tensor([a.shape[p] for p in permutation], a.dtype, a.device, _requires_grad(a))
+    return new_tensor([a.shape[p] for p in permutation], a.dtype, a.device, requires_grad(a))
 
 
-make_prim("transpose", transpose_meta)
+transpose = make_prim("transpose", transpose_meta)
 
 
 def slice_meta(a, start_indices, end_indices, strides=None):
     strides = strides or [1] * a.ndim
     shape = [_slice_extent(s, e, st) for s, e, st in zip(start_indices, end_indices, strides)]
-    return _new_tensor(shape, a.dtype, a.device, _requires_grad(a))
+    return new_tensor(shape, a.dtype, a.device, requires_grad(a))
 
 
 def _slice_extent(start, stop, step):
@@ -421,72 +420,72 @@ def _slice_extent(start, stop, step):
     return builtins.max(0, (stop - start + step - 1) // step)
 
 
-make_prim("slice_prim", slice_meta)
+slice_prim = make_prim("slice_prim", slice_meta)
 
 
 def squeeze_meta(a, dims):
     dims = set(dims)
-    return _new_tensor([s for i, s in enumerate(a.shape) if i not in dims], a.dtype, a.device, _requires_grad(a))
+    return new_tensor([s for i, s in enumerate(a.shape) if i not in dims], a.dtype, a.device, requires_grad(a))
 
 
-make_prim("squeeze", squeeze_meta)
+squeeze = make_prim("squeeze", squeeze_meta)
 
 
 def cat_meta(tensors, dim: int):
     ref = tensors[0]
     shape = list(ref.shape)
     shape[dim] = builtins.sum(t.shape[dim] for t in tensors)  # `sum` here is prims.sum
-    return _new_tensor(shape, ref.dtype, ref.device, _requires_grad(*tensors))
+    return new_tensor(shape, ref.dtype, ref.device, requires_grad(*tensors))
 
 
-make_prim("cat", cat_meta)
+cat = make_prim("cat", cat_meta)
 
 
 def pad_meta(a, padding_value, padding_config):
     shape = []
     for s, (lo, hi, dilation) in zip(a.shape, padding_config):
         shape.append(s if lo == hi == dilation == 0 else lo + hi + s + builtins.max(0, s - 1) * dilation)
-    return _new_tensor(shape, a.dtype, a.device, _requires_grad(a))
+    return new_tensor(shape, a.dtype, a.device, requires_grad(a))
 
 
-make_prim("pad", pad_meta)
+pad = make_prim("pad", pad_meta)
 
 
 def flip_meta(a, dims):
-    return _new_tensor(a.shape, a.dtype, a.device, _requires_grad(a))
+    return new_tensor(a.shape, a.dtype, a.device, requires_grad(a))
 
 
-make_prim("flip", flip_meta)
+flip = make_prim("flip", flip_meta)
 
 
 def take_meta(a, index, dim: int):
     shape = list(a.shape)
     shape[dim] = index.numel()
-    return _new_tensor(shape, a.dtype, a.device, _requires_grad(a))
+    return new_tensor(shape, a.dtype, a.device, requires_grad(a))
 
 
-make_prim("take", take_meta)
+take = make_prim("take", take_meta)
 
 
 def gather_meta(a, index, dim: int):
-    return _new_tensor(index.shape, a.dtype, a.device, _requires_grad(a))
+    return new_tensor(index.shape, a.dtype, a.device, requires_grad(a))
 
 
-make_prim("gather", gather_meta)
+gather = make_prim("gather", gather_meta)
 
 
 def scatter_add_meta(a, index, value, dim: int):
-    return _new_tensor(a.shape, a.dtype, a.device, _requires_grad(a, value))
+    return new_tensor(a.shape, a.dtype, a.device, requires_grad(a, value))
 
 
-make_prim("scatter_add", scatter_add_meta)
+scatter_add = make_prim("scatter_add", scatter_add_meta)
 
 
 def index_add_meta(a, index, value, dim: int):
-    return _new_tensor(a.shape, a.dtype, a.device, _requires_grad(a, value))
+    return new_tensor(a.shape, a.dtype, a.device, requires_grad(a, value))
 
 
-make_prim("index_add", index_add_meta)
+index_add = make_prim("index_add", index_add_meta)
 
 # ---------------------------------------------------------------------------------------------
 # Reductions
@@ -501,46 +500,46 @@ def _reduced_shape(a, dims):
 def _reduction_meta(name, output_dtype=None):
     def meta(a, dims):
         dtype = output_dtype(a.dtype) if output_dtype else a.dtype
-        return _new_tensor(_reduced_shape(a, dims), dtype, a.device, _requires_grad(a) and dtypes.is_inexact(dtype))
+        return new_tensor(_reduced_shape(a, dims), dtype, a.device, requires_grad(a) and dtypes.is_inexact(dtype))
 
     meta.__name__ = name
     return meta
 
 
 for _name in ("sum", "prod", "amax", "amin"):
-    make_prim(_name, _reduction_meta(_name))
+    globals()[_name] = make_prim(_name, _reduction_meta(_name))
 
 
 def var_meta(a, dims, *, correction):
-    return _new_tensor(_reduced_shape(a, dims), dtypes.to_real(a.dtype), a.device, _requires_grad(a))
+    return new_tensor(_reduced_shape(a, dims), dtypes.to_real(a.dtype), a.device, requires_grad(a))
 
 
-make_prim("var", var_meta)
+var = make_prim("var", var_meta)
 
 
 def var_mean_meta(a, dims, *, correction):
     shape = _reduced_shape(a, dims)
-    return (_new_tensor(shape, dtypes.to_real(a.dtype), a.device, _requires_grad(a)),
-            _new_tensor(shape, a.dtype, a.device, _requires_grad(a)))
+    return (new_tensor(shape, dtypes.to_real(a.dtype), a.device, requires_grad(a)),
+            new_tensor(shape, a.dtype, a.device, requires_grad(a)))
 
 
-make_prim("var_mean", var_mean_meta)
+var_mean = make_prim("var_mean", var_mean_meta)
 
 
 def _arg_reduction_meta(a, dim):
     shape = _reduced_shape(a, [dim]) if dim is not None else []
-    return _new_tensor(shape, torch.int64, a.device)
+    return new_tensor(shape, torch.int64, a.device)
 
 
-make_prim("argmax", _arg_reduction_meta)
-make_prim("argmin", _arg_reduction_meta)
+argmax = make_prim("argmax", _arg_reduction_meta)
+argmin = make_prim("argmin", _arg_reduction_meta)
 
 
 def cumsum_meta(a, dim: int):
-    return _new_tensor(a.shape, a.dtype, a.device, _requires_grad(a))
+    return new_tensor(a.shape, a.dtype, a.device, requires_grad(a))
 
 
-make_prim("cumsum", cumsum_meta)
+cumsum = make_prim("cumsum", cumsum_meta)
 
 # ---------------------------------------------------------------------------------------------
 # Tensor creation
@@ -548,31 +547,31 @@ make_prim("cumsum", cumsum_meta)
 
 
 def full_meta(shape, fill_value, *, device, dtype):
-    return _new_tensor(shape, dtype, device)
+    return new_tensor(shape, dtype, device)
 
 
-make_prim("full", full_meta)
+full = make_prim("full", full_meta)
 
 
 def iota_meta(length, *, start, step, device, dtype):
-    return _new_tensor((length,), dtype, device)
+    return new_tensor((length,), dtype, device)
 
 
-make_prim("iota", iota_meta)
+iota = make_prim("iota", iota_meta)
 
 
 def uniform_meta(shape, minval, maxval, *, device, dtype):
-    return _new_tensor(shape, dtype, device)
+    return new_tensor(shape, dtype, device)
 
 
-make_prim("uniform", uniform_meta, tags=(Tag.RANDOM,))
+uniform = make_prim("uniform", uniform_meta, tags=(Tag.RANDOM,))
 
 
 def randn_meta(shape, *, device, dtype):
-    return _new_tensor(shape, dtype, device)
+    return new_tensor(shape, dtype, device)
 
 
-make_prim("randn", randn_meta, tags=(Tag.RANDOM,))
+randn = make_prim("randn", randn_meta, tags=(Tag.RANDOM,))
 
 # ---------------------------------------------------------------------------------------------
 # Linear algebra and neural-network primitives
@@ -581,26 +580,26 @@ make_prim("randn", randn_meta, tags=(Tag.RANDOM,))
 
 def matmul_meta(a, b):
     if a.ndim == 1 and b.ndim == 1:
-        return _new_tensor((), a.dtype, a.device, _requires_grad(a, b))
+        return new_tensor((), a.dtype, a.device, requires_grad(a, b))
     if b.ndim == 1:
-        return _new_tensor(a.shape[:-1], a.dtype, a.device, _requires_grad(a, b))
+        return new_tensor(a.shape[:-1], a.dtype, a.device, requires_grad(a, b))
     if a.ndim == 1:
-        return _new_tensor(tuple(b.shape[:-2]) + (b.shape[-1],), a.dtype, a.device, _requires_grad(a, b))
+        return new_tensor(tuple(b.shape[:-2]) + (b.shape[-1],), a.dtype, a.device, requires_grad(a, b))
     _check_contraction(a.shape[-1], b.shape[-2], "prims.matmul", a, b)
     batch = broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
-    return _new_tensor(tuple(batch) + (a.shape[-2], b.shape[-1]), a.dtype, a.device, _requires_grad(a, b))
+    return new_tensor(tuple(batch) + (a.shape[-2], b.shape[-1]), a.dtype, a.device, requires_grad(a, b))
 
 
-make_prim("matmul", matmul_meta)
+matmul = make_prim("matmul", matmul_meta)
 
 
 def linear_meta(a, w, bias):
     _check_contraction(a.shape[-1], w.shape[-1], "prims.linear", a, w)
     shape = tuple(a.shape[:-1]) + ((w.shape[0],) if w.ndim == 2 else ())
-    return _new_tensor(shape, a.dtype, a.device, _requires_grad(a, w, bias))
+    return new_tensor(shape, a.dtype, a.device, requires_grad(a, w, bias))
 
 
-make_prim("linear", linear_meta)
+linear = make_prim("linear", linear_meta)
 
 
 def convolution_meta(a, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
@@ -608,17 +607,17 @@ def convolution_meta(a, weight, bias, stride, padding, dilation, transposed, out
         torch.empty(a.shape, device="meta", dtype=a.dtype), torch.empty(weight.shape, device="meta", dtype=weight.dtype),
         None if bias is None else torch.empty(bias.shape, device="meta", dtype=bias.dtype),
         stride, padding, dilation, transposed, output_padding, groups)
-    return _new_tensor(out.shape, a.dtype, a.device, _requires_grad(a, weight, bias))
+    return new_tensor(out.shape, a.dtype, a.device, requires_grad(a, weight, bias))
 
 
-make_prim("convolution", convolution_meta)
+convolution = make_prim("convolution", convolution_meta)
 
 
 def embedding_meta(indices, weight):
-    return _new_tensor(tuple(indices.shape) + (weight.shape[1],), weight.dtype, weight.device, _requires_grad(weight))
+    return new_tensor(tuple(indices.shape) + (weight.shape[1],), weight.dtype, weight.device, requires_grad(weight))
 
 
-make_prim("embedding", embedding_meta)
+embedding = make_prim("embedding", embedding_meta)
 
 # ---------------------------------------------------------------------------------------------
 # Effects
@@ -630,9 +629,9 @@ def copy__meta(src, dst):
 
     Returns ``dst`` after the copy, under a new name: what reads the updated input reads this value, which
     keeps it after the copy in every ordering of the trace (see [Note: in-place updates])."""
-    return _new_tensor(dst.shape, dst.dtype, dst.device)
+    return new_tensor(dst.shape, dst.dtype, dst.device)
 
 
-make_prim("copy_", copy__meta, tags=(Tag.SIDE_EFFECT,))
+copy_ = make_prim("copy_", copy__meta, tags=(Tag.SIDE_EFFECT,))
 
-__all__ = list(_PRIMS)
+__all__ = list(_PRIMS)  # the primitives defined here

@@ -26,6 +26,12 @@ class TorchExecutor(OperatorExecutor):
             return True
         return super().can_execute(bsym)
 
+    def register_prim(self, prim, impl, *, checker=None):
+        """Runs the primitive ``prim`` as the torch callable ``impl`` (where ``checker(*args, **kwargs)`` holds)."""
+        name = getattr(impl, "__name__", "")  # a lambda prints under the primitive's name
+        op = _op_for(impl, name=None if name.isidentifier() else prim.name, tags=prim.tags)
+        self.register_implementation(prim, op, checker=checker)
+
 
 ex = TorchExecutor("torch")
 register_executor(ex, default=True)
@@ -261,34 +267,34 @@ def convolution_prim(a, weight, bias, stride, padding, dilation, transposed, out
     return torch.convolution(a, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
 
 
-def _elementwise(name):
-    fn = getattr(torch, name, None) or getattr(torch.special, name)
-    return fn
-
-
+# The primitives of thunder/core/prims.py and the torch callables that run them. A primitive declared
+# elsewhere gets its implementation where it is declared (``thunder.extend.declare_primitive``).
 _PRIM_IMPLS = {
-    "convert_element_type": convert_element_type, "broadcast_in_dim": broadcast_in_dim, "reshape": torch.reshape,
-    "transpose": torch.permute, "slice_prim": slice_prim, "squeeze": squeeze, "cat": torch.cat, "pad": pad,
-    "flip": torch.flip, "take": take, "gather": gather_prim, "scatter_add": scatter_add_prim,
-    "index_add": index_add_prim, "sum": sum_prim, "prod": prod_prim, "amax": amax_prim, "amin": amin_prim,
-    "var": var_prim, "var_mean": var_mean_prim, "argmax": argmax_prim, "argmin": argmin_prim, "cumsum": cumsum_prim,
-    "full": full, "iota": iota, "uniform": uniform, "randn": randn, "matmul": torch.matmul, "linear": F.linear,
-    "convolution": convolution_prim, "embedding": embedding_prim, "copy_": copy_, "device_put": device_put, "shallow_copy": shallow_copy,
-    "div": div_prim, "maximum": maximum_prim, "minimum": minimum_prim, "where": torch.where,
-    "floor_divide": torch.floor_divide,
+    prims.convert_element_type: convert_element_type, prims.broadcast_in_dim: broadcast_in_dim,
+    prims.reshape: torch.reshape, prims.transpose: torch.permute, prims.slice_prim: slice_prim, prims.squeeze: squeeze,
+    prims.cat: torch.cat, prims.pad: pad, prims.flip: torch.flip, prims.take: take, prims.gather: gather_prim,
+    prims.scatter_add: scatter_add_prim, prims.index_add: index_add_prim, prims.sum: sum_prim, prims.prod: prod_prim,
+    prims.amax: amax_prim, prims.amin: amin_prim, prims.var: var_prim, prims.var_mean: var_mean_prim,
+    prims.argmax: argmax_prim, prims.argmin: argmin_prim, prims.cumsum: cumsum_prim, prims.full: full,
+    prims.iota: iota, prims.uniform: uniform, prims.randn: randn, prims.matmul: torch.matmul, prims.linear: F.linear,
+    prims.convolution: convolution_prim, prims.embedding: embedding_prim, prims.copy_: copy_,
+    prims.device_put: device_put, prims.shallow_copy: shallow_copy, prims.where: torch.where,
 }
+# The elementwise primitives (prims.UNARY and prims.BINARY) run as the torch function of the same name, but these.
+_ELEMENTWISE_IMPLS = {getattr(prims, name): getattr(torch, name) for name in (*prims.UNARY, *prims.BINARY)} | {
+    prims.div: div_prim, prims.maximum: maximum_prim, prims.minimum: minimum_prim,
+}
+
 
 def _has_tensor(*args, **kwargs) -> bool:
     """Elementwise primitives on Python numbers alone run as Python (the python executor), not as torch."""
     return any(isinstance(a, torch.Tensor) for a in flat_proxies((args, kwargs)))
 
 
-for _name, _prim in prims.all_prims().items():
-    if _name in prims.NUMBER_PRIMS:
-        continue
-    _impl = _PRIM_IMPLS.get(_name) or _elementwise(_name)
-    ex.register_implementation(_prim, _op_for(_impl, tags=_prim.tags),
-                               checker=_has_tensor if _name in prims.NUMBER_FNS else None)
+for _prim, _impl in _PRIM_IMPLS.items():
+    ex.register_prim(_prim, _impl)
+for _prim, _impl in _ELEMENTWISE_IMPLS.items():
+    ex.register_prim(_prim, _impl, checker=_has_tensor)
 
 # ---------------------------------------------------------------------------------------------
 # Torch-language symbols run as their torch callables

@@ -36,7 +36,7 @@ def _aten_symbol(op, name, meta, *, differentiable=False):
     def fn(*args, **kwargs):
         trace = get_tracectx()
         described = meta(*args, **kwargs)
-        requires_grad = differentiable and prims._requires_grad(*args)
+        requires_grad = differentiable and prims.requires_grad(*args)
 
         def make(d):
             return None if d is None else trace.tensor(tuple(d[0]), d[1], d[2], requires_grad)
