@@ -240,7 +240,7 @@ class PrologueBuilder:
     def check_attribute(self, obj, name: str, value):
         """A check that ``obj.name`` is still ``value`` (a number, string, bool, None, or the same object)."""
         shown = value if isinstance(value, (int, float, str, type(None))) else self.constant_var(value, name)
-        self.emit_state(px.check_attrs_op, self.object_var(obj, type(obj).__name__), (name,), (shown,))
+        self.emit_state(st.check_attrs, self.object_var(obj, type(obj).__name__), (name,), (shown,))
 
     def constant_var(self, obj, hint: str) -> Var:
         name = self.constant_names.get(id(obj))

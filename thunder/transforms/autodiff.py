@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from thunder.core import prims
+from thunder.core import prims, statements
 from thunder.core.codeutils import flat_proxies
 from thunder.core.extents import unify
 from thunder.core.proxies import TensorProxy, NumberProxy, Var
@@ -287,7 +287,7 @@ def _forward_and_backward(trace: TraceCtx, inputs: list) -> ForwardBackward:
     ret = None
     with tracectx(fwd):
         for bsym in trace.bound_symbols:
-            if bsym.sym.name == "python_return":
+            if bsym.sym is statements.python_return:
                 ret = substitute(bsym.args[0], builder.env)
                 continue
             builder.process(bsym)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import time
 
+from thunder.core import statements
 from thunder.core.proxies import TensorProxy, NumberProxy, Var
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, tracectx
-from thunder.executors import pythonex as px
 from thunder.transforms.autodiff import ForwardBackward, forward_return
 from thunder.transforms.dce import dce
 from thunder.transforms.overwritten_saves import protect_overwritten_saves
@@ -25,7 +25,7 @@ def save_for_backward(fb: ForwardBackward, fwd: TraceCtx, bwd: TraceCtx) -> tupl
     as transforms left them)."""
     start = time.perf_counter_ns()
     ret = fwd.bound_symbols[-1]
-    assert ret.sym.name == "python_return", "the forward trace ends with its return"
+    assert ret.sym is statements.python_return, "the forward trace ends with its return"
     forward = fwd.from_trace(fwd.bound_symbols[:-1])
     bwd = dce(bwd, name="Backward construction")
     bwd = _rematerialize(forward, bwd, fb.recomputable)
@@ -35,7 +35,7 @@ def save_for_backward(fb: ForwardBackward, fwd: TraceCtx, bwd: TraceCtx) -> tupl
     bwd.set_provenance("Backward pass", start)
     outputs = ret.args[0][0]  # forward_return's first part: the outputs as the transforms left them
     with tracectx(forward):
-        px.python_return(forward_return(outputs["output"], outputs["flat_args"], outputs["flat_output"], saved_tensors,
+        statements.python_return(forward_return(outputs["output"], outputs["flat_args"], outputs["flat_output"], saved_tensors,
                                         saved_others))
     forward.set_provenance("Augmented forward pass", start)
     return dce(forward), bwd
@@ -94,11 +94,11 @@ def _unpack_backward_inputs(bwd: TraceCtx, saved_tensors, saved_others, cotangen
     sfb, cts = Var("saved_for_backward"), Var("cotangents")
     c0, c1 = Var(bwd.make_name("C")), Var(bwd.make_name("C"))
     pre = [
-        BoundSymbol(px.unpack_sequence, (sfb,), {}, (c0, c1)),
-        BoundSymbol(px.clear_mutable_collection, (sfb,), {}, None),
+        BoundSymbol(statements.unpack_sequence, (sfb,), {}, (c0, c1)),
+        BoundSymbol(statements.clear_mutable_collection, (sfb,), {}, None),
     ]
     for coll, values in ((c0, saved_tensors), (c1, saved_others), (cts, cotangents)):
         if values:
-            pre.append(BoundSymbol(px.unpack_sequence, (coll,), {}, tuple(values)))
-            pre.append(BoundSymbol(px.clear_mutable_collection, (coll,), {}, None))
+            pre.append(BoundSymbol(statements.unpack_sequence, (coll,), {}, tuple(values)))
+            pre.append(BoundSymbol(statements.clear_mutable_collection, (coll,), {}, None))
     return bwd.from_trace(pre + list(bwd.bound_symbols))
