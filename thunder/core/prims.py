@@ -4,7 +4,8 @@ Primitives have no broadcasting and no type promotion: a binary primitive takes 
 shape and dtype (or Python numbers). The torch language (``thunder.torch``) implements torch's
 semantics on top of them. Each primitive here is its meta function (how its output looks: tensors
 made with ``new_tensor``, requiring grad where ``requires_grad(*inputs)`` says); the torch executor
-gives each an implementation, and autodiff gives each a gradient rule.
+gives each an implementation, and autodiff gives each a gradient rule. Primitives declared elsewhere
+(``thunder.extend.declare_primitive``) bring their implementation and gradient rule with them.
 """
 from __future__ import annotations
 

@@ -14,7 +14,9 @@ def _claim(bsym, executors, trace) -> list:
             return ex.execution(bsym, trace)
     if not bsym.subsymbols:
         raise NotImplementedError(
-            f"No executor can run {bsym.sym.id}; executors tried: {[e.name for e in executors]}")
+            f"No executor can run {bsym.sym.id}; executors tried: {[e.name for e in executors]}. It has no "
+            "decomposition: give it an implementation (an executor's register_implementation, or the torch_impl "
+            "of thunder.extend.declare_primitive)")
     out = []
     for sub in bsym.subsymbols:
         out += _claim(sub, executors, trace)

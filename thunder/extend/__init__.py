@@ -9,14 +9,29 @@ bound symbols are replaced by one bound symbol of a fused callable.
 
 Executors are tried in the order given to ``thunder.jit(executors=...)``; a bound symbol no executor
 claims is replaced by its decomposition, recursively.
+
+A *primitive* is declared in one place, with everything thunder needs to know about it::
+
+    def repeat2_meta(a):  # its outputs, from its inputs' metadata
+        return prims.new_tensor((2 * a.shape[0], *a.shape[1:]), a.dtype, a.device, prims.requires_grad(a))
+
+    def repeat2_grad(a):  # its output and a backward closure, as the rules in thunder/transforms/grad_rules.py
+        return repeat2(a), lambda g: (sum_halves(g),)  # sum_halves: another primitive, declared likewise
+
+    repeat2 = declare_primitive("repeat2", repeat2_meta, torch_impl=lambda a: torch.cat([a, a]), grad=repeat2_grad)
+
+Called on proxies while thunder traces, ``repeat2(x)`` records ``prims.repeat2``; the torch executor
+runs it as ``torch_impl``, and autodiff differentiates it with ``grad``.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Callable
 
+from thunder.core.prims import make_prim
 from thunder.core.statements import STATEMENTS, python_return
 from thunder.core.symbol import BoundSymbol, Symbol
+from thunder.transforms.grad_rules import register_vjp
 
 _EXECUTORS: dict[str, "Executor"] = {}
 _DEFAULT_EXECUTORS: list["Executor"] = []
@@ -219,6 +234,21 @@ def resolve_executors(executors) -> tuple:
         if e not in chosen:
             chosen.append(e)
     return tuple(chosen)
+
+
+def declare_primitive(name: str, meta: Callable, *, torch_impl: Callable | None = None, grad: Callable | None = None,
+                      tags=(), printer=None) -> Symbol:
+    """The primitive ``prims.<name>``: ``meta(*args, **kwargs)`` returns its outputs (``prims.new_tensor``),
+    ``torch_impl`` (same signature, on torch tensors) is what the torch executor runs, ``grad`` its
+    gradient rule (see thunder/transforms/grad_rules.py). Without ``torch_impl`` another executor must
+    claim it (``register_implementation``); without ``grad`` it cannot be differentiated. ``tags``
+    (``thunder.core.symbol.Tag``) are properties passes respect; ``printer`` prints its calls."""
+    prim = make_prim(name, meta, tags=tags, printer=printer)
+    if torch_impl is not None:
+        get_executor("torch").register_prim(prim, torch_impl)
+    if grad is not None:
+        register_vjp(prim)(grad)
+    return prim
 
 
 def _load_builtin_executors():
