@@ -6,8 +6,9 @@ Nodes are the containers torch's pytree knows: tuples, lists, dicts (in insertio
 lists and dicts (in thunder/driver/frontend.py). The registry is torch's, so these are nodes for every user of
 ``torch.utils._pytree`` in the process. Everything else is a leaf.
 
-``tree_leaves`` and ``tree_map`` give what torch's functions of the same names give. They walk plain tuples,
-lists and dicts without building tree specs: they run on every operation recorded while tracing.
+``tree_flatten`` and ``tree_unflatten`` are torch's. ``tree_leaves`` and ``tree_map`` give what torch's functions of
+the same names give; they walk plain tuples, lists and dicts directly, without building tree specs, as they run on
+every operation recorded while tracing.
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def _collect(x, leaves: list):
 
 
 def tree_map(fn, tree):
-    """``tree`` with each leaf ``x`` replaced by ``fn(x)``; containers are rebuilt (a leaf is never mutated)."""
+    """``tree`` with each leaf ``x`` replaced by ``fn(x)``, in rebuilt containers."""
     t = type(tree)
     if t is tuple:
         return tuple([tree_map(fn, y) for y in tree])

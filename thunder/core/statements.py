@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from thunder.core.symbol import Symbol
 
-
 _IMPORT = "from thunder.executors.pythonex import {}"  # where the checks' implementations are
 
 
@@ -30,6 +29,7 @@ def _check(name: str, printer=None) -> Symbol:
     """A check prints as ``name(*args)``, importing its implementation, unless ``printer`` says otherwise."""
     return Symbol(name, _no_output, module="python", is_prim=True, printer=printer, print_name=name,
                   imports=() if printer is not None else (_IMPORT.format(name),))
+
 
 # -- statements --------------------------------------------------------------------------------
 
