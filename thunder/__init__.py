@@ -134,12 +134,14 @@ def jit(fn: Callable, /, *, langctx=None, executors=None, sharp_edges=None, cach
     if isinstance(fn, ThunderModule):
         raise TypeError("thunder.jit was given a ThunderModule; jit the original module instead")
     module = fn if isinstance(fn, pytorch.nn.Module) else None
+    from thunder.transforms.base import Transform, requested_transforms
+
+    transforms = (*requested_transforms(module), *(transforms or ()))
     cd = CompileData(
         fn=fn, module=module, executors=resolve_executors(executors), cache_option=CACHE_OPTIONS.resolve(cache),
-        sharp_edges=sharp_edges, disable_torch_autograd=disable_torch_autograd, transforms=tuple(transforms or ()),
+        sharp_edges=sharp_edges, disable_torch_autograd=disable_torch_autograd, transforms=transforms,
         compile_options=dict(compile_options), langctx=langctx,
         cache_limit=DEFAULT_CACHE_LIMIT if cache_limit is None else cache_limit)
-    from thunder.transforms.base import Transform
 
     for t in cd.transforms:
         if not isinstance(t, Transform):
@@ -260,3 +262,12 @@ def last_compile_options(fn, /) -> None:
         print(f"  {k}: {cd.compile_options[k]!r}")
     if not unused:
         print("  (none)")
+
+
+def __getattr__(name: str):
+    # ``thunder.distributed.ddp`` without a separate import; loaded on first use (it declares the collectives)
+    if name == "distributed":
+        import importlib
+
+        return importlib.import_module("thunder.distributed")
+    raise AttributeError(f"module 'thunder' has no attribute {name!r}")

@@ -20,19 +20,35 @@ def flat_proxies(x) -> list:
     return [p for p in tree_leaves(x) if isinstance(p, _PROXIES)]
 
 
+# Names that constants of these types print under (``process_group`` for a torch.distributed ProcessGroup),
+# registered by the modules that put them in traces. An object may also name itself (a ``trace_name`` attribute).
+CONSTANT_NAMES: dict[type, str] = {}
+
+
+def _constant_name(x) -> str | None:
+    try:
+        name = getattr(x, "trace_name", None)
+    except Exception:  # an object whose attribute lookup fails in its own way
+        name = None
+    if not (isinstance(name, str) and name.isidentifier()):
+        name = CONSTANT_NAMES.get(type(x))
+    return name
+
+
 class Printer:
     """Collects what a printed program needs besides its text: import lines and named constants."""
 
-    def __init__(self, constants: dict | None = None):
+    def __init__(self, constants: dict | None = None, variables=frozenset()):
         self.imports: dict[str, None] = {}
         self.constants = constants if constants is not None else {}
         self._constant_names = {id(v): k for k, v in self.constants.items()}
+        self._variables = variables  # the program's variable names, which a constant's name must not shadow
 
     def constant(self, value, hint: str | None = None) -> str:
         name = self._constant_names.get(id(value))
         if name is None:
             name = hint if hint and hint not in self.constants else f"_C{len(self.constants)}"
-            while name in self.constants:
+            while name in self.constants or name in self._variables:
                 name += "_"
             self.constants[name] = value
             self._constant_names[id(value)] = name
@@ -75,7 +91,7 @@ class Printer:
             return "(" + ", ".join(self.value(y) for y in x) + ")"
         if isinstance(x, dict) and type(x) is dict:
             return "{" + ", ".join(f"{self.value(k)}: {self.value(v)}" for k, v in x.items()) + "}"
-        return self.constant(x)
+        return self.constant(x, _constant_name(x))
 
     def call_args(self, args, kwargs) -> str:
         parts = [self.value(a) for a in args]

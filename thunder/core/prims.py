@@ -39,6 +39,12 @@ def new_tensor(shape, dtype, device, requires_grad=False) -> TensorProxy:
     return get_tracectx().tensor(tuple(as_extent(s) for s in shape), dtype, device, requires_grad)
 
 
+def new_future(shape, dtype, device, requires_grad=False):
+    """The pending result of an asynchronous operation (a ``FutureTensorProxy``): what the meta function of
+    an asynchronous collective returns; ``wait`` turns it into a tensor of this shape."""
+    return get_tracectx().future(tuple(as_extent(s) for s in shape), dtype, device, requires_grad)
+
+
 def requires_grad(*args) -> bool:
     """Whether an output computed from ``args`` is part of the autograd graph (as in torch)."""
     if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():

@@ -169,11 +169,19 @@ class SymbolicTensorProxy(TensorProxy):
             "is not supported by thunder; avoid reading strides in the jitted function")
 
 
+class FutureTensorProxy(TensorProxy):
+    """The pending result of an asynchronous collective (``all_reduce(..., do_async=True)``): at run time a
+    work handle, which ``wait`` turns into the tensor it describes. Prints as ``FUTURE cpu f32[4]``."""
+
+    __slots__ = ()
+
+
 def type_string(x) -> str:
     """``cpu f32[2, 2]`` for a tensor proxy (``cpu f32[i0, 2]`` with a run-time extent), ``int`` for numbers."""
     if isinstance(x, TensorProxy):
         shape = ", ".join(s.name if isinstance(s, NumberProxy) else str(s) for s in x.shape)
-        return f"{device_str(x.device)} {dtypes.short_name(x.dtype)}[{shape}]"
+        future = "FUTURE " if isinstance(x, FutureTensorProxy) else ""
+        return f"{future}{device_str(x.device)} {dtypes.short_name(x.dtype)}[{shape}]"
     if isinstance(x, NumberProxy):
         return f"{x.python_type.__name__}"
     return type(x).__name__

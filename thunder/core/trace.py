@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from thunder.core import codeutils
-from thunder.core.proxies import TensorProxy, NumberProxy, type_string
+from thunder.core.proxies import FutureTensorProxy, TensorProxy, NumberProxy, type_string
 
 class _TraceStack(threading.local):
     """The traces being recorded, innermost last: one stack per thread, so threads trace independently."""
@@ -85,6 +85,9 @@ class TraceCtx:
     def tensor(self, shape, dtype, device, requires_grad=False, name: str | None = None) -> TensorProxy:
         return TensorProxy(self.add_name(name) if name else self.make_name("t"), shape, dtype, device, requires_grad)
 
+    def future(self, shape, dtype, device, requires_grad=False) -> FutureTensorProxy:
+        return FutureTensorProxy(self.make_name("f"), shape, dtype, device, requires_grad)
+
     # -- recording -------------------------------------------------------------------------
     def push_scope(self):
         self._scopes.append([])
@@ -125,7 +128,7 @@ class TraceCtx:
 
     # -- printing ------------------------------------------------------------------------------
     def python(self, *, print_depth: int | None = None) -> str:
-        printer = codeutils.Printer(dict(self.constants))
+        printer = codeutils.Printer(dict(self.constants), self.names)
         body = []
         for p in self.params:
             if isinstance(p, (TensorProxy, NumberProxy)):

@@ -1,6 +1,7 @@
-"""Distributed training: collectives as prims (with collectives as their gradients), the DDP and FSDP
-transforms, bucketing and checkpoints.
-
-Not implemented yet; the data-parallel issues add it. ``ThunderModule.no_sync()`` exists already
-and is a no-op until a data-parallel transform gives it meaning.
+"""Distributed training as trace transforms: collectives are primitives of the trace IR
+(``thunder/distributed/prims.py``), data parallelism a transform of the backward trace (``ddp``,
+``DDPTransform``), gradients reduced in buckets (``bucketing.py``) scheduled for overlap (``scheduling.py``).
 """
+from thunder.distributed.ddp import DDPTransform, ddp
+
+__all__ = ["ddp", "DDPTransform"]

@@ -27,6 +27,9 @@ class CompileData:
     used_options: set = dataclasses.field(default_factory=set)
     cache_limit: int = DEFAULT_CACHE_LIMIT
     thunder_module: Any = None  # the ThunderModule, when a module was jitted
+    # Inside ``ThunderModule.no_sync()``: data-parallel transforms leave gradients unsynchronized. Transforms
+    # read it with ``compilation.read_state``, which makes it part of the cache entry's prologue checks.
+    no_sync: bool = False
 
     @property
     def is_module(self) -> bool:

@@ -132,9 +132,17 @@ class ThunderModule(torch.nn.Module):
     def no_sync(self):
         """Context manager to disable gradient synchronization in data parallel mode.
 
-        Without a data-parallel transform this has no effect.
+        Backwards of forwards run inside the context accumulate gradients locally; the first backward
+        outside it synchronizes the accumulated gradients (as torch's DDP ``no_sync``). Without a
+        data-parallel transform this has no effect.
         """
-        yield
+        cd = self._lc_cd
+        before = cd.no_sync
+        cd.no_sync = True
+        try:
+            yield
+        finally:
+            cd.no_sync = before
 
 
 def _jit_options(cd, *, executors, transforms) -> dict:

@@ -26,6 +26,8 @@ submodule), which backward output is whose gradient, and lets them specialize th
 """
 from __future__ import annotations
 
+import weakref
+
 
 class Transform:
     def transform_module(self, compile_data) -> None:
@@ -45,3 +47,17 @@ class Transform:
 
     def __repr__(self):
         return f"{type(self).__name__}()"
+
+
+# Transforms a module asks ``thunder.jit`` for (``thunder.distributed.ddp(module)``), applied before the ones
+# passed to ``thunder.jit``. A table beside the modules rather than attributes on them.
+_REQUESTED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def request_transform(module, transform: Transform) -> None:
+    """``thunder.jit(module)`` will apply ``transform`` (after those requested earlier)."""
+    _REQUESTED[module] = (*_REQUESTED.get(module, ()), transform)
+
+
+def requested_transforms(module) -> tuple:
+    return _REQUESTED.get(module, ()) if module is not None else ()
