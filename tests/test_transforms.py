@@ -148,3 +148,50 @@ def test_module_tensors_may_be_replaced_while_tracing():
     ref_w, ref_b = torch.autograd.grad(expected.sum(), (model.weight, model.bias))
     torch.testing.assert_close(model.weight.grad, ref_w)
     torch.testing.assert_close(model.bias.grad, ref_b)
+
+
+class HalfStored(Transform):
+    """FSDP's pattern on one process: the module holds the first half of each weight matrix's rows (a "shard"),
+    the program sees the shard repeated to full size, the state dict shows (and loading accepts) full-size
+    weights."""
+
+    def transform_module(self, compile_data):
+        jm = compile_data.thunder_module
+        for name, p in list(jm.named_parameters()):
+            if p.dim() == 2 and p.shape[0] % 2 == 0:
+                jm.replace_module_tensor(name, nn.Parameter(p.detach()[: p.shape[0] // 2].clone()))
+
+    def transform_module_tensor(self, proxy, source, compilation):
+        if source.collection == "_parameters" and proxy.dim() == 2:
+            return ltorch.cat([proxy, proxy])
+        return proxy
+
+    def transform_state_dict(self, state_dict, thunder_module):
+        return {k: torch.cat([v, v]) if v.dim() == 2 else v for k, v in state_dict.items()}
+
+    def transform_loaded_state_dict(self, state_dict, thunder_module):
+        return {k: v[: v.shape[0] // 2] if v.dim() == 2 else v for k, v in state_dict.items()}
+
+
+def test_transforms_replace_module_tensors_and_present_state_dicts():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    jm = thunder.jit(model, transforms=[HalfStored()])
+    assert [tuple(p.shape) for p in model.parameters()] == [(2, 3), (4,), (1, 4), (2,)]
+    full = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    full.load_state_dict(jm.state_dict())
+    assert torch.equal(full[0].weight[:2], model[0].weight) and torch.equal(full[0].weight[2:], model[0].weight)
+    x = torch.randn(5, 3)
+    torch.testing.assert_close(jm(x), full(x))
+    jm(x).sum().backward()
+    full(x).sum().backward()
+    # the shard's gradient is the sum over the rows it stands for
+    torch.testing.assert_close(model[0].weight.grad, full[0].weight.grad[:2] + full[0].weight.grad[2:])
+    with torch.no_grad():
+        full[2].weight.fill_(0.5)
+    jm.load_state_dict(full.state_dict())
+    assert torch.equal(model[2].weight, torch.full((1, 4), 0.5))
+    with pytest.raises(TypeError, match="give a torch.nn.Parameter"):
+        jm.replace_module_tensor("0.weight", torch.zeros(2, 3))
+    with pytest.raises(KeyError, match="no parameter or buffer named '0.nope'"):
+        jm.replace_module_tensor("0.nope", nn.Parameter(torch.zeros(1)))

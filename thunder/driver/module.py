@@ -123,10 +123,43 @@ class ThunderModule(torch.nn.Module):
         return self._model.buffers(recurse=recurse)
 
     def state_dict(self, *args, destination=None, prefix="", keep_vars=False):
-        return self._model.state_dict(*args, destination=destination, prefix=prefix, keep_vars=keep_vars)
+        """The original module's state dict, as the transforms present it (``Transform.transform_state_dict``)."""
+        transforms = self._lc_cd.transforms
+        if not transforms:
+            return self._model.state_dict(*args, destination=destination, prefix=prefix, keep_vars=keep_vars)
+        sd = self._model.state_dict(*args, prefix=prefix, keep_vars=keep_vars)
+        for t in transforms:
+            sd = t.transform_state_dict(sd, self)
+        if destination is None:
+            return sd
+        destination.update(sd)
+        return destination
 
     def load_state_dict(self, state_dict, strict=True, assign=False):
+        """Loads into the original module what the transforms make of ``state_dict``
+        (``Transform.transform_loaded_state_dict``, last transform first)."""
+        for t in reversed(self._lc_cd.transforms):
+            state_dict = t.transform_loaded_state_dict(state_dict, self)
         return self._model.load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def replace_module_tensor(self, name: str, tensor: torch.Tensor) -> None:
+        """Makes the original module hold ``tensor`` as its parameter or buffer ``name`` (``"layers.0.weight"``),
+        under every name that held the old tensor (tied weights stay tied). For transforms (a sharded
+        parameter in place of the full one); programs compiled so far are dropped."""
+        owner, _, leaf = name.rpartition(".")
+        old_holder = self._model.get_submodule(owner)
+        collection = "_parameters" if leaf in old_holder._parameters else "_buffers"
+        old = old_holder.__dict__[collection].get(leaf)
+        if old is None:
+            raise KeyError(f"{type(self._model).__name__} has no parameter or buffer named {name!r}")
+        if collection == "_parameters" and not isinstance(tensor, torch.nn.Parameter):
+            raise TypeError(f"replace_module_tensor: {name!r} is a parameter; give a torch.nn.Parameter")
+        for m in self._model.modules():
+            d = m.__dict__[collection]
+            for k, v in d.items():
+                if v is old:
+                    d[k] = tensor
+        self._lc_cs.cache.clear()
 
     @contextlib.contextmanager
     def no_sync(self):

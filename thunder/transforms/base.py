@@ -23,6 +23,14 @@ submodule), which backward output is whose gradient, and lets them specialize th
   ``compilation.grad_inputs[i]`` is the forward input whose gradient the backward's output ``i`` is.
 - ``transform_executed(trace, compilation, kind)``: each trace the executors produced (``kind``:
   ``"computation"``, ``"forward"`` or ``"backward"``), before values are freed after their last use.
+- ``transform_state_dict(state_dict, thunder_module)``: what ``ThunderModule.state_dict()`` returns, from the
+  original module's (a sharding transform may gather shards, say); ``transform_loaded_state_dict(state_dict,
+  thunder_module)``: what ``ThunderModule.load_state_dict`` loads into the original module (shard a full one).
+  Transforms apply in order on saving, in reverse order on loading.
+
+A transform that changes what the module holds (a parameter's local shard in its place, say) calls
+``ThunderModule.replace_module_tensor(name, tensor)`` from ``transform_module``: the module then holds the
+new tensor under that name (every alias of it too), and what was compiled for the old one is dropped.
 """
 from __future__ import annotations
 
@@ -44,6 +52,12 @@ class Transform:
 
     def transform_executed(self, trace, compilation, kind: str):
         return trace
+
+    def transform_state_dict(self, state_dict, thunder_module):
+        return state_dict
+
+    def transform_loaded_state_dict(self, state_dict, thunder_module):
+        return state_dict
 
     def __repr__(self):
         return f"{type(self).__name__}()"
