@@ -18,6 +18,7 @@ import torch.nn as nn
 
 import thunder
 from thunder.distributed import DDPTransform, ddp
+from thunder.distributed.prims import all_reduce, wait
 from tests.distributed import run_ranks
 from tests.models import GPT, GPTConfig, MLP
 
@@ -242,6 +243,11 @@ class PartlyFrozen(nn.Module):
 
 def _special_cases_worker(rank, world_size):
     out = {}
+    # a collective in a differentiated program: the gradient of a sum all-reduce is a sum all-reduce
+    x = torch.full((3,), float(rank + 1), requires_grad=True)
+    y = thunder.jit(lambda x: wait(all_reduce(x * 2, "sum", None, True)) * x)(x)
+    y.sum().backward()
+    out["all_reduce"] = (y.detach(), x.grad)
     # torch's DDP wrapping a jitted module: its hooks see the gradients thunder's backward returns
     torch.manual_seed(rank)
     model = _mlp()
@@ -289,6 +295,16 @@ def _special_cases_worker(rank, world_size):
 @functools.cache
 def _special_cases():
     return run_ranks(_special_cases_worker)
+
+
+def test_a_differentiated_all_reduce_has_an_all_reduce_as_gradient():
+    for rank, r in enumerate(_special_cases()):
+        y, grad = r["all_reduce"]
+        x = float(rank + 1)
+        total = 2 * (1 + 2)  # the all-reduced 2x over ranks 0 and 1
+        assert torch.equal(y, torch.full((3,), total * x))
+        # d/dx_r of sum_j (sum_k 2 x_k) x_j = 2 * (x_0 + x_1) + total (each rank's own term)
+        assert torch.equal(grad, torch.full((3,), 2 * (1 + 2) + float(total)))
 
 
 def test_torch_ddp_around_a_jitted_module_equals_torch_ddp():

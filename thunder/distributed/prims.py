@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+import thunder.torch as ltorch
 from thunder.core import codeutils, prims
 from thunder.extend import declare_primitive
 
@@ -49,7 +50,10 @@ _all_reduce_impl.__name__ = "all_reduce"
 
 
 def _all_reduce_grad(a, op, group, do_async):
-    return all_reduce(a, op, group, do_async), lambda g: (wait(all_reduce(g, op, group, True)),)
+    if op != "sum":
+        raise NotImplementedError(f"thunder cannot differentiate all_reduce with op {op!r}, only 'sum'")
+    # the cotangent may have other uses: the in-place collective gets a copy
+    return all_reduce(a, op, group, do_async), lambda g: (wait(all_reduce(ltorch.clone(g), op, group, True)),)
 
 
 all_reduce = declare_primitive("all_reduce", _all_reduce_meta, torch_impl=_all_reduce_impl, grad=_all_reduce_grad)
