@@ -277,6 +277,17 @@ def _special_cases_worker(rank, world_size):
     out["backward_reduces"] = len(_calls(str(thunder.last_backward_traces(jm)[-1]), "all_reduce"))
     del tddp
 
+    # a deep copy of a DDP module is data parallel too, with its own transform and buckets
+    torch.manual_seed(rank)
+    model = _mlp()
+    jm = thunder.jit(ddp(model, bucket_size_in_mb=0.001))
+    copied = copy.deepcopy(jm)
+    batch = _batch("mlp", rank, 0)
+    for m in (jm, copied):
+        _loss("mlp", m, batch).backward()
+    out["deepcopy"] = _differences(model, copied._model, "grad") + [
+        "shared transform" for a, b in zip(thunder.list_transforms(jm), thunder.list_transforms(copied)) if a is b]
+
     # broadcast_from picks the source rank; None leaves each rank's parameters as they are
     for src in (1, None):
         torch.manual_seed(rank)
@@ -317,6 +328,11 @@ def test_frozen_and_unused_parameters_get_no_gradient_and_nothing_hangs():
         assert r["partly_frozen"] == []
         assert r["unused_grad"] is None and r["frozen_grad"] is None
         assert r["backward_reduces"] == 2  # used.weight and used.bias only
+
+
+def test_a_deep_copy_of_a_ddp_module_is_data_parallel():
+    for r in _special_cases():
+        assert r["deepcopy"] == []
 
 
 def test_broadcast_from_chooses_the_source_rank():

@@ -57,6 +57,12 @@ class DDPTransform(Transform):
         self._buckets: dict = {}  # Bucket.key() -> Bucket: the buffers, reused by every specialization planning them
         self._broadcast_done: set = set()  # ids of the modules already broadcast
 
+    def __deepcopy__(self, memo):
+        """The same configuration and process group for a copy of the module (``copy.deepcopy(thunder_module)``),
+        with buffers of its own; a copy of synchronized parameters is not broadcast again."""
+        return DDPTransform(bucket_size_in_mb=self.bucket_size_in_mb, broadcast_from=None,
+                            process_group=self.process_group)
+
     def __repr__(self):
         return (f"DDPTransform(bucket_size_in_mb={self.bucket_size_in_mb}, broadcast_from={self.broadcast_from}, "
                 f"world_size={self.world_size})")
