@@ -3,5 +3,6 @@
 ``DDPTransform``), gradients reduced in buckets (``bucketing.py``) scheduled for overlap (``scheduling.py``).
 """
 from thunder.distributed.ddp import DDPTransform, ddp
+from thunder.distributed.fsdp import FSDPBucketingStrategy, FSDPTransform, FSDPType, fsdp
 
-__all__ = ["ddp", "DDPTransform"]
+__all__ = ["ddp", "DDPTransform", "fsdp", "FSDPTransform", "FSDPType", "FSDPBucketingStrategy"]

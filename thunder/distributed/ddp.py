@@ -73,8 +73,12 @@ class DDPTransform(Transform):
         if module is None:
             raise TypeError("thunder.distributed.ddp applies to a torch.nn.Module (or the ThunderModule of one), "
                             "not to a function")
+        from thunder.distributed.fsdp import FSDPTransform
+
         if any(isinstance(t, DDPTransform) and t is not self for t in compile_data.transforms):
             raise RuntimeError("thunder.distributed.ddp was applied twice to the same module")
+        if any(isinstance(t, FSDPTransform) for t in compile_data.transforms):
+            raise RuntimeError("thunder.distributed.fsdp cannot be combined with ddp on the same module")
         self.broadcast(module)
 
     def broadcast(self, module: torch.nn.Module) -> None:
@@ -167,8 +171,12 @@ def ddp(model: torch.nn.Module, *, bucket_size_in_mb: float = 25.0, broadcast_fr
     if isinstance(model, ThunderModule):
         thunder.add_transform(model, transform)
         return model
+    from thunder.distributed.fsdp import FSDPTransform
+
     if any(isinstance(t, DDPTransform) for t in requested_transforms(model)):
         raise RuntimeError("thunder.distributed.ddp was applied twice to the same module")
+    if any(isinstance(t, FSDPTransform) for t in requested_transforms(model)):
+        raise RuntimeError("thunder.distributed.fsdp cannot be combined with ddp on the same module")
     transform.broadcast(model)
     request_transform(model, transform)
     return model

@@ -4,10 +4,13 @@ An asynchronous collective returns a future (a ``FutureTensorProxy``, printed ``
 ``wait`` turns it into the tensor. Issuing early and waiting late is what lets communication overlap
 computation, so passes keep the two apart (see thunder/distributed/scheduling.py).
 
-Collectives work in place on the buffer they are given, as ``torch.distributed`` does: a transform
-that inserts one hands it a tensor nothing else reads afterwards (a freshly packed bucket, say).
+``all_reduce`` works in place on the buffer it is given, as ``torch.distributed`` does: a transform that
+inserts one hands it a tensor nothing else reads afterwards (a freshly packed bucket, say). ``all_gather``
+(shards along dimension 0 to the whole) and ``reduce_scatter`` (the sum of the whole, scattered along
+dimension 0) write new tensors.
 
-The gradient of a sum all-reduce is a sum all-reduce of the cotangent; ``wait`` passes cotangents through.
+Gradients: of a sum all-reduce, a sum all-reduce of the cotangent; of an all-gather, a sum reduce-scatter;
+of a sum reduce-scatter, an all-gather; ``wait`` passes cotangents through.
 """
 from __future__ import annotations
 
@@ -21,6 +24,9 @@ from thunder.extend import declare_primitive
 codeutils.CONSTANT_NAMES[dist.ProcessGroup] = "process_group"
 
 _REDUCE_OPS = {"sum": dist.ReduceOp.SUM}
+# torch 2.13 renames the single-tensor collectives; earlier versions have only the old names
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
 class Pending:
@@ -59,6 +65,64 @@ def _all_reduce_grad(a, op, group, do_async):
 all_reduce = declare_primitive("all_reduce", _all_reduce_meta, torch_impl=_all_reduce_impl, grad=_all_reduce_grad)
 
 
+def _group_size(group) -> int:
+    return dist.get_world_size(group)
+
+
+def _all_gather_meta(a, group, do_async: bool):
+    shape = (a.shape[0] * _group_size(group), *a.shape[1:])
+    if do_async:
+        return prims.new_future(shape, a.dtype, a.device, prims.requires_grad(a))
+    return prims.new_tensor(shape, a.dtype, a.device, prims.requires_grad(a))
+
+
+def _all_gather_impl(a, group, do_async):
+    out = torch.empty((a.shape[0] * dist.get_world_size(group), *a.shape[1:]), dtype=a.dtype, device=a.device)
+    work = _all_gather_single(out, a.contiguous(), group=group, async_op=do_async)
+    return Pending(work, out) if do_async else out
+
+
+_all_gather_impl.__name__ = "all_gather"
+
+
+def _all_gather_grad(a, group, do_async):
+    return all_gather(a, group, do_async), lambda g: (wait(reduce_scatter(g, "sum", group, True)),)
+
+
+all_gather = declare_primitive("all_gather", _all_gather_meta, torch_impl=_all_gather_impl, grad=_all_gather_grad)
+
+
+def _reduce_scatter_meta(a, op: str, group, do_async: bool):
+    if op not in _REDUCE_OPS:
+        raise ValueError(f"reduce_scatter: op must be one of {sorted(_REDUCE_OPS)}, got {op!r}")
+    n = _group_size(group)
+    if a.shape[0] % n:
+        raise ValueError(f"reduce_scatter: the first dimension ({a.shape[0]}) must be divisible by the group's size ({n})")
+    shape = (a.shape[0] // n, *a.shape[1:])
+    if do_async:
+        return prims.new_future(shape, a.dtype, a.device, prims.requires_grad(a))
+    return prims.new_tensor(shape, a.dtype, a.device, prims.requires_grad(a))
+
+
+def _reduce_scatter_impl(a, op, group, do_async):
+    out = torch.empty((a.shape[0] // dist.get_world_size(group), *a.shape[1:]), dtype=a.dtype, device=a.device)
+    work = _reduce_scatter_single(out, a.contiguous(), op=_REDUCE_OPS[op], group=group, async_op=do_async)
+    return Pending(work, out) if do_async else out
+
+
+_reduce_scatter_impl.__name__ = "reduce_scatter"
+
+
+def _reduce_scatter_grad(a, op, group, do_async):
+    if op != "sum":
+        raise NotImplementedError(f"thunder cannot differentiate reduce_scatter with op {op!r}, only 'sum'")
+    return reduce_scatter(a, op, group, do_async), lambda g: (wait(all_gather(g, group, True)),)
+
+
+reduce_scatter = declare_primitive("reduce_scatter", _reduce_scatter_meta, torch_impl=_reduce_scatter_impl,
+                                   grad=_reduce_scatter_grad)
+
+
 def _wait_meta(future):
     return prims.new_tensor(future.shape, future.dtype, future.device, prims.requires_grad(future))
 
@@ -72,5 +136,5 @@ _wait_impl.__name__ = "wait"
 
 wait = declare_primitive("wait", _wait_meta, torch_impl=_wait_impl, grad=lambda f: (wait(f), lambda g: (g,)))
 
-COLLECTIVES = frozenset({all_reduce})  # issue as early as possible
+COLLECTIVES = frozenset({all_reduce, all_gather, reduce_scatter})  # issue as early as possible
 WAITS = frozenset({wait})  # as late as possible

@@ -11,7 +11,16 @@ from __future__ import annotations
 import time
 
 from thunder.core.statements import python_return
-from thunder.distributed.prims import COLLECTIVES, WAITS
+from thunder.distributed.prims import COLLECTIVES, WAITS, all_gather
+
+_KNOWN = COLLECTIVES | WAITS
+
+
+def implemented(bsym):
+    """The symbol ``bsym`` runs: itself, or, for an executor's symbol standing for one primitive, that primitive."""
+    while bsym.sym not in _KNOWN and len(bsym.subsymbols) == 1:
+        bsym = bsym.subsymbols[0]
+    return bsym.sym
 
 
 def _names(proxies) -> set:
@@ -21,49 +30,72 @@ def _names(proxies) -> set:
 def _issue_early(bsyms: list) -> list:
     out: list = []
     for bsym in bsyms:
-        if bsym.sym not in COLLECTIVES:
+        if implemented(bsym) not in COLLECTIVES:
             out.append(bsym)
             continue
         group = [bsym]
         needs = _names(bsym.flat_args)
         # the packing that feeds only this collective moves with it
-        while out and _names(out[-1].flat_outs) and _names(out[-1].flat_outs) <= needs and out[-1].sym not in WAITS \
+        while out and _names(out[-1].flat_outs) and _names(out[-1].flat_outs) <= needs and implemented(out[-1]) not in WAITS \
                 and out[-1].sym is not python_return:
             feeder = out.pop()
             group.insert(0, feeder)
             needs = (needs - _names(feeder.flat_outs)) | _names(feeder.flat_args)
         at = len(out)
-        while at > 0 and not (_names(out[at - 1].flat_outs) & needs) and out[at - 1].sym not in COLLECTIVES:
+        while at > 0 and not (_names(out[at - 1].flat_outs) & needs) and implemented(out[at - 1]) not in COLLECTIVES:
             at -= 1
         out[at:at] = group
     return out
 
 
 def _wait_late(bsyms: list) -> list:
-    out = list(bsyms)
-    i = len(out) - 1
-    while i >= 0:
-        bsym = out[i]
-        if bsym.sym in WAITS:
-            # the wait and the statements that only consume what it (transitively) defines
-            group, defined = [bsym], _names(bsym.flat_outs)
-            j = i + 1
-            while j < len(out) and out[j].sym is not python_return and (_names(out[j].flat_args) & defined) \
-                    and not _names(out[j].flat_outs):
-                group.append(out.pop(j))
-            del out[i]
-            at = i
-            while at < len(out) and out[at].sym is not python_return and not (_names(out[at].flat_args) & defined) \
-                    and out[at].sym not in WAITS:
-                at += 1
-            out[at:at] = group
-        i -= 1
-    return out
+    """Each wait just before the first statement using its result (the statements that only consume it and define
+    nothing, like writing into ``.grad``, come along); waits before the same statement keep their order."""
+    n = len(bsyms)
+    keys = [float(i) for i in range(n)]
+    for i, bsym in enumerate(bsyms):
+        if implemented(bsym) not in WAITS:
+            continue
+        defined = _names(bsym.flat_outs)
+        readers = [j for j in range(i + 1, n) if _names(bsyms[j].flat_args) & defined]
+        carried = [j for j in readers if not _names(bsyms[j].flat_outs) and bsyms[j].sym is not python_return]
+        users = [j for j in readers if j not in carried]
+        first_use = users[0] if users else n - 1
+        keys[i] = first_use - 0.5 + 0.25 * i / n
+        for k, j in enumerate(carried):
+            keys[j] = keys[i] + 0.2 * (k + 1) / (len(carried) + 1) / n
+    return [b for _, b in sorted(zip(keys, bsyms), key=lambda kb: kb[0])]
 
 
 def issue_early_wait_late(trace):
     start = time.perf_counter_ns()
     bsyms = _wait_late(_issue_early(list(trace.bound_symbols)))
+    if all(a is b for a, b in zip(bsyms, trace.bound_symbols)):
+        return trace
+    return trace.from_trace(bsyms).set_provenance("Collective scheduling", start)
+
+
+def schedule_gathers(trace, prefetch: int):
+    """``issue_early_wait_late``, except that all-gathers (of parameters, which all exist from the start) are
+    issued in the order their results are needed, at most ``prefetch`` of them in flight: the ``k``-th right
+    after the wait of the ``(k - prefetch)``-th. That bounds the memory the gathered parameters take."""
+    start = time.perf_counter_ns()
+    gathers = {b.output.name: b for b in trace.bound_symbols if implemented(b) is all_gather}
+    rest = _wait_late(_issue_early([b for b in trace.bound_symbols if implemented(b) is not all_gather]))
+    defined_at = {}
+    for i, b in enumerate(rest):
+        for name in _names(b.flat_outs):
+            defined_at.setdefault(name, i)
+    waits = [(i, b.args[0].name) for i, b in enumerate(rest) if implemented(b) in WAITS and b.args[0].name in gathers]
+    keys = [float(i) for i in range(len(rest))]
+    placed = []
+    for k, (wait_at, future) in enumerate(waits):
+        gather = gathers.pop(future)
+        after = max([defined_at.get(a, -1) for a in _names(gather.flat_args)] + [waits[k - prefetch][0] if k >= prefetch else -1])
+        placed.append((after + 0.5 + 0.25 * k / max(len(waits), 1), gather))
+    assert not gathers, "an all-gather whose result is never waited for"
+    ordered = sorted([*zip(keys, rest), *placed], key=lambda kb: kb[0])
+    bsyms = [b for _, b in ordered]
     if all(a is b for a, b in zip(bsyms, trace.bound_symbols)):
         return trace
     return trace.from_trace(bsyms).set_provenance("Collective scheduling", start)

@@ -1,0 +1,226 @@
+"""thunder.distributed.fsdp on 2 gloo ranks (processes spawned here) against unsharded training.
+
+Each rank trains its shards on its own batches; the reference trains the whole model in one process on
+the mean of the ranks' losses. After each SGD step the full parameters (gathered from the shards) must
+match within float rounding (the mean is taken at a different point, so rounding differs).
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import re
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+import thunder
+from thunder.distributed import FSDPBucketingStrategy, FSDPTransform, FSDPType, ddp, fsdp
+from tests.distributed import run_ranks
+from tests.models import GPT, GPTConfig
+
+pytestmark = [pytest.mark.distributed]
+
+STEPS = 3
+STRATEGIES = (FSDPType.ZERO2, FSDPType.ZERO3)
+ORDERS = ("jit(fsdp(model))", "fsdp(jit(model))", "transforms=[FSDPTransform]")
+
+
+class OddMLP(nn.Module):
+    """Layer sizes not divisible by 2 (padded shards), a frozen layer and an unused one."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(5, 7)
+        self.frozen = nn.Linear(7, 7)
+        self.frozen.requires_grad_(False)
+        self.out = nn.Linear(7, 3)
+        self.unused = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.out(self.frozen(self.inp(x).tanh()).relu())
+
+
+def _gpt():
+    return GPT(GPTConfig(vocab_size=63, block_size=8, n_layer=2, n_head=2, n_embd=18, dropout=0.0))
+
+
+MODELS = {"odd_mlp": OddMLP, "gpt": _gpt}
+
+
+def _batch(name, rank, step):
+    g = torch.Generator().manual_seed(1000 * rank + step)
+    if name == "odd_mlp":
+        return (torch.randn(4, 5, generator=g),)
+    return torch.randint(0, 63, (2, 8), generator=g), torch.randint(0, 63, (2, 8), generator=g)
+
+
+def _loss(name, model, batch):
+    return model(*batch).square().mean() if name == "odd_mlp" else model(*batch)[1]
+
+
+def _wrap(model, order, strategy):
+    if order == ORDERS[0]:
+        return thunder.jit(fsdp(model, sharding_strategy=strategy))
+    if order == ORDERS[1]:
+        return fsdp(thunder.jit(model), sharding_strategy=strategy)
+    return thunder.jit(model, transforms=[FSDPTransform(sharding_strategy=strategy)])
+
+
+def _full(shard: torch.Tensor, rows: int, world_size: int) -> torch.Tensor:
+    whole = torch.empty((shard.shape[0] * world_size, *shard.shape[1:]), dtype=shard.dtype)
+    dist.all_gather_into_tensor(whole, shard.detach().contiguous())
+    return whole[:rows]
+
+
+def _max_diff(model, reference, world_size) -> float:
+    diff = 0.0
+    for p, q in zip(model.parameters(), reference.parameters()):
+        diff = max(diff, (_full(p, q.shape[0], world_size) - q).abs().max().item())
+    return diff
+
+
+def _trace_lines(trace) -> list[str]:
+    return [line.strip() for line in str(trace).splitlines() if line.startswith("  ") and not line.strip().startswith("#")]
+
+
+def _in_flight(lines, issue="all_gather") -> int:
+    """The most all-gathers issued and not yet waited for at any point of a trace."""
+    pending, most = set(), 0
+    for line in lines:
+        m = re.match(rf"(f\d+) = {issue}\(", line)
+        if m:
+            pending.add(m.group(1))
+            most = max(most, len(pending))
+        m = re.match(r"\S+ = wait\((f\d+)\)", line)
+        if m:
+            pending.discard(m.group(1))
+    return most
+
+
+def _parity_worker(rank, world_size, name):
+    results = {}
+    for strategy in STRATEGIES:
+        for order in ORDERS:
+            torch.manual_seed(0)
+            model = MODELS[name]()
+            reference = copy.deepcopy(model)
+            total = sum(p.numel() for p in reference.parameters())
+            jm = _wrap(model, order, strategy)
+            local = sum(p.numel() for p in model.parameters())
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+            diffs, losses = [], []
+            for step in range(STEPS):
+                opt.zero_grad()
+                ref_opt.zero_grad()
+                loss = _loss(name, jm, _batch(name, rank, step))
+                loss.backward()
+                ref_losses = [_loss(name, reference, _batch(name, r, step)) for r in range(world_size)]
+                (sum(ref_losses) / world_size).backward()
+                losses.append((loss.item(), ref_losses[rank].item()))
+                opt.step()
+                ref_opt.step()
+                diffs.append(_max_diff(model, reference, world_size))
+            results[(strategy.name, order)] = dict(
+                diffs=diffs, losses=losses, local=local, total=total,
+                forward=_trace_lines(thunder.last_traces(jm)[-1]),
+                backward=_trace_lines(thunder.last_backward_traces(jm)[-1]),
+                grads_of_frozen=[p.grad for n, p in model.named_parameters() if not p.requires_grad or "unused" in n])
+    return results
+
+
+@functools.cache
+def _parity(name):
+    return run_ranks(_parity_worker, name)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: s.name)
+@pytest.mark.parametrize("name", MODELS)
+def test_sharded_training_equals_unsharded_training(name, strategy, order):
+    for rank, results in enumerate(_parity(name)):
+        r = results[(strategy.name, order)]
+        for loss, ref_loss in r["losses"]:
+            assert abs(loss - ref_loss) <= 1e-6 * max(1.0, abs(ref_loss))
+        assert max(r["diffs"]) <= 1e-6, r["diffs"]
+        assert all(g is None for g in r["grads_of_frozen"])
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: s.name)
+@pytest.mark.parametrize("name", MODELS)
+def test_each_rank_holds_its_share_of_the_parameters(name, strategy):
+    for results in _parity(name):
+        r = results[(strategy.name, ORDERS[0])]
+        n_params = len([line for line in r["forward"] if "all_gather(" in line])
+        assert r["local"] <= -(-r["total"] // 2) + n_params * 64  # at most one padding row per parameter
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: s.name)
+@pytest.mark.parametrize("name", MODELS)
+def test_traces_gather_parameters_and_reduce_scatter_gradients(name, strategy):
+    r = _parity(name)[0][(strategy.name, ORDERS[0])]
+    fwd, bwd = r["forward"], r["backward"]
+    gathers = [line for line in fwd if "= all_gather(" in line]
+    scatters = [line for line in bwd if "= reduce_scatter(" in line]
+    assert gathers and len(scatters) == sum(1 for line in gathers if "frozen" not in line and "unused" not in line)
+    regathers = [line for line in bwd if "= all_gather(" in line]
+    if strategy is FSDPType.ZERO3:
+        assert regathers  # ZeRO3 gathers again in the backward, and saves only shards
+    else:
+        assert not regathers
+    for lines in (fwd, bwd):
+        assert _in_flight(lines) <= 2  # the prefetch bound
+    # each wait of a reduce-scatter comes after all computation
+    first_rs_wait = min(i for i, line in enumerate(bwd) if re.match(r"\S+ = wait\(", line)
+                        and any(line.endswith(f"wait({s.split(' = ')[0]})") or f"wait({s.split(' = ')[0]})" in line
+                                for s in scatters))
+    assert not any("torch." in line for line in bwd[first_rs_wait:])
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: s.name)
+def test_ways_of_applying_fsdp_give_the_same_traces(strategy):
+    results = _parity("gpt")[0]
+    assert len({tuple(results[(strategy.name, o)]["forward"]) for o in ORDERS}) == 1
+    assert len({tuple(results[(strategy.name, o)]["backward"]) for o in ORDERS}) == 1
+
+
+def _errors_worker(rank, world_size):
+    messages = {}
+    cases = {
+        "sharding": lambda: fsdp(nn.Linear(2, 2), sharding_strategy="ZERO3"),
+        "bucketing": lambda: fsdp(nn.Linear(2, 2), bucketing_strategy=1),
+        "twice": lambda: fsdp(fsdp(nn.Linear(2, 2))),
+        "twice_jitted": lambda: fsdp(thunder.jit(fsdp(nn.Linear(2, 2)))),
+        "with_ddp": lambda: fsdp(ddp(nn.Linear(2, 2))),
+        "with_ddp_jitted": lambda: fsdp(thunder.jit(ddp(nn.Linear(2, 2)))),
+        "ddp_after": lambda: ddp(fsdp(nn.Linear(2, 2))),
+        "ddp_after_jitted": lambda: ddp(thunder.jit(fsdp(nn.Linear(2, 2)))),
+        "scalar": lambda: thunder.jit(fsdp(_WithScalar())),
+    }
+    for name, fn in cases.items():
+        try:
+            fn()
+        except (RuntimeError, TypeError, ValueError, NotImplementedError) as e:
+            messages[name] = f"{type(e).__name__}: {e}"
+    return messages
+
+
+class _WithScalar(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(2.0))
+
+    def forward(self, x):
+        return x * self.scale
+
+
+def test_bad_arguments_raise_clear_errors():
+    m = run_ranks(_errors_worker)[0]
+    assert m["sharding"].startswith("ValueError: sharding_strategy must be a thunder.distributed.FSDPType")
+    assert m["bucketing"].startswith("ValueError: bucketing_strategy must be a thunder.distributed.FSDPBucketingStrategy")
+    assert m["twice"] == m["twice_jitted"] == "RuntimeError: thunder.distributed.fsdp was applied twice to the same module"
+    assert m["with_ddp"] == m["with_ddp_jitted"] == m["ddp_after"] == m["ddp_after_jitted"] == \
+        "RuntimeError: thunder.distributed.fsdp cannot be combined with ddp on the same module"
+    assert m["scalar"].startswith("NotImplementedError: fsdp shards parameters along dimension 0; the parameter 'scale'")
