@@ -60,18 +60,26 @@ def _loss(name, model, batch):
     return model(*batch).square().mean() if name == "odd_mlp" else model(*batch)[1]
 
 
-def _wrap(model, order, strategy):
+BUCKETINGS = tuple(FSDPBucketingStrategy)
+# every way of applying it without bucketing, every bucketing applied one way
+CONFIGS = [(s, o, FSDPBucketingStrategy.NONE) for s in STRATEGIES for o in ORDERS] + \
+          [(s, ORDERS[0], b) for s in STRATEGIES for b in BUCKETINGS[1:]]
+
+
+def _wrap(model, order, strategy, bucketing=FSDPBucketingStrategy.NONE):
     if order == ORDERS[0]:
-        return thunder.jit(fsdp(model, sharding_strategy=strategy))
+        # the GPT's blocks are found (its top-level ModuleList); the MLP's are given
+        blocks = [model.inp, model.frozen] if bucketing.name == "BLOCK" and isinstance(model, OddMLP) else None
+        return thunder.jit(fsdp(model, sharding_strategy=strategy, bucketing_strategy=bucketing, blocks=blocks))
     if order == ORDERS[1]:
         return fsdp(thunder.jit(model), sharding_strategy=strategy)
     return thunder.jit(model, transforms=[FSDPTransform(sharding_strategy=strategy)])
 
 
 def _full(shard: torch.Tensor, rows: int, world_size: int) -> torch.Tensor:
-    whole = torch.empty((shard.shape[0] * world_size, *shard.shape[1:]), dtype=shard.dtype)
-    dist.all_gather_into_tensor(whole, shard.detach().contiguous())
-    return whole[:rows]
+    parts = [torch.empty_like(shard) for _ in range(world_size)]
+    dist.all_gather(parts, shard.detach().contiguous())
+    return torch.cat(parts)[:rows]
 
 
 def _max_diff(model, reference, world_size) -> float:
@@ -101,33 +109,33 @@ def _in_flight(lines, issue="all_gather") -> int:
 
 def _parity_worker(rank, world_size, name):
     results = {}
-    for strategy in STRATEGIES:
-        for order in ORDERS:
-            torch.manual_seed(0)
-            model = MODELS[name]()
-            reference = copy.deepcopy(model)
-            total = sum(p.numel() for p in reference.parameters())
-            jm = _wrap(model, order, strategy)
-            local = sum(p.numel() for p in model.parameters())
-            opt = torch.optim.SGD(model.parameters(), lr=0.1)
-            ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
-            diffs, losses = [], []
-            for step in range(STEPS):
-                opt.zero_grad()
-                ref_opt.zero_grad()
-                loss = _loss(name, jm, _batch(name, rank, step))
-                loss.backward()
-                ref_losses = [_loss(name, reference, _batch(name, r, step)) for r in range(world_size)]
-                (sum(ref_losses) / world_size).backward()
-                losses.append((loss.item(), ref_losses[rank].item()))
-                opt.step()
-                ref_opt.step()
-                diffs.append(_max_diff(model, reference, world_size))
-            results[(strategy.name, order)] = dict(
-                diffs=diffs, losses=losses, local=local, total=total,
-                forward=_trace_lines(thunder.last_traces(jm)[-1]),
-                backward=_trace_lines(thunder.last_backward_traces(jm)[-1]),
-                grads_of_frozen=[p.grad for n, p in model.named_parameters() if not p.requires_grad or "unused" in n])
+    for strategy, order, bucketing in CONFIGS:
+        torch.manual_seed(0)
+        model = MODELS[name]()
+        reference = copy.deepcopy(model)
+        total = sum(p.numel() for p in reference.parameters())
+        jm = _wrap(model, order, strategy, bucketing)
+        local = sum(p.numel() for p in model.parameters())
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+        diffs, losses = [], []
+        for step in range(STEPS):
+            opt.zero_grad()
+            ref_opt.zero_grad()
+            loss = _loss(name, jm, _batch(name, rank, step))
+            loss.backward()
+            ref_losses = [_loss(name, reference, _batch(name, r, step)) for r in range(world_size)]
+            (sum(ref_losses) / world_size).backward()
+            losses.append((loss.item(), ref_losses[rank].item()))
+            opt.step()
+            ref_opt.step()
+            diffs.append(_max_diff(model, reference, world_size))
+        results[(strategy.name, order, bucketing.name)] = dict(
+            diffs=diffs, losses=losses, local=local, total=total,
+            final=[_full(p, q.shape[0], world_size) for p, q in zip(model.parameters(), reference.parameters())],
+            forward=_trace_lines(thunder.last_traces(jm)[-1]),
+            backward=_trace_lines(thunder.last_backward_traces(jm)[-1]),
+            grads_of_frozen=[p.grad for n, p in model.named_parameters() if not p.requires_grad or "unused" in n])
     return results
 
 
@@ -136,12 +144,15 @@ def _parity(name):
     return run_ranks(_parity_worker, name)
 
 
-@pytest.mark.parametrize("order", ORDERS)
-@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: s.name)
+def _key(strategy, order=ORDERS[0], bucketing=FSDPBucketingStrategy.NONE):
+    return strategy.name, order, bucketing.name
+
+
+@pytest.mark.parametrize("strategy,order,bucketing", CONFIGS, ids=lambda x: getattr(x, "name", x))
 @pytest.mark.parametrize("name", MODELS)
-def test_sharded_training_equals_unsharded_training(name, strategy, order):
+def test_sharded_training_equals_unsharded_training(name, strategy, order, bucketing):
     for rank, results in enumerate(_parity(name)):
-        r = results[(strategy.name, order)]
+        r = results[_key(strategy, order, bucketing)]
         for loss, ref_loss in r["losses"]:
             assert abs(loss - ref_loss) <= 1e-6 * max(1.0, abs(ref_loss))
         assert max(r["diffs"]) <= 1e-6, r["diffs"]
@@ -152,7 +163,7 @@ def test_sharded_training_equals_unsharded_training(name, strategy, order):
 @pytest.mark.parametrize("name", MODELS)
 def test_each_rank_holds_its_share_of_the_parameters(name, strategy):
     for results in _parity(name):
-        r = results[(strategy.name, ORDERS[0])]
+        r = results[_key(strategy)]
         n_params = len([line for line in r["forward"] if "all_gather(" in line])
         assert r["local"] <= -(-r["total"] // 2) + n_params * 64  # at most one padding row per parameter
 
@@ -160,7 +171,7 @@ def test_each_rank_holds_its_share_of_the_parameters(name, strategy):
 @pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: s.name)
 @pytest.mark.parametrize("name", MODELS)
 def test_traces_gather_parameters_and_reduce_scatter_gradients(name, strategy):
-    r = _parity(name)[0][(strategy.name, ORDERS[0])]
+    r = _parity(name)[0][_key(strategy)]
     fwd, bwd = r["forward"], r["backward"]
     gathers = [line for line in fwd if "= all_gather(" in line]
     scatters = [line for line in bwd if "= reduce_scatter(" in line]
@@ -182,8 +193,27 @@ def test_traces_gather_parameters_and_reduce_scatter_gradients(name, strategy):
 @pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: s.name)
 def test_ways_of_applying_fsdp_give_the_same_traces(strategy):
     results = _parity("gpt")[0]
-    assert len({tuple(results[(strategy.name, o)]["forward"]) for o in ORDERS}) == 1
-    assert len({tuple(results[(strategy.name, o)]["backward"]) for o in ORDERS}) == 1
+    assert len({tuple(results[_key(strategy, o)]["forward"]) for o in ORDERS}) == 1
+    assert len({tuple(results[_key(strategy, o)]["backward"]) for o in ORDERS}) == 1
+
+
+@pytest.mark.parametrize("bucketing", BUCKETINGS[1:], ids=lambda b: b.name)
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: s.name)
+@pytest.mark.parametrize("name", MODELS)
+def test_bucketing_gives_fewer_collectives_and_the_same_numbers(name, strategy, bucketing):
+    for results in _parity(name):
+        plain, bucketed = results[_key(strategy)], results[_key(strategy, bucketing=bucketing)]
+        assert all(torch.equal(a, b) for a, b in zip(plain["final"], bucketed["final"]))
+        totals = [0, 0]
+        for trace in ("forward", "backward"):
+            for op in ("all_gather", "reduce_scatter"):
+                n_plain = sum(f"= {op}(" in line for line in plain[trace])
+                n_bucketed = sum(f"= {op}(" in line for line in bucketed[trace])
+                assert n_bucketed <= n_plain, (trace, op)
+                totals[0] += n_plain
+                totals[1] += n_bucketed
+        assert totals[1] < totals[0]
+        assert _in_flight(bucketed["forward"]) <= 2 and _in_flight(bucketed["backward"]) <= 2
 
 
 def _errors_worker(rank, world_size):

@@ -133,8 +133,8 @@ def test_adding_a_transform_to_a_jitted_module_recompiles():
 class TwiceTheWeights(Transform):
     """The program sees each parameter doubled (as FSDP would see a gathered shard): gradients follow."""
 
-    def transform_module_tensor(self, proxy, source, compilation):
-        return ltorch.mul(proxy, 2) if source.collection == "_parameters" else proxy
+    def transform_module_tensors(self, tensors, compilation):
+        return [ltorch.mul(proxy, 2) if source.collection == "_parameters" else proxy for proxy, source in tensors]
 
 
 def test_module_tensors_may_be_replaced_while_tracing():
@@ -161,10 +161,9 @@ class HalfStored(Transform):
             if p.dim() == 2 and p.shape[0] % 2 == 0:
                 jm.replace_module_tensor(name, nn.Parameter(p.detach()[: p.shape[0] // 2].clone()))
 
-    def transform_module_tensor(self, proxy, source, compilation):
-        if source.collection == "_parameters" and proxy.dim() == 2:
-            return ltorch.cat([proxy, proxy])
-        return proxy
+    def transform_module_tensors(self, tensors, compilation):
+        return [ltorch.cat([proxy, proxy]) if source.collection == "_parameters" and proxy.dim() == 2 else proxy
+                for proxy, source in tensors]
 
     def transform_state_dict(self, state_dict, thunder_module):
         return {k: torch.cat([v, v]) if v.dim() == 2 else v for k, v in state_dict.items()}

@@ -27,14 +27,17 @@ import torch
 import torch.distributed as dist
 
 import thunder.torch as ltorch
-from thunder.core.statements import python_return
+from thunder.core import prims
+from thunder.core.proxies import TensorProxy
+from thunder.core.symbol import Tag
 from thunder.core.trace import tracectx
+from thunder.extend import declare_primitive
 from thunder.distributed.prims import all_gather, reduce_scatter, wait
 from thunder.distributed.scheduling import schedule_gathers
 from thunder.distributed.state import broadcast_module_state, resolve_process_group
 from thunder.driver.frontend import ModuleTensorSource
 from thunder.transforms.base import Transform
-from thunder.transforms.rename import substitute_bsym
+from thunder.transforms.dce import dce
 
 
 class FSDPType(enum.Enum):
@@ -71,21 +74,51 @@ def shard_rows(t: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
     return shard
 
 
+def _top_level_blocks(module: torch.nn.Module) -> list:
+    lists = [(name.count("."), name, m) for name, m in module.named_modules() if isinstance(m, torch.nn.ModuleList)]
+    if not lists:
+        raise ValueError("FSDPBucketingStrategy.BLOCK buckets the blocks of the model's top-level torch.nn.ModuleList, "
+                         f"and {type(module).__name__} has none: pass the blocks (fsdp(..., blocks=[...])) or use LAYER")
+    _, _, blocks = min(lists, key=lambda x: (x[0], x[1]))
+    return list(blocks)
+
+
+def plan_buckets(module: torch.nn.Module, strategy: FSDPBucketingStrategy, blocks=None) -> dict:
+    """Parameter name -> bucket index: one per parameter (NONE), per module holding parameters (LAYER), per
+    block and, outside the blocks, per module holding parameters (BLOCK); split by dtype and requires_grad."""
+    prefixes = {}
+    if strategy is FSDPBucketingStrategy.BLOCK:
+        chosen = list(blocks) if blocks is not None else _top_level_blocks(module)
+        names = {id(m): n for n, m in module.named_modules()}
+        for b in chosen:
+            if id(b) not in names:
+                raise ValueError(f"fsdp blocks: {type(b).__name__} is not a submodule of {type(module).__name__}")
+            prefixes[names[id(b)] + "."] = names[id(b)]
+    plan, keys = {}, {}
+    for name, p in module.named_parameters():
+        if strategy is FSDPBucketingStrategy.NONE:
+            group = name
+        else:
+            group = next((block for prefix, block in prefixes.items() if name.startswith(prefix)), None)
+            if group is None:
+                group = "module:" + name.rpartition(".")[0]
+        key = (group, p.dtype, p.requires_grad)
+        plan[name] = keys.setdefault(key, len(keys))
+    return plan
+
+
 class FSDPTransform(Transform):
     """Shards the jitted module's parameters over the ranks of ``process_group`` (see the module docstring)."""
 
     def __init__(self, *, device=None, broadcast_from: int | None = None, sharding_strategy=FSDPType.ZERO2,
                  bucketing_strategy=FSDPBucketingStrategy.NONE, process_group=None, move_state_dict_to_cpu=False,
-                 prefetch: int = 2):
+                 prefetch: int = 2, blocks=None):
         if not isinstance(sharding_strategy, FSDPType):
             raise ValueError(f"sharding_strategy must be a thunder.distributed.FSDPType (ZERO2 or ZERO3), got "
                              f"{sharding_strategy!r}")
         if not isinstance(bucketing_strategy, FSDPBucketingStrategy):
             raise ValueError("bucketing_strategy must be a thunder.distributed.FSDPBucketingStrategy (NONE, LAYER or "
                              f"BLOCK), got {bucketing_strategy!r}")
-        if bucketing_strategy is not FSDPBucketingStrategy.NONE:
-            raise NotImplementedError(f"fsdp: bucketing_strategy={bucketing_strategy} is not implemented yet; use "
-                                      "FSDPBucketingStrategy.NONE")
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
             raise ValueError(f"prefetch must be a positive number of all-gathers in flight, got {prefetch!r}")
         self.process_group = resolve_process_group(process_group, "thunder.distributed.fsdp")
@@ -100,7 +133,10 @@ class FSDPTransform(Transform):
         self.bucketing_strategy = bucketing_strategy
         self.move_state_dict_to_cpu = move_state_dict_to_cpu
         self.prefetch = prefetch
+        self.blocks = blocks  # BLOCK bucketing: these submodules (default: the model's top-level ModuleList)
         self.shards: dict[int, ShardInfo] = {}  # id(shard parameter) -> how it is sharded
+        self.bucket_of: dict[str, int] = {}  # parameter name -> its bucket (one collective per bucket)
+        self.unsynced = UnsyncedGradients()
 
     def __repr__(self):
         return (f"FSDPTransform(sharding_strategy={self.sharding_strategy}, bucketing_strategy={self.bucketing_strategy},"
@@ -122,6 +158,7 @@ class FSDPTransform(Transform):
         module.to(self.device)
         if self.broadcast_from is not None:
             broadcast_module_state(module, self.broadcast_from, self.process_group)
+        self.bucket_of = plan_buckets(module, self.bucketing_strategy, self.blocks)
         for name, p in list(module.named_parameters()):
             if p.dim() == 0:
                 raise NotImplementedError(f"fsdp shards parameters along dimension 0; the parameter {name!r} is a "
@@ -138,75 +175,218 @@ class FSDPTransform(Transform):
             return self.shards.get(id(source.module._parameters[source.name]))
         return None
 
-    def transform_module_tensor(self, proxy, source, compilation):
-        info = self._shard_info(source)
-        if info is None:
-            return proxy
-        full = self._unshard(proxy, info)
-        full._is_param = True  # isinstance(p, nn.Parameter) answers as in eager
-        return full
+    def transform_module_tensors(self, tensors, compilation):
+        seen = list(tensors)
+        buckets: dict = {}
+        for i, (proxy, source) in enumerate(tensors):
+            info = self._shard_info(source)
+            if info is not None:
+                buckets.setdefault(self.bucket_of[info.name], []).append((i, proxy, info))
+        for items in buckets.values():
+            fulls = self._unshard([(proxy, info) for _, proxy, info in items])
+            for (i, _, _), full in zip(items, fulls):
+                full._is_param = True  # isinstance(p, nn.Parameter) answers as in eager
+                seen[i] = (full, seen[i][1])
+        return [proxy for proxy, _ in seen]
 
-    def _unshard(self, shard, info: ShardInfo):
-        gathered = wait(all_gather(shard, self.process_group, True))
-        return ltorch.narrow(gathered, 0, 0, info.shape[0]) if gathered.shape[0] != info.shape[0] else gathered
+    def _unshard(self, shards: list) -> list:
+        """The whole parameters of one bucket's shards: one all-gather of the shards laid end to end."""
+        if len(shards) == 1:
+            (shard, info), = shards
+            gathered = wait(all_gather(shard, self.process_group, True))
+            return [ltorch.narrow(gathered, 0, 0, info.shape[0]) if gathered.shape[0] != info.shape[0] else gathered]
+        flat = ltorch.cat([ltorch.reshape(shard, (-1,)) for shard, _ in shards])
+        gathered = ltorch.reshape(wait(all_gather(flat, self.process_group, True)), (self.world_size, flat.shape[0]))
+        fulls, offset = [], 0
+        for shard, info in shards:
+            n = shard.numel()
+            rows = ltorch.reshape(ltorch.narrow(gathered, 1, offset, n), (self.world_size * shard.shape[0], *shard.shape[1:]))
+            fulls.append(ltorch.narrow(rows, 0, 0, info.shape[0]) if rows.shape[0] != info.shape[0] else rows)
+            offset += n
+        return fulls
 
     # -- the backward --------------------------------------------------------------------------------------
     def transform_forward_backward(self, forward, backward, compilation):
-        backward = self._average_gradients(backward)
+        shard_grads = self._shard_gradients(backward, compilation)
+        backward = self._drop_gradients_of_unused(forward, backward, compilation)
+        if compilation.read_state(compilation.compile_data, "no_sync"):
+            backward = self._accumulate_locally(backward, shard_grads)
+        else:
+            take = compilation.read_state(self.unsynced, "pending")
+            backward = self._average_gradients(backward, shard_grads, take)
         if self.sharding_strategy is FSDPType.ZERO3:
-            backward = self._gather_again(backward, self._gathered_parameters(forward, compilation))
+            backward = self._gather_again(forward, backward, compilation)
         return forward, backward
 
-    def _gathered_parameters(self, forward, compilation) -> dict:
-        """The forward's gathered parameters: name -> (its shard, ShardInfo)."""
-        shards = {}
-        for p in forward.params:
-            info = self._shard_info(compilation.sources.get(getattr(p, "name", None)))
-            if info is not None:
-                shards[p.name] = (p, info)
-        found, future_of, gathered_of = {}, {}, {}
-        for bsym in forward.bound_symbols:
-            if bsym.sym is all_gather and bsym.args[0].name in shards:
-                future_of[bsym.output.name] = shards[bsym.args[0].name]
-            elif bsym.sym is wait and bsym.args[0].name in future_of:
-                gathered_of[bsym.output.name] = found[bsym.output.name] = future_of[bsym.args[0].name]
-            elif bsym.sym is ltorch.narrow and bsym.args[0].name in gathered_of:
-                found[bsym.output.name] = gathered_of[bsym.args[0].name]
+    def _shard_gradients(self, backward, compilation) -> dict:
+        """Each reduce-scatter of the backward -> the bucket it reduces and the backward outputs (shard
+        gradients) computed from its result."""
+        ret = backward.bound_symbols[-1]
+        outputs = {g.name: i for i, g in enumerate(ret.args[0]) if isinstance(g, TensorProxy)}
+        found = {}
+        for pos, bsym in enumerate(backward.bound_symbols):
+            if bsym.sym is not reduce_scatter:
+                continue
+            derived, out_positions = {bsym.output.name}, []
+            for later in backward.bound_symbols[pos + 1:-1]:
+                if any(a.name in derived for a in later.flat_args):
+                    derived.update(o.name for o in later.flat_outs)
+            out_positions = sorted(i for name, i in outputs.items() if name in derived)
+            names = [compilation.parameter_name(compilation.grad_inputs[i]) for i in out_positions]
+            found[id(bsym)] = (self.bucket_of[names[0]], out_positions, derived)
         return found
 
-    def _average_gradients(self, backward):
-        """Multiplies each reduce-scatter's input by 1 / world size (the mean over ranks, as DDP)."""
-        if self.world_size == 1:
+    def _drop_gradients_of_unused(self, forward, backward, compilation):
+        """A parameter gathered with its bucket but not used by the program gets no gradient (as without buckets)."""
+        chain = self._unshard_chain(forward, compilation)
+        used = {a.name for b in forward.bound_symbols if id(b) not in chain.bsym_ids for a in b.flat_args}
+        unused = {i for i, p in enumerate(compilation.grad_inputs)
+                  if getattr(p, "name", None) in chain.full_of_shard and chain.full_of_shard[p.name] not in used}
+        if not unused:
+            return backward
+        ret = backward.bound_symbols[-1]
+        grads = tuple(None if i in unused else g for i, g in enumerate(ret.args[0]))
+        return dce(backward.from_trace([*backward.bound_symbols[:-1], ret.replace(args=(grads,))]))
+
+    def _average_gradients(self, backward, shard_grads: dict, take: bool):
+        """Multiplies each reduce-scatter's input by 1 / world size (the mean over ranks, as DDP), after adding
+        what accumulated under ``no_sync`` when some did (``take``)."""
+        if self.world_size == 1 and not take:
             return backward
         new = backward.from_trace([])
         with tracectx(new):
             for bsym in backward.bound_symbols:
-                if bsym.sym is reduce_scatter:
-                    scaled = ltorch.mul(bsym.args[0], 1.0 / self.world_size)
-                    bsym = bsym.replace(args=(scaled, *bsym.args[1:]))
+                if bsym.sym is reduce_scatter and id(bsym) in shard_grads:
+                    full = bsym.args[0]
+                    if take:
+                        full = take_unsynced(self.unsynced, shard_grads[id(bsym)][0], full)
+                    if self.world_size != 1:
+                        full = ltorch.mul(full, 1.0 / self.world_size)
+                    bsym = bsym.replace(args=(full, *bsym.args[1:]))
                 new.bound_symbols.append(bsym)
         return new
 
-    def _gather_again(self, backward, shard_of: dict):
-        """ZeRO3: the backward gathers each parameter it reads from its shard, instead of reading the forward's."""
+    def _accumulate_locally(self, backward, shard_grads: dict):
+        """``no_sync``: each bucket's whole gradient is added to what accumulated locally; no communication, and
+        no gradient for the shards until the first backward outside the context."""
+        dropped, none_at = set(), set()
         new = backward.from_trace([])
-        mapping = {}
         with tracectx(new):
-            for bsym in backward.bound_symbols:
-                for a in bsym.flat_args:
-                    name = getattr(a, "name", None)
-                    if name in shard_of and name not in mapping:
-                        mapping[name] = self._unshard(*shard_of[name])
-                new.bound_symbols.append(substitute_bsym(bsym, mapping))
+            for bsym in backward.bound_symbols[:-1]:
+                if bsym.sym is reduce_scatter and id(bsym) in shard_grads:
+                    bucket, positions, derived = shard_grads[id(bsym)]
+                    accumulate_unsynced(self.unsynced, bucket, bsym.args[0])
+                    dropped |= derived
+                    none_at.update(positions)
+                    continue
+                if any(o.name in dropped for o in bsym.flat_outs):
+                    continue
+                new.bound_symbols.append(bsym)
+            ret = backward.bound_symbols[-1]
+            grads = tuple(None if i in none_at else g for i, g in enumerate(ret.args[0]))
+            new.bound_symbols.append(ret.replace(args=(grads,)))
+        return dce(new)
+
+    def _unshard_chain(self, forward, compilation) -> "_UnshardChain":
+        return _UnshardChain(forward, {p.name for p in forward.params
+                                       if self._shard_info(compilation.sources.get(getattr(p, "name", None)))})
+
+    def _gather_again(self, forward, backward, compilation):
+        """ZeRO3: the backward computes each gathered parameter it reads again from the shards (the same
+        all-gather and reshaping as the forward's), instead of reading the forward's."""
+        chain = self._unshard_chain(forward, compilation)
+        new = backward.from_trace([])
+        emitted: set = set()
+
+        def emit(name):
+            bsym = chain.producer.get(name)
+            if bsym is None or id(bsym) in emitted:
+                return
+            for a in bsym.flat_args:
+                emit(a.name)
+            emitted.add(id(bsym))
+            new.bound_symbols.append(bsym)
+
+        for bsym in backward.bound_symbols:
+            for a in bsym.flat_args:
+                emit(a.name)
+            new.bound_symbols.append(bsym)
         return new
 
     def transform_executed(self, trace, compilation, kind):
         return schedule_gathers(trace, self.prefetch)
 
 
+class _UnshardChain:
+    """The statements of a forward trace that turn shards into whole parameters (all-gathers, waits and the
+    reshaping, slicing and concatenation around them), and which whole parameter each shard becomes."""
+
+    OPS = frozenset()  # filled below, once the symbols exist
+
+    def __init__(self, forward, shard_names: set):
+        # what each value of the chain holds: a shard's name, or for a bucket the (offset, numel, shard) of each
+        root: dict = {name: name for name in shard_names}
+        self.producer: dict = {}
+        self.bsym_ids: set = set()
+        for bsym in forward.bound_symbols:
+            args = [a.name for a in bsym.flat_args]
+            if not (bsym.sym in _UnshardChain.OPS and args and all(a in root for a in args)):
+                continue
+            self.bsym_ids.add(id(bsym))
+            out = bsym.output.name
+            self.producer[out] = bsym
+            if bsym.sym is ltorch.cat:
+                offsets = [0]
+                for piece in bsym.args[0]:
+                    offsets.append(offsets[-1] + piece.numel())
+                root[out] = tuple((o, root[piece.name]) for o, piece in zip(offsets, bsym.args[0]))
+            elif bsym.sym is ltorch.narrow and bsym.args[1] == 1 and isinstance(root[args[0]], tuple):
+                root[out] = dict(root[args[0]])[bsym.args[2]]  # a bucket's slice: the shard at that offset
+            else:
+                root[out] = root[args[0]]
+        read = {a.name for b in forward.bound_symbols if id(b) in self.bsym_ids for a in b.flat_args}
+        self.full_of_shard = {root[name]: name for name in self.producer
+                              if name not in read and isinstance(root[name], str)}
+
+
+_UnshardChain.OPS = frozenset({all_gather, wait, ltorch.cat, ltorch.reshape, ltorch.narrow})
+
+
+class UnsyncedGradients:
+    """Whole-size gradients accumulated under ``no_sync``, by bucket, until the next synchronizing backward."""
+
+    trace_name = "unsynced_grads"
+
+    def __init__(self):
+        self.grads: dict = {}
+        self.pending = False  # whether some accumulated (read by the prologue: the next backward adds them)
+
+
+def _accumulate_impl(store: UnsyncedGradients, bucket: int, grad):
+    held = store.grads.get(bucket)
+    store.grads[bucket] = grad if held is None else held + grad
+    store.pending = True
+
+
+def _take_impl(store: UnsyncedGradients, bucket: int, grad):
+    held = store.grads.pop(bucket, None)
+    if not store.grads:
+        store.pending = False
+    return grad if held is None else held + grad
+
+
+_accumulate_impl.__name__ = "accumulate_unsynced"
+_take_impl.__name__ = "take_unsynced"
+accumulate_unsynced = declare_primitive("accumulate_unsynced", lambda store, bucket, grad: None,
+                                        torch_impl=_accumulate_impl, tags=(Tag.SIDE_EFFECT,))
+take_unsynced = declare_primitive(
+    "take_unsynced", lambda store, bucket, grad: prims.new_tensor(grad.shape, grad.dtype, grad.device),
+    torch_impl=_take_impl, tags=(Tag.SIDE_EFFECT,))
+
+
 def fsdp(model: torch.nn.Module, *, device=None, broadcast_from: int | None = None,
          sharding_strategy: FSDPType = FSDPType.ZERO2, bucketing_strategy: FSDPBucketingStrategy = FSDPBucketingStrategy.NONE,
-         process_group=None, move_state_dict_to_cpu: bool = False) -> torch.nn.Module:
+         process_group=None, move_state_dict_to_cpu: bool = False, blocks=None) -> torch.nn.Module:
     """Shards ``model``'s parameters over the ranks of ``process_group``: ``thunder.jit(fsdp(model))`` and
     ``fsdp(thunder.jit(model))`` give a ``ThunderModule`` whose traces gather parameters and reduce-scatter
     gradients (see ``FSDPTransform``). ``device=None``: the current CUDA device when CUDA is available, else
@@ -219,7 +399,7 @@ def fsdp(model: torch.nn.Module, *, device=None, broadcast_from: int | None = No
         raise TypeError(f"thunder.distributed.fsdp expects a torch.nn.Module or a ThunderModule, got {type(model).__name__}")
     transform = FSDPTransform(device=device, broadcast_from=broadcast_from, sharding_strategy=sharding_strategy,
                               bucketing_strategy=bucketing_strategy, process_group=process_group,
-                              move_state_dict_to_cpu=move_state_dict_to_cpu)
+                              move_state_dict_to_cpu=move_state_dict_to_cpu, blocks=blocks)
     if isinstance(model, ThunderModule):
         thunder.add_transform(model, transform)
         return model

@@ -55,36 +55,45 @@ def _arg_names(fn, args, kwargs) -> list:
 @contextlib.contextmanager
 def module_tensors_as_proxies(module, comp: TraceCtx, prologue: PrologueBuilder, compilation: "Compilation"):
     """Swaps the module's parameters and buffers for proxies while tracing (the prologue fetches the real ones);
-    transforms may give the program something else in a proxy's place (``transform_module_tensor``)."""
+    transforms may give the program something else in their place (``transform_module_tensors``)."""
     if module is None:
         yield [], []
         return
     seen: dict[int, TensorProxy] = {}
-    swaps = []
+    created = []  # (proxy, source), one per distinct tensor
+    holders = []  # (dict, name, tensor, collection)
     modules = list(module.named_modules(remove_duplicate=True))
+    for qualname, m in modules:
+        for collection in ("_parameters", "_buffers"):
+            d = m.__dict__[collection]
+            for name, t in list(d.items()):
+                if t is None:
+                    continue
+                if id(t) not in seen:
+                    frontend.check_tensor_type(t)
+                    fq = f"{qualname}.{name}" if qualname else name
+                    proxy = comp.tensor(tuple(t.shape), t.dtype, t.device, t.requires_grad,
+                                        name="t_" + fq.replace(".", "_"))
+                    if collection == "_parameters":
+                        proxy._is_param = True  # isinstance(p, nn.Parameter) answers as in eager
+                    source = frontend.ModuleTensorSource(m, qualname, collection, name)
+                    prologue.unpack_source(proxy, source, t)
+                    seen[id(t)] = proxy
+                    created.append((proxy, source))
+                holders.append((d, name, t, collection))
+    program_sees = {}
+    with tracectx(comp):
+        for transform in compilation.compile_data.transforms:
+            tensors = [(program_sees.get(p.name, p), src) for p, src in created]
+            for (p, _), new in zip(created, transform.transform_module_tensors(tensors, compilation)):
+                program_sees[p.name] = new
+    swaps = []
     try:
-        for qualname, m in modules:
-            for collection in ("_parameters", "_buffers"):
-                d = m.__dict__[collection]
-                for name, t in list(d.items()):
-                    if t is None:
-                        continue
-                    proxy = seen.get(id(t))
-                    if proxy is None:
-                        frontend.check_tensor_type(t)
-                        fq = f"{qualname}.{name}" if qualname else name
-                        proxy = comp.tensor(tuple(t.shape), t.dtype, t.device, t.requires_grad,
-                                            name="t_" + fq.replace(".", "_"))
-                        if collection == "_parameters":
-                            proxy._is_param = True  # isinstance(p, nn.Parameter) answers as in eager
-                        source = frontend.ModuleTensorSource(m, qualname, collection, name)
-                        prologue.unpack_source(proxy, source, t)
-                        with tracectx(comp):
-                            for transform in compilation.compile_data.transforms:
-                                proxy = transform.transform_module_tensor(proxy, source, compilation)
-                        seen[id(t)] = proxy
-                    swaps.append((d, name, t, proxy, collection))
-                    d[name] = proxy
+        for d, name, t, collection in holders:
+            proxy = seen[id(t)]
+            proxy = program_sees.get(proxy.name, proxy)
+            swaps.append((d, name, t, proxy, collection))
+            d[name] = proxy
         yield modules, swaps
     finally:
         for d, name, t, _, _ in reversed(swaps):

@@ -13,8 +13,10 @@ submodule), which backward output is whose gradient, and lets them specialize th
   ``compile_data.thunder_module`` is the ``ThunderModule`` (None for a function). A transform that changes
   how the module's tensors are held (sharding, say) records that in state it owns or in ``compile_data``,
   never as attributes on the user's module.
-- ``transform_module_tensor(proxy, source, compilation)``: while tracing, for each parameter and buffer of the
-  module as it becomes a proxy; returns what the program sees in its place (by default the proxy itself).
+- ``transform_module_tensors(tensors, compilation)``: while tracing, before the program runs, with the module's
+  parameters and buffers as they became proxies: a list of ``(proxy, source)`` (one per distinct tensor, in
+  module order; ``proxy`` is what earlier transforms made of it). Returns the list of what the program sees in
+  their places (by default the proxies themselves); operations it records run before the program's.
 - ``transform_computation(trace, compilation)``: the traced program (torch-level), after dead-code
   elimination, before autodiff and execution. Called for inference and training alike.
 - ``transform_forward_backward(forward, backward, compilation)``: the forward and backward traces of a
@@ -41,8 +43,8 @@ class Transform:
     def transform_module(self, compile_data) -> None:
         return None
 
-    def transform_module_tensor(self, proxy, source, compilation):
-        return proxy
+    def transform_module_tensors(self, tensors, compilation):
+        return [proxy for proxy, _ in tensors]
 
     def transform_computation(self, trace, compilation):
         return trace
