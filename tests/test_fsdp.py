@@ -254,3 +254,60 @@ def test_bad_arguments_raise_clear_errors():
     assert m["with_ddp"] == m["with_ddp_jitted"] == m["ddp_after"] == m["ddp_after_jitted"] == \
         "RuntimeError: thunder.distributed.fsdp cannot be combined with ddp on the same module"
     assert m["scalar"].startswith("NotImplementedError: fsdp shards parameters along dimension 0; the parameter 'scale'")
+
+
+# -- no_sync -----------------------------------------------------------------------------------------
+
+
+def _count(fn, what: str) -> int:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return sum(e.name.startswith("c10d::") and what in e.name for e in prof.events())  # the backend-independent op
+
+
+MICRO_BATCHES = (1, 2, 4)
+
+
+def _no_sync_worker(rank, world_size, strategy_name, bucketing_name):
+    """Accumulation groups of 1, 2 and 4 micro-batches, one after the other, on one model."""
+    torch.manual_seed(0)
+    model = _gpt()
+    reference = copy.deepcopy(model)
+    jm = thunder.jit(fsdp(model, sharding_strategy=FSDPType[strategy_name],
+                          bucketing_strategy=FSDPBucketingStrategy[bucketing_name]))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    results = {}
+    for group, micro_batches in enumerate(MICRO_BATCHES):
+        opt.zero_grad()
+        ref_opt.zero_grad()
+        inside = 0
+        for micro in range(micro_batches - 1):
+            batch = _batch("gpt", rank, 10 * group + micro)
+            with jm.no_sync():
+                inside += _count(lambda: _loss("gpt", jm, batch).backward(), "reduce_scatter")
+        batch = _batch("gpt", rank, 10 * group + 9)
+        sync = _count(lambda: _loss("gpt", jm, batch).backward(), "reduce_scatter")
+        buckets = sum("= reduce_scatter(" in line for line in _trace_lines(thunder.last_backward_traces(jm)[-1]))
+        ref_loss = sum(_loss("gpt", reference, _batch("gpt", r, 10 * group + m))
+                       for r in range(world_size) for m in [*range(micro_batches - 1), 9]) / world_size
+        ref_loss.backward()
+        opt.step()
+        ref_opt.step()
+        results[micro_batches] = dict(diff=_max_diff(model, reference, world_size), inside=inside, sync=sync,
+                                      buckets=buckets)
+    return results
+
+
+@functools.cache
+def _no_sync(strategy, bucketing):
+    return run_ranks(_no_sync_worker, strategy, bucketing)
+
+
+@pytest.mark.parametrize("micro_batches", MICRO_BATCHES)
+@pytest.mark.parametrize("strategy,bucketing", [("ZERO2", "NONE"), ("ZERO3", "BLOCK")])
+def test_no_sync_accumulates_whole_gradients_and_reduces_them_once(strategy, bucketing, micro_batches):
+    for results in _no_sync(strategy, bucketing):
+        r = results[micro_batches]
+        assert r["diff"] <= 1e-6, r
+        assert r["inside"] == 0 and r["sync"] == r["buckets"] > 0, r
