@@ -311,3 +311,52 @@ def test_no_sync_accumulates_whole_gradients_and_reduces_them_once(strategy, buc
         r = results[micro_batches]
         assert r["diff"] <= 1e-6, r
         assert r["inside"] == 0 and r["sync"] == r["buckets"] > 0, r
+
+
+# -- meta-device initialization ----------------------------------------------------------------------
+
+
+def _reset_in_module_order(model):
+    for m in model.modules():
+        if any(True for _ in m.parameters(recurse=False)) or any(True for _ in m.buffers(recurse=False)):
+            m.reset_parameters()
+
+
+def _meta_init_worker(rank, world_size, strategy_name):
+    with torch.device("meta"):
+        model = _gpt()
+    torch.manual_seed(123)
+    jm = thunder.jit(fsdp(model, sharding_strategy=FSDPType[strategy_name]))
+    reference = _gpt()
+    torch.manual_seed(123)
+    with torch.no_grad():
+        _reset_in_module_order(reference)
+    out = dict(initial=_max_diff(model, reference, world_size),
+               meta_left=[n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta],
+               local=sum(p.numel() for p in model.parameters()), total=sum(p.numel() for p in reference.parameters()))
+    opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, reference))
+    for step in range(2):
+        _loss("gpt", jm, _batch("gpt", rank, step)).backward()
+        (sum(_loss("gpt", reference, _batch("gpt", r, step)) for r in range(world_size)) / world_size).backward()
+        opt.step()
+        ref_opt.step()
+        opt.zero_grad()
+        ref_opt.zero_grad()
+    out["trained"] = _max_diff(model, reference, world_size)
+    with torch.device("meta"):
+        masked = GPT(GPTConfig(vocab_size=63, block_size=8, n_layer=1, n_head=2, n_embd=18, use_sdpa=False))
+    try:
+        fsdp(thunder.jit(masked))
+    except TypeError as e:
+        out["error"] = str(e)
+    return out
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: s.name)
+def test_a_model_on_the_meta_device_is_materialized_shard_by_shard(strategy):
+    for r in run_ranks(_meta_init_worker, strategy.name):
+        assert r["meta_left"] == []
+        assert r["initial"] == 0.0 and r["trained"] <= 1e-6, r
+        assert r["local"] <= -(-r["total"] // 2) + 64
+        assert r["error"].startswith("fsdp cannot materialize the submodule 'transformer.h.0.attn' "
+                                     "(CausalSelfAttention) created on the meta device: it has no reset_parameters()")

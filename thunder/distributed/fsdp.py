@@ -155,19 +155,62 @@ class FSDPTransform(Transform):
             what = "fsdp was applied twice to the same module" if isinstance(others[0], FSDPTransform) else \
                 "fsdp cannot be combined with ddp on the same module"
             raise RuntimeError(f"thunder.distributed.{what}")
+        self.bucket_of = plan_buckets(module, self.bucketing_strategy, self.blocks)
+        if any(t.is_meta for t in (*module.parameters(), *module.buffers())):
+            self._materialize_and_shard(module, jm)
+            return
         module.to(self.device)
         if self.broadcast_from is not None:
             broadcast_module_state(module, self.broadcast_from, self.process_group)
-        self.bucket_of = plan_buckets(module, self.bucketing_strategy, self.blocks)
         for name, p in list(module.named_parameters()):
-            if p.dim() == 0:
-                raise NotImplementedError(f"fsdp shards parameters along dimension 0; the parameter {name!r} is a "
-                                          "scalar (0-dimensional). Give it shape (1,) instead")
+            self._shard(jm, name, p)
+
+    def _shard(self, jm, name: str, p: torch.Tensor) -> None:
+        if p.dim() == 0:
+            raise NotImplementedError(f"fsdp shards parameters along dimension 0; the parameter {name!r} is a "
+                                      "scalar (0-dimensional). Give it shape (1,) instead")
+        with torch.no_grad():
+            shard = torch.nn.Parameter(shard_rows(p.detach(), self.rank, self.world_size), requires_grad=p.requires_grad)
+        jm.replace_module_tensor(name, shard)
+        self.shards[id(shard)] = ShardInfo(name, tuple(p.shape), shard.shape[0])
+
+    def _materialize_and_shard(self, module, jm) -> None:
+        """A model built on the meta device gets its tensors one submodule at a time: empty tensors on the device,
+        initialized by the submodule's ``reset_parameters`` (broadcast from ``broadcast_from`` when set), each
+        parameter sharded as soon as every submodule holding it is done, so the whole model is never held."""
+        names = {id(p): n for n, p in module.named_parameters()}
+        holders: dict = {}
+        for _, m in module.named_modules():
+            for t in (*m._parameters.values(), *m._buffers.values()):
+                if t is not None and t.is_meta:
+                    holders[id(t)] = holders.get(id(t), 0) + 1
+        made: dict = {}  # id(meta tensor) -> the tensor it became
+        for qualname, m in module.named_modules():
+            metas = [(d, k, t) for d in (m._parameters, m._buffers) for k, t in d.items() if t is not None and t.is_meta]
+            if not metas:
+                continue
+            if not callable(getattr(m, "reset_parameters", None)):
+                raise TypeError(
+                    f"fsdp cannot materialize the submodule {qualname or '(the model)'!r} ({type(m).__name__}) created on "
+                    f"the meta device: it has no reset_parameters() to initialize {', '.join(k for _, k, _ in metas)}. "
+                    "Give it a reset_parameters method, or create the model on a real device")
+            for d, k, t in metas:
+                if id(t) not in made:
+                    empty = torch.empty_like(t, device=self.device)
+                    made[id(t)] = torch.nn.Parameter(empty, t.requires_grad) if isinstance(t, torch.nn.Parameter) else empty
+                d[k] = made[id(t)]
             with torch.no_grad():
-                shard = torch.nn.Parameter(shard_rows(p.detach(), self.rank, self.world_size),
-                                           requires_grad=p.requires_grad)
-            jm.replace_module_tensor(name, shard)
-            self.shards[id(shard)] = ShardInfo(name, tuple(p.shape), shard.shape[0])
+                m.reset_parameters()
+            for d, k, t in metas:
+                holders[id(t)] -= 1
+                if holders[id(t)] == 0:
+                    if self.broadcast_from is not None:
+                        dist.broadcast(made[id(t)].detach(), group=self.process_group, group_src=self.broadcast_from)
+                    if id(t) in names:
+                        self._shard(jm, names[id(t)], made[id(t)])
+        for name, p in list(module.named_parameters()):  # parameters that were not on the meta device
+            if id(p) not in self.shards:
+                self._shard(jm, name, p.to(self.device))
 
     # -- tracing: the program sees whole parameters -------------------------------------------------------
     def _shard_info(self, source):
