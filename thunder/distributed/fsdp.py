@@ -2,16 +2,22 @@
 
 ``FSDPTransform`` replaces each parameter of the module by its local shard: rows ``rank * n`` to
 ``(rank + 1) * n`` of the parameter padded with zero rows to a multiple of the world size along dimension 0.
-A standard optimizer over ``model.parameters()`` then holds 1/world_size of the state.
+A standard optimizer over ``model.parameters()`` then holds 1/world_size of the state. A model built on the
+meta device is materialized one submodule at a time and sharded as it goes.
 
-While tracing, each shard becomes the whole parameter in the program through an asynchronous
-``all_gather`` and its ``wait`` (and ``narrow`` when padded). Autodiff differentiates that: the gradient of
-an all-gather is a reduce-scatter, so the backward reduce-scatters each parameter's gradient into the
-shard's gradient (pre-divided by the world size: the average over ranks, as DDP). Then:
+While tracing, the shards become the whole parameters the program sees through an asynchronous
+``all_gather`` and its ``wait`` (and ``narrow`` when padded). With bucketing (LAYER: per module holding
+parameters; BLOCK: per block of the model's top-level ``ModuleList``), one all-gather moves a bucket's shards
+laid end to end, and each parameter is a slice of the result. Autodiff differentiates that: the gradient of
+an all-gather is a reduce-scatter, so the backward reduce-scatters each bucket's gradient into the shards'
+gradients, pre-divided by the world size (the average over ranks, as DDP). Then:
 
 - ZeRO2 keeps the gathered parameters from the forward for the backward;
-- ZeRO3 saves only the shards and gathers again in the backward, so each gathered parameter lives from
-  its gather to its last use in one of the two traces.
+- ZeRO3 saves only the shards and the backward gathers again what it reads, so each gathered parameter
+  lives from its gather to its last use in one of the two traces;
+- under ``no_sync`` the backward adds each bucket's whole gradient to what accumulated locally instead of
+  reducing it, and the shards get no gradient; the next backward outside the context adds the accumulated
+  gradient to its own and reduce-scatters the sum once.
 
 After the executors, ``schedule_gathers`` issues each all-gather at most ``prefetch`` gathers ahead of its
 use, each wait just before its first use, and each reduce-scatter as soon as its gradient is ready,

@@ -5,6 +5,10 @@ communication overlaps computation: a collective (and the packing that feeds it,
 reads it) moves up to just after the last definition it needs; a ``wait`` moves down to just before the
 first use of its result (or the return), taking along the statements that depend on it and write state
 (unpacking into ``.grad``). Everything else keeps its order, so a trace without collectives is unchanged.
+``schedule_gathers`` does the same, except that all-gathers of parameters go at most a bounded number ahead.
+
+These passes run after the executors, which wrap each primitive in a symbol of their own: ``implemented``
+finds the primitive behind it.
 """
 from __future__ import annotations
 
