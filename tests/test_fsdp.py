@@ -107,6 +107,21 @@ def _in_flight(lines, issue="all_gather") -> int:
     return most
 
 
+def _alive_gathered(lines) -> int:
+    """The most gathered parameters (results of waits on all-gathers, and their slices) alive at once."""
+    futures, gathered, alive, most = set(), set(), set(), 0
+    for line in lines:
+        if m := re.match(r"(f\d+) = all_gather\(", line):
+            futures.add(m.group(1))
+        elif (m := re.match(r"(t\d+) = (wait|torch\.\S+)\((\w+)", line)) and (m.group(3) in futures or m.group(3) in gathered):
+            gathered.add(m.group(1))
+            alive.add(m.group(1))
+        elif line.startswith("del "):
+            alive -= set(line[4:].split(", "))
+        most = max(most, len(alive))
+    return most
+
+
 def _parity_worker(rank, world_size, name):
     results = {}
     for strategy, order, bucketing in CONFIGS:
@@ -183,6 +198,10 @@ def test_traces_gather_parameters_and_reduce_scatter_gradients(name, strategy):
         assert not regathers
     for lines in (fwd, bwd):
         assert _in_flight(lines) <= 2  # the prefetch bound
+    if strategy is FSDPType.ZERO3:
+        # gathered parameters alive at once: the 2 prefetched, those one operation reads (weight, bias), and
+        # the GPT's embedding, tied to its head, which the forward reads first and last
+        assert _alive_gathered(fwd) <= 2 + 2 + (name == "gpt"), _alive_gathered(fwd)
     # each wait of a reduce-scatter comes after all computation
     first_rs_wait = min(i for i, line in enumerate(bwd) if re.match(r"\S+ = wait\(", line)
                         and any(line.endswith(f"wait({s.split(' = ')[0]})") or f"wait({s.split(' = ')[0]})" in line

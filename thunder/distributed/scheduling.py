@@ -16,6 +16,7 @@ import time
 
 from thunder.core.statements import python_return
 from thunder.distributed.prims import COLLECTIVES, WAITS, all_gather
+from thunder.transforms.dce import has_effects
 
 _KNOWN = COLLECTIVES | WAITS
 
@@ -52,22 +53,25 @@ def _issue_early(bsyms: list) -> list:
     return out
 
 
-def _wait_late(bsyms: list) -> list:
-    """Each wait just before the first statement using its result (the statements that only consume it and define
-    nothing, like writing into ``.grad``, come along); waits before the same statement keep their order."""
+def _wait_late(bsyms: list, also=frozenset()) -> list:
+    """Each wait (and each statement whose id is in ``also``) just before the first statement using its result;
+    statements that only consume a wait's result and define nothing (writing into ``.grad``) come along.
+    Working from the end, a chain (a wait, then a slice of its result) moves down as a whole."""
     n = len(bsyms)
     keys = [float(i) for i in range(n)]
-    for i, bsym in enumerate(bsyms):
-        if implemented(bsym) not in WAITS:
+    for i in reversed(range(n)):
+        bsym = bsyms[i]
+        is_wait = implemented(bsym) in WAITS
+        if not (is_wait or id(bsym) in also):
             continue
         defined = _names(bsym.flat_outs)
         readers = [j for j in range(i + 1, n) if _names(bsyms[j].flat_args) & defined]
-        carried = [j for j in readers if not _names(bsyms[j].flat_outs) and bsyms[j].sym is not python_return]
+        carried = [j for j in readers if is_wait and not _names(bsyms[j].flat_outs) and bsyms[j].sym is not python_return]
         users = [j for j in readers if j not in carried]
-        first_use = users[0] if users else n - 1
-        keys[i] = first_use - 0.5 + 0.25 * i / n
+        first_use = min((keys[j] for j in users), default=keys[n - 1])
+        keys[i] = first_use - 1e-3 * (1 + (n - i) / n)  # waits for the same statement keep their order
         for k, j in enumerate(carried):
-            keys[j] = keys[i] + 0.2 * (k + 1) / (len(carried) + 1) / n
+            keys[j] = keys[i] + 1e-6 * (k + 1)
     return [b for _, b in sorted(zip(keys, bsyms), key=lambda kb: kb[0])]
 
 
@@ -85,7 +89,17 @@ def schedule_gathers(trace, prefetch: int):
     after the wait of the ``(k - prefetch)``-th. That bounds the memory the gathered parameters take."""
     start = time.perf_counter_ns()
     gathers = {b.output.name: b for b in trace.bound_symbols if implemented(b) is all_gather}
-    rest = _wait_late(_issue_early([b for b in trace.bound_symbols if implemented(b) is not all_gather]))
+    rest = [b for b in trace.bound_symbols if implemented(b) is not all_gather]
+    # what only reshapes gathered parameters (slices of a bucket, the padding cut off) moves down with their waits
+    gathered, reshaping = set(), set()
+    for b in rest:
+        args = _names(b.flat_args)
+        if implemented(b) in WAITS and args <= set(gathers):
+            gathered |= _names(b.flat_outs)
+        elif args and args <= gathered and _names(b.flat_outs) and not has_effects(b) and b.sym is not python_return:
+            gathered |= _names(b.flat_outs)
+            reshaping.add(id(b))
+    rest = _wait_late(_issue_early(rest), reshaping)
     defined_at = {}
     for i, b in enumerate(rest):
         for name in _names(b.flat_outs):
