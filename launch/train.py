@@ -190,7 +190,7 @@ class Log:
 
     def print(self, text: str) -> None:
         if self.placement.rank == 0:
-            print(text, flush=True)
+            say(text)
 
     def step(self, step: int, seconds: float, loss: torch.Tensor) -> None:
         self.times.append(seconds)
@@ -233,18 +233,24 @@ def parameter_checksum(model) -> str:
 
 
 def check_parameters_agree(model, placement: Placement) -> None:
-    """Every rank prints its parameters' checksum; under a process group they must be equal."""
+    """Every rank prints its parameters' checksum (after rank 0's summary: the gather waits for it); under a
+    process group they must be equal."""
     mine = parameter_checksum(model)
-    print(f"rank {placement.rank}: parameter checksum {mine}", flush=True)
-    if not dist.is_initialized():
-        return
-    every = [None] * placement.world_size
-    dist.all_gather_object(every, mine)
+    every = [mine]
+    if dist.is_initialized():
+        every = [None] * placement.world_size
+        dist.all_gather_object(every, mine)
+    say(f"rank {placement.rank}: parameter checksum {mine}")
     if len(set(every)) != 1:
         raise RuntimeError(f"the ranks' parameters differ after training (checksums {every}): "
                            "data-parallel training must keep them equal")
-    if placement.rank == 0:
-        print(f"parameters are equal on all {placement.world_size} ranks", flush=True)
+    if placement.rank == 0 and placement.world_size > 1:
+        say(f"parameters are equal on all {placement.world_size} ranks")
+
+
+def say(text: str) -> None:
+    """Prints a line in one write, so that the lines of ranks sharing a terminal do not interleave."""
+    print(text + "\n", end="", flush=True)
 
 
 # -- the job --------------------------------------------------------------------------------------------
