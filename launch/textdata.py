@@ -18,7 +18,7 @@ VOCAB_SIZE = 256
 def load_bytes(path: str | Path = DEFAULT_CORPUS) -> torch.Tensor:
     """The file's bytes as a 1-D int64 tensor of token ids in [0, 256)."""
     raw = Path(path).read_bytes()
-    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).long()
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).long() if raw else torch.empty(0, dtype=torch.long)
 
 
 class ShardedBatches:

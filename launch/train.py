@@ -36,14 +36,16 @@ COLLECTIVE_MARKERS = ("all_reduce", "wait", "pack_bucket")  # what --show-trace 
 
 
 # -- options --------------------------------------------------------------------------------------------
-def _positive(kind):
+def _positive(kind, *, zero_ok: bool = False):
+    """An argparse type: a number of type ``kind`` above zero (or at least zero)."""
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
             value = None
-        if value is None or not value > 0:
-            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}")
+        if value is None or not (value >= 0 if zero_ok else value > 0):
+            raise argparse.ArgumentTypeError(
+                f"expected a {'non-negative' if zero_ok else 'positive'} {kind.__name__}, got {text!r}")
         return value
     return parse
 
@@ -76,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--data", default=str(DEFAULT_CORPUS), help="a text file, read as bytes (default: %(default)s)")
-    p.add_argument("--bucket-size-mb", type=float, default=25.0, help="ddp: gradient bucket size in MB")
+    p.add_argument("--bucket-size-mb", type=_positive(float, zero_ok=True), default=25.0,
+                   help="ddp: gradient bucket size in MB (0: one all-reduce per gradient)")
     p.add_argument("--log-every", type=_positive(int), default=10, help="log every N steps")
     p.add_argument("--show-trace", action="store_true", help="print the collectives of the backward trace once")
     p.add_argument("--timeout-s", type=_positive(float), default=60.0,
@@ -84,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     # debugging: make one rank raise, to check that the job ends with that rank's error
     p.add_argument("--fail-on-rank", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--fail-at-step", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--fail-mode", choices=("raise", "hang"), default="raise", help=argparse.SUPPRESS)
     return p
 
 
@@ -99,6 +103,8 @@ def check_options(parser: argparse.ArgumentParser, options: argparse.Namespace, 
     if not strategy.distributed and world > 1:
         parser.error(f"--strategy {options.strategy} trains in one process, but torchrun started {world}: use "
                      "--strategy ddp, or torchrun --nproc-per-node 1")
+    if not 0 <= options.dropout < 1:
+        parser.error(f"--dropout {options.dropout} must be a probability in [0, 1)")
     if options.width % options.heads:
         parser.error(f"--width {options.width} must be divisible by --heads {options.heads}")
     if options.batch % (world * options.grad_accum):
@@ -149,8 +155,7 @@ def train(options, placement: Placement, device: torch.device, batches: ShardedB
     log = Log(options, placement, device, model)
     for step in range(1, options.steps + 1):
         if (placement.rank, step) == (options.fail_on_rank, options.fail_at_step):
-            raise RuntimeError(f"rank {placement.rank} fails at step {step}, as asked by --fail-on-rank "
-                               f"{options.fail_on_rank} --fail-at-step {options.fail_at_step}")
+            fail(options)
         start = time.perf_counter()
         loss = train_step(model, optimizer, batches, options.grad_accum)
         if device.type == "cuda":
@@ -158,6 +163,17 @@ def train(options, placement: Placement, device: torch.device, batches: ShardedB
         log.step(step, time.perf_counter() - start, loss)
     log.summary()
     check_parameters_agree(model, placement)
+
+
+def fail(options) -> None:
+    """--fail-on-rank R --fail-at-step S: rank R raises at step S, or with --fail-mode hang stops answering
+    (its peers' collectives then time out after --timeout-s)."""
+    if options.fail_mode == "hang":
+        say(f"rank {options.fail_on_rank} hangs at step {options.fail_at_step}, as asked by --fail-mode hang")
+        while True:
+            time.sleep(60)
+    raise RuntimeError(f"rank {options.fail_on_rank} fails at step {options.fail_at_step}, as asked by "
+                       f"--fail-on-rank {options.fail_on_rank} --fail-at-step {options.fail_at_step}")
 
 
 def _mean_over_ranks(value: torch.Tensor, placement: Placement) -> float:
@@ -207,6 +223,8 @@ class Log:
                    f"{mean * 1e3:8.1f} ms/step{note} | {self.tokens_per_step / mean:>10,.0f} tokens/s")
 
     def print_collectives(self) -> None:
+        if self.placement.rank != 0:
+            return
         trace = thunder.last_backward_traces(self.model)[-1]
         lines = [line for line in str(trace).splitlines()  # the statements, not their decomposition comments
                  if any(marker in line for marker in COLLECTIVE_MARKERS) and not line.lstrip().startswith("#")]

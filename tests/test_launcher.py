@@ -176,6 +176,19 @@ def test_failing_rank_on_another_node_ends_the_job():
     assert "terminate called" not in out, out
 
 
+def test_hanging_rank_ends_the_job_after_the_timeout():
+    """A rank that stops answering: its peer's collective fails after --timeout-s, and the job ends."""
+    start = time.monotonic()
+    rc, out = _run(["bash", LAUNCH / "run_single_node.sh", "--nproc-per-node", "2", *SMALL, "--steps", "6",
+                    "--fail-on-rank", "1", "--fail-at-step", "2", "--fail-mode", "hang", "--timeout-s", "3"],
+                   timeout=90)
+    assert rc != 0, out
+    assert time.monotonic() - start < 90
+    assert "rank 1 hangs at step 2, as asked by --fail-mode hang" in out, out
+    assert "Timed out waiting 3000ms" in out, out  # rank 0's all-reduce, after the process group's timeout
+    assert "terminate called" not in out, out
+
+
 # -- configuration errors -------------------------------------------------------------------------------
 @pytest.fixture
 def train_main(monkeypatch):
@@ -209,6 +222,9 @@ BAD_CONFIGS = {
     "incomplete torchrun environment": ([], {"RANK": "0"}, "torchrun's environment is incomplete"),
     "zero steps": (["--steps", "0"], {}, "argument --steps: expected a positive int, got '0'"),
     "negative timeout": (["--timeout-s", "-1"], {}, "argument --timeout-s: expected a positive float"),
+    "negative bucket size": (["--bucket-size-mb", "-1"], {}, "argument --bucket-size-mb: expected a non-negative"),
+    "dropout out of range": (["--dropout", "1.5"], {}, "--dropout 1.5 must be a probability in [0, 1)"),
+    "empty data file": (["--data", os.devnull], {}, "needs at least 65 bytes per rank, but the data's 0 bytes"),
     "heads do not divide width": (["--width", "30", "--heads", "4"], {}, "--width 30 must be divisible by --heads 4"),
     "sequence longer than a shard": (["--seq-len", "100000"], {}, "--seq-len 100000 needs at least 100001 bytes"),
     "missing data file": (["--data", "/nonexistent/text.txt"], {}, "--data /nonexistent/text.txt: No such file"),
