@@ -2,7 +2,9 @@
 
 A strategy takes the model (on its device, with the same initial weights on every rank) and the parsed
 options, and returns the jitted module the training loop runs. Gradient accumulation uses the returned
-module's ``no_sync()``. Adding a strategy (FSDP) is a function and a row.
+module's ``no_sync()``, and at the end every rank's parameters must be equal (``named_parameters()`` of
+the returned module: a strategy that shards them must present them whole there). Adding a strategy
+(FSDP) is a function and a row.
 """
 from __future__ import annotations
 
