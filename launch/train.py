@@ -32,7 +32,7 @@ from procgroup import Placement
 from strategies import STRATEGIES
 from textdata import DEFAULT_CORPUS, VOCAB_SIZE, ShardedBatches, load_bytes
 
-COLLECTIVE_MARKERS = ("all_reduce", "wait", "pack_bucket")  # what --show-trace prints of the backward trace
+COLLECTIVE_MARKERS = ("all_reduce", "all_gather", "reduce_scatter", "wait", "pack_bucket")  # what --show-trace prints of the backward trace
 
 
 # -- options --------------------------------------------------------------------------------------------
@@ -80,6 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", default=str(DEFAULT_CORPUS), help="a text file, read as bytes (default: %(default)s)")
     p.add_argument("--bucket-size-mb", type=_positive(float, zero_ok=True), default=25.0,
                    help="ddp: gradient bucket size in MB (0: one all-reduce per gradient)")
+    p.add_argument("--sharding", choices=("zero2", "zero3"), default="zero2",
+                   help="fsdp: zero3 frees gathered parameters after use and gathers them again in the backward")
+    p.add_argument("--bucketing", choices=("none", "layer", "block"), default="none",
+                   help="fsdp: one collective per parameter, per layer, or per transformer block")
     p.add_argument("--log-every", type=_positive(int), default=10, help="log every N steps")
     p.add_argument("--show-trace", action="store_true", help="print the collectives of the backward trace once")
     p.add_argument("--timeout-s", type=_positive(float), default=60.0,
@@ -162,7 +166,7 @@ def train(options, placement: Placement, device: torch.device, batches: ShardedB
             torch.cuda.synchronize(device)
         log.step(step, time.perf_counter() - start, loss)
     log.summary()
-    check_parameters_agree(model, placement)
+    check_parameters_agree(model, placement, STRATEGIES[options.strategy])
 
 
 def fail(options) -> None:
@@ -242,18 +246,18 @@ class Log:
                        f"({self.placement.world_size} ranks, {self.tokens_per_step} tokens per step)")
 
 
-def parameter_checksum(model) -> str:
+def parameter_checksum(model, strategy) -> str:
     digest = hashlib.sha256()
-    for name, p in model.named_parameters():
+    for name, p in strategy.whole_parameters(model):
         digest.update(name.encode())
         digest.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()[:16]
 
 
-def check_parameters_agree(model, placement: Placement) -> None:
+def check_parameters_agree(model, placement: Placement, strategy) -> None:
     """Every rank prints its parameters' checksum (after rank 0's summary: the gather waits for it); under a
     process group they must be equal."""
-    mine = parameter_checksum(model)
+    mine = parameter_checksum(model, strategy)
     every = [mine]
     if dist.is_initialized():
         every = [None] * placement.world_size

@@ -8,4 +8,4 @@ cd "$(dirname "$0")/.."
 python -m pip install -q "torch==2.13.0"
 python -m pip install -q -e .
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"  # two processes share the cores
-bash launch/run_single_node.sh --nproc-per-node 2 --device cpu --show-trace "$@"
+bash launch/run_single_node.sh --nproc-per-node 2 --device cpu --show-trace --bucket-size-mb 0.5 "$@"

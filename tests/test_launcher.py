@@ -101,6 +101,18 @@ def test_single_node_ddp_with_gradient_accumulation():
     assert counts["all_reduce"] > 1 and len(set(counts.values())) == 1, shown
 
 
+@pytest.mark.parametrize("sharding,bucketing", [("zero2", "none"), ("zero3", "block")])
+def test_single_node_fsdp_with_gradient_accumulation(sharding, bucketing):
+    rc, out = _run(["bash", LAUNCH / "run_single_node.sh", "--nproc-per-node", "2", *SMALL, "--steps", "6",
+                    "--batch", "8", "--grad-accum", "2", "--strategy", "fsdp", "--sharding", sharding,
+                    "--bucketing", bucketing, "--show-trace"])
+    assert rc == 0, out
+    assert "strategy fsdp | world size 2 | device cpu (gloo)" in out, out
+    _check_training(out, steps=6, world_size=2)  # the gathered whole parameters agree across ranks
+    shown = out.split("collectives of the backward trace")[1].split("\nstep ")[0]
+    assert re.search(r"\breduce_scatter\(", shown) and (sharding == "zero2") != bool(re.search(r"\ball_gather\(", shown))
+
+
 def test_two_nodes_on_localhost():
     port = _free_port()
     env = _env()
