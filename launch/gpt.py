@@ -1,8 +1,8 @@
 """The GPT the launcher trains: nanoGPT (token and position embeddings, pre-norm blocks of causal
 self-attention and a GELU MLP, a final LayerNorm, an LM head tied to the token embedding).
 
-The same model as ``GPT`` in tests/models.py (kept here so the launcher does not import the tests).
-``model(idx, targets)`` returns ``(logits, loss)``.
+tests/models.py tests thunder on this model too (with a configuration of its own). ``model(idx, targets)``
+returns ``(logits, loss)``.
 """
 from __future__ import annotations
 
