@@ -4,5 +4,8 @@
 """
 from thunder.distributed.ddp import DDPTransform, ddp
 from thunder.distributed.fsdp import FSDPBucketingStrategy, FSDPTransform, FSDPType, fsdp
+from thunder.distributed import checkpoint
+from thunder.distributed.clip import clip_grad_norm_
 
-__all__ = ["ddp", "DDPTransform", "fsdp", "FSDPTransform", "FSDPType", "FSDPBucketingStrategy"]
+__all__ = ["ddp", "DDPTransform", "fsdp", "FSDPTransform", "FSDPType", "FSDPBucketingStrategy", "checkpoint",
+           "clip_grad_norm_"]

@@ -25,6 +25,7 @@ waited for at the end of the backward.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 import math
@@ -364,6 +365,37 @@ class FSDPTransform(Transform):
 
     def transform_executed(self, trace, compilation, kind):
         return schedule_gathers(trace, self.prefetch)
+
+    # -- state dicts: model.state_dict() gives the local shards; loading takes shards or full tensors ------------
+    def sharded_names(self, module: torch.nn.Module) -> dict[str, ShardInfo]:
+        """State-dict key -> ShardInfo of each sharded parameter of ``module``, under every name it has (tied ones)."""
+        return {name: self.shards[id(p)] for name, p in module.named_parameters(remove_duplicate=False)
+                if id(p) in self.shards}
+
+    def transform_loaded_state_dict(self, state_dict, thunder_module):
+        names = self.sharded_names(thunder_module)
+        loaded = collections.OrderedDict(state_dict)
+        metadata = getattr(state_dict, "_metadata", None)
+        if metadata is not None:  # the modules' state-dict versions, which load_state_dict reads
+            loaded._metadata = metadata
+        for key, info in names.items():
+            if key in loaded:
+                loaded[key] = self.local_shard(key, loaded[key], info)
+        return loaded
+
+    def local_shard(self, key: str, value: torch.Tensor, info: ShardInfo) -> torch.Tensor:
+        """This rank's shard of the parameter ``key`` given as its full tensor, or ``value`` when it is the shard.
+        A full shape equal to the shard's (one row, or one rank) is taken as full: the other rows are padding."""
+        shard_shape = (info.rows_per_rank, *info.shape[1:])
+        if tuple(value.shape) == info.shape:
+            return shard_rows(value, self.rank, self.world_size)
+        if tuple(value.shape) != shard_shape:
+            raise ValueError(f"load_state_dict: {key!r} has shape {tuple(value.shape)}, but this FSDP-sharded module "
+                             f"takes the full parameter, of shape {info.shape}, or this rank's shard of it, of shape "
+                             f"{shard_shape} (world size {self.world_size}); a shard saved with another world size "
+                             "cannot be loaded: load the full state dict instead (or a thunder.distributed.checkpoint "
+                             "directory, which any world size can load)")
+        return value
 
 
 class _UnshardChain:
