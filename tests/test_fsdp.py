@@ -253,6 +253,10 @@ def _errors_worker(rank, world_size):
             fn()
         except (RuntimeError, TypeError, ValueError, NotImplementedError) as e:
             messages[name] = f"{type(e).__name__}: {e}"
+    jm = thunder.jit(fsdp(nn.Linear(3, 4), move_state_dict_to_cpu=True))
+    sd = jm.state_dict()
+    messages["state_dict_on_cpu"] = all(v.device.type == "cpu" for v in sd.values()) and \
+        all(torch.equal(sd[k], p) for k, p in jm.named_parameters())
     return messages
 
 
@@ -272,6 +276,7 @@ def test_bad_arguments_raise_clear_errors():
     assert m["twice"] == m["twice_jitted"] == "RuntimeError: thunder.distributed.fsdp was applied twice to the same module"
     assert m["with_ddp"] == m["with_ddp_jitted"] == m["ddp_after"] == m["ddp_after_jitted"] == \
         "RuntimeError: thunder.distributed.fsdp cannot be combined with ddp on the same module"
+    assert m["state_dict_on_cpu"]
     assert m["scalar"].startswith("NotImplementedError: fsdp shards parameters along dimension 0; the parameter 'scale'")
 
 

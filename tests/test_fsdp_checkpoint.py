@@ -19,6 +19,7 @@ from torch.distributed.checkpoint import FileSystemReader
 import thunder
 from thunder.distributed import FSDPType, checkpoint, clip_grad_norm_, ddp, fsdp
 from thunder.distributed.checkpoint import StateDictOptions, get_model_state_dict, load_model_state_dict
+from thunder.distributed.prims import torch_all_gather_single
 from tests.distributed import run_ranks
 from tests.models import GPT, GPTConfig
 
@@ -326,6 +327,8 @@ def test_a_saved_full_state_dict_loads_as_a_sharded_one():
 def _errors_worker(rank, world_size, path):
     model = OddMLP()
     jm = thunder.jit(fsdp(model))
+    later = OddMLP()
+    fsdp(thunder.jit(later))  # sharded through its ThunderModule: the original module is refused all the same
     checkpoint.save(get_model_state_dict(jm, SHARDED, rank), path)
     full = get_model_state_dict(jm, FULL, rank)
     wider = thunder.jit(fsdp(WiderMLP()))
@@ -344,6 +347,7 @@ def _errors_worker(rank, world_size, path):
             StateDictOptions(full_state_dict=True, rank0_only=True), rank),
         "wrong_rank": lambda: get_model_state_dict(jm, FULL, 1 - rank),
         "original_module": lambda: get_model_state_dict(model, FULL, rank),
+        "original_module_jitted_first": lambda: get_model_state_dict(later, FULL, rank),
     }
     messages = {}
     for name, fn in cases.items():
@@ -389,6 +393,7 @@ def test_mismatched_checkpoints_and_state_dicts_raise_clear_errors():
         assert r["strict_rank0_only"].startswith("RuntimeError: Error(s) in loading state_dict")
         assert 'Missing key(s) in state_dict: "row"' in r["strict_rank0_only"]
     assert m["wrong_rank"].startswith("ValueError: rank is 1, but this process is rank 0 of the module's process group")
+    assert m["original_module_jitted_first"] == m["original_module"]
     assert m["original_module"] == ("TypeError: this module was given to thunder.distributed.fsdp: pass the "
                                     "ThunderModule that thunder.jit returned for it, which knows how its parameters "
                                     "are sharded")
@@ -413,7 +418,7 @@ def _full_grads(model, world_size) -> dict:
         if p.grad is not None:
             rows = p.shape[0] * world_size
             whole = p.grad.new_empty((rows, *p.shape[1:]))
-            dist.all_gather_into_tensor(whole, p.grad.contiguous())
+            torch_all_gather_single(whole, p.grad.contiguous())
             grads[name] = whole
     return grads
 

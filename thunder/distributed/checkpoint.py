@@ -37,6 +37,7 @@ from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
+from thunder.distributed.prims import torch_all_gather_single
 
 __all__ = ["StateDictOptions", "get_model_state_dict", "load_model_state_dict", "save", "load"]
 
@@ -74,7 +75,7 @@ class _TensorEntry(NamedTuple):
 def sharding_transform(module: torch.nn.Module):
     """The ``FSDPTransform`` of ``module`` (a ThunderModule), or None when its parameters are whole tensors."""
     import thunder
-    from thunder.distributed.fsdp import FSDPTransform
+    from thunder.distributed.fsdp import SHARDED_MODULES, FSDPTransform
     from thunder.driver.module import ThunderModule
     from thunder.transforms.base import requested_transforms
 
@@ -82,7 +83,7 @@ def sharding_transform(module: torch.nn.Module):
         raise TypeError(f"expected a torch.nn.Module or a ThunderModule, got {type(module).__name__}")
     if isinstance(module, ThunderModule):
         return next((t for t in thunder.list_transforms(module) if isinstance(t, FSDPTransform)), None)
-    if any(isinstance(t, FSDPTransform) for t in requested_transforms(module)):
+    if module in SHARDED_MODULES or any(isinstance(t, FSDPTransform) for t in requested_transforms(module)):
         raise TypeError("this module was given to thunder.distributed.fsdp: pass the ThunderModule that thunder.jit "
                         "returned for it, which knows how its parameters are sharded")
     return None
@@ -130,10 +131,11 @@ def get_model_state_dict(module: torch.nn.Module, options: StateDictOptions, ran
     """``module``'s state dict, whole or this rank's part (``options``); ``rank``: this process's rank in the
     module's process group (that of its FSDP or DDP transform, else the default group; 0 without one)."""
     fsdp, _ = _checked(module, options, rank)
-    state = module.state_dict()
+    # the shards as the module holds them (ThunderModule.state_dict may move them, see move_state_dict_to_cpu)
+    state = module._model.state_dict() if fsdp is not None else module.state_dict()
     names = fsdp.sharded_names(module) if fsdp is not None else {}
     keep = rank == 0 or not options.rank0_only
-    offload = options.cpu_offload and keep
+    offload = (options.cpu_offload or (fsdp is not None and fsdp.move_state_dict_to_cpu)) and keep
     result, mesh = _like(state), None
     for key, value in state.items():
         info = names.get(key)
@@ -157,7 +159,7 @@ def _offloaded(value, offload: bool):
 def _gathered(shard: torch.Tensor, info, fsdp) -> torch.Tensor:
     """The full parameter: all ranks' shards gathered, padding rows dropped."""
     whole = shard.new_empty((info.rows_per_rank * fsdp.world_size, *info.shape[1:]))
-    dist.all_gather_into_tensor(whole, shard.detach().contiguous(), group=fsdp.process_group)
+    torch_all_gather_single(whole, shard.detach().contiguous(), group=fsdp.process_group)
     return whole if whole.shape[0] == info.shape[0] else whole[: info.shape[0]].clone()
 
 

@@ -29,6 +29,7 @@ import collections
 import dataclasses
 import enum
 import math
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -114,6 +115,12 @@ def plan_buckets(module: torch.nn.Module, strategy: FSDPBucketingStrategy, block
     return plan
 
 
+# The modules whose parameters an FSDPTransform replaced by shards (a table beside them, not attributes on them):
+# functions given such a module rather than its ThunderModule can then refuse it instead of taking shards for
+# whole parameters.
+SHARDED_MODULES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 class FSDPTransform(Transform):
     """Shards the jitted module's parameters over the ranks of ``process_group`` (see the module docstring)."""
 
@@ -163,6 +170,7 @@ class FSDPTransform(Transform):
                 "fsdp cannot be combined with ddp on the same module"
             raise RuntimeError(f"thunder.distributed.{what}")
         self.bucket_of = plan_buckets(module, self.bucketing_strategy, self.blocks)
+        SHARDED_MODULES[module] = self
         if any(t.is_meta for t in (*module.parameters(), *module.buffers())):
             self._materialize_and_shard(module, jm)
             return
@@ -371,6 +379,14 @@ class FSDPTransform(Transform):
         """State-dict key -> ShardInfo of each sharded parameter of ``module``, under every name it has (tied ones)."""
         return {name: self.shards[id(p)] for name, p in module.named_parameters(remove_duplicate=False)
                 if id(p) in self.shards}
+
+    def transform_state_dict(self, state_dict, thunder_module):
+        """``model.state_dict()``: this rank's shards, moved to the CPU with ``move_state_dict_to_cpu``."""
+        if not self.move_state_dict_to_cpu:
+            return state_dict
+        moved = collections.OrderedDict((k, v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in state_dict.items())
+        moved._metadata = getattr(state_dict, "_metadata", None)
+        return moved
 
     def transform_loaded_state_dict(self, state_dict, thunder_module):
         names = self.sharded_names(thunder_module)

@@ -25,8 +25,8 @@ codeutils.CONSTANT_NAMES[dist.ProcessGroup] = "process_group"
 
 _REDUCE_OPS = {"sum": dist.ReduceOp.SUM}
 # torch 2.13 renames the single-tensor collectives; earlier versions have only the old names
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+torch_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+torch_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
 class Pending:
@@ -78,7 +78,7 @@ def _all_gather_meta(a, group, do_async: bool):
 
 def _all_gather_impl(a, group, do_async):
     out = torch.empty((a.shape[0] * dist.get_world_size(group), *a.shape[1:]), dtype=a.dtype, device=a.device)
-    work = _all_gather_single(out, a.contiguous(), group=group, async_op=do_async)
+    work = torch_all_gather_single(out, a.contiguous(), group=group, async_op=do_async)
     return Pending(work, out) if do_async else out
 
 
@@ -106,7 +106,7 @@ def _reduce_scatter_meta(a, op: str, group, do_async: bool):
 
 def _reduce_scatter_impl(a, op, group, do_async):
     out = torch.empty((a.shape[0] // dist.get_world_size(group), *a.shape[1:]), dtype=a.dtype, device=a.device)
-    work = _reduce_scatter_single(out, a.contiguous(), op=_REDUCE_OPS[op], group=group, async_op=do_async)
+    work = torch_reduce_scatter_single(out, a.contiguous(), op=_REDUCE_OPS[op], group=group, async_op=do_async)
     return Pending(work, out) if do_async else out
 
 
