@@ -253,6 +253,12 @@ def _errors_worker(rank, world_size):
             fn()
         except (RuntimeError, TypeError, ValueError, NotImplementedError) as e:
             messages[name] = f"{type(e).__name__}: {e}"
+    torch.manual_seed(rank)  # ranks start different; broadcast_from=0 gives everyone rank 0's parameters
+    model = OddMLP()
+    torch.manual_seed(0)
+    rank0 = OddMLP()
+    fsdp(thunder.jit(model), broadcast_from=0)
+    messages["broadcast_from_0"] = _max_diff(model, rank0, world_size)
     jm = thunder.jit(fsdp(nn.Linear(3, 4), move_state_dict_to_cpu=True))
     sd = jm.state_dict()
     messages["state_dict_on_cpu"] = all(v.device.type == "cpu" for v in sd.values()) and \
@@ -277,6 +283,7 @@ def test_bad_arguments_raise_clear_errors():
     assert m["with_ddp"] == m["with_ddp_jitted"] == m["ddp_after"] == m["ddp_after_jitted"] == \
         "RuntimeError: thunder.distributed.fsdp cannot be combined with ddp on the same module"
     assert m["state_dict_on_cpu"]
+    assert m["broadcast_from_0"] == 0.0
     assert m["scalar"].startswith("NotImplementedError: fsdp shards parameters along dimension 0; the parameter 'scale'")
 
 
