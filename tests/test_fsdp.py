@@ -1,4 +1,5 @@
-"""thunder.distributed.fsdp on 2 gloo ranks (processes spawned here) against unsharded training.
+"""thunder.distributed.fsdp on 2 gloo ranks (processes spawned here) against unsharded training (and, at the
+end, bitwise against torch's FSDP2).
 
 Each rank trains its shards on its own batches; the reference trains the whole model in one process on
 the mean of the ranks' losses. After each SGD step the full parameters (gathered from the shards) must
@@ -391,3 +392,50 @@ def test_a_model_on_the_meta_device_is_materialized_shard_by_shard(strategy):
         assert r["local"] <= -(-r["total"] // 2) + 64
         assert r["error"].startswith("fsdp cannot materialize the submodule 'transformer.h.0.attn' "
                                      "(CausalSelfAttention) created on the meta device: it has no reset_parameters()")
+
+
+# -- against torch's FSDP2 ------------------------------------------------------------------------------------
+
+
+FSDP2_CONFIGS = [(s, b) for s in ("ZERO2", "ZERO3") for b in ("NONE", "BLOCK")]
+
+
+def _fsdp2_worker(rank, world_size):
+    from torch.distributed.fsdp import fully_shard
+
+    results = {}
+    for strategy, bucketing in FSDP2_CONFIGS:
+        torch.manual_seed(0)
+        model = _gpt()
+        reference = copy.deepcopy(model)
+        for block in reference.transformer.h:
+            fully_shard(block, reshard_after_forward=strategy == "ZERO3")
+        fully_shard(reference, reshard_after_forward=strategy == "ZERO3")
+        jm = thunder.jit(fsdp(model, sharding_strategy=FSDPType[strategy],
+                              bucketing_strategy=FSDPBucketingStrategy[bucketing]))
+        opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, reference)]
+        same = []
+        for step in range(STEPS):
+            batch = _batch("gpt", rank, step)
+            losses = [_loss("gpt", m, batch) for m in (jm, reference)]
+            for loss in losses:
+                loss.backward()
+            for opt in opts:
+                opt.step()
+                opt.zero_grad()
+            same.append(torch.equal(*(loss.detach() for loss in losses)))
+            for p, q in zip(model.parameters(), reference.parameters()):
+                full = q.full_tensor()
+                same.append(torch.equal(_full(p, full.shape[0], world_size), full))
+        results[(strategy, bucketing)] = all(same)
+    return results
+
+
+@functools.cache
+def _fsdp2():
+    return run_ranks(_fsdp2_worker)
+
+
+@pytest.mark.parametrize("strategy,bucketing", FSDP2_CONFIGS)
+def test_losses_and_parameters_equal_torch_fsdp2(strategy, bucketing):
+    assert all(r[(strategy, bucketing)] for r in _fsdp2())
