@@ -490,3 +490,21 @@ def logsumexp_rule(a, dim, keepdim=False):
 
 
 from thunder.torch import grad_rules_elementwise  # noqa: E402,F401  (rules of the elementwise operations)
+
+
+# split (q, k, v = c_attn(x).split(...)): the cotangents concatenated, zeros for the unused pieces, as eager's
+# split_backward; through the decomposition each piece's gradient would be a zero-padded copy of the whole, summed.
+from thunder.torch import shapes as _shapes  # noqa: E402
+
+
+@register_vjp(_shapes.split)
+def split_rule(a, split_size_or_sections, dim=0):
+    outs = _shapes.split(a, split_size_or_sections, dim)
+
+    def backward(*cotangents):
+        d = dim % a.ndim
+        pieces = [g if g is not None else prims.full(tuple(o.shape), 0.0, device=o.device, dtype=o.dtype)
+                  for g, o in zip(cotangents, outs)]
+        return (_shapes.cat(pieces, d), None, None)
+
+    return outs, backward
