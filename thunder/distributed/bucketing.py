@@ -13,7 +13,8 @@ it, which belongs to the jitted module. In the trace:
 
 Packing adds what the parameter's ``.grad`` holds already (gradients accumulated under ``no_sync``), as
 torch's DDP reduces the accumulated gradient; unpacking writes the reduced values into ``.grad`` (the
-same tensor when there is one). A bucket of one gradient packs into a fresh tensor, which becomes ``.grad``.
+same tensor when there is one; else a view of one fresh copy of the bucket). A bucket of one gradient packs
+into a fresh tensor, which becomes ``.grad``.
 """
 from __future__ import annotations
 
@@ -94,9 +95,9 @@ def pack_bucket_impl(bucket: Bucket, params: list, grads: list, scale: float) ->
         if bucket.buffer is None:
             bucket.buffer = torch.empty(bucket.numel, dtype=bucket.dtype, device=bucket.device)
         flat = bucket.buffer
-    for p, g, view in zip(params, grads, bucket.views(flat)):
-        torch.mul(g if p.grad is None else p.grad + g, scale, out=view)
-    return flat
+    # (.grad + new) * scale, elementwise as torch's DDP computes it, in two kernels for the whole bucket
+    torch.cat([(g if p.grad is None else p.grad + g).reshape(-1) for p, g in zip(params, grads)], out=flat)
+    return flat.mul_(scale)
 
 
 pack_bucket_impl.__name__ = "pack_bucket"
@@ -105,12 +106,18 @@ pack_bucket = declare_primitive("pack_bucket", _pack_meta, torch_impl=pack_bucke
 
 
 def unpack_bucket_impl(bucket: Bucket, params: list, flat: torch.Tensor) -> None:
-    fresh = len(params) == 1  # a one-gradient bucket was packed into a fresh tensor
+    if all(p.grad is None for p in params):
+        # one copy for the bucket (none for a one-gradient bucket, packed into a fresh tensor): each .grad is a
+        # view of it, which nothing else holds
+        fresh = flat if len(params) == 1 else flat.clone()
+        for p, view in zip(params, bucket.views(fresh)):
+            p.grad = view
+        return
     for p, view in zip(params, bucket.views(flat)):
         if p.grad is not None:
             p.grad.copy_(view)
         else:
-            p.grad = view if fresh else view.clone()
+            p.grad = view.clone()
 
 
 unpack_bucket_impl.__name__ = "unpack_bucket"
