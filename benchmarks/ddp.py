@@ -1,8 +1,9 @@
 """Data-parallel training step: thunder DDP (``thunder.distributed.ddp``) vs torch DDP, side by side in one run.
 
-    torchrun --nproc-per-node 2 benchmarks/ddp.py [--steps 5] [--rounds 3] [--batch 8] [--buckets 0,1,25]
+    torchrun --nproc-per-node 2 benchmarks/ddp.py [--steps 3] [--rounds 6] [--batch 8] [--buckets 0,1,25]
                                                   [--micro-batches 4] [--optimizer adamw] [--threads 1]
-    torchrun --nproc-per-node 1 benchmarks/ddp.py   # single rank (the collectives still run)
+    torchrun --nproc-per-node 1 benchmarks/ddp.py               # single rank (the collectives still run)
+    torchrun --nproc-per-node 2 benchmarks/ddp.py --breakdown   # where the time goes (CPU), instead of the table
 
 Backend: gloo on CPU; NCCL on CUDA when available, one device per local rank.
 
@@ -18,7 +19,9 @@ Timing: after two warm-up steps (thunder traces and compiles; torch DDP rebuilds
 first step), interleaved rounds (thunder then torch DDP, then the other way round, ...), each round the
 median of ``--steps`` steps; a rank's step time is the slowest rank's median (the ranks wait for each other
 in every all-reduce), and the best round is kept. torch runs single-threaded by default: two ranks share
-the two cores of the reference machine (see benchmarks/overhead.py on noise).
+the two cores of the reference machine (see benchmarks/overhead.py on noise). On CPU the table also gives the
+CPU time of a step (``time.process_time``: the rank's process, its communication threads included; the
+slowest rank's median, best round), which other jobs on a shared machine disturb far less than wall time.
 
 Collectives and bytes per step are counted independently of either implementation: one extra step of each
 variant runs under ``torch.profiler``, and the process group's own events are counted (``gloo:all_reduce``,
@@ -29,15 +32,22 @@ anything is timed.
 Every step of both variants is seeded alike (dropout masks) and reads the same batch, so after the timed
 steps the parameters of thunder's copy and torch DDP's copy should agree; the table prints the largest
 absolute difference (across ranks). This prints a table on rank 0; it is not a timed test.
+
+``--breakdown`` (meant for CPU) prints instead, per bucket size, the CPU time of forward, backward and
+optimizer step of eager and thunder without DDP, thunder DDP and torch DDP (interleaved steps, medians), and
+the time cProfile sees in thunder DDP's pieces (prologue, forward and backward traces, pack_bucket,
+all_reduce, wait, unpack_bucket).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
 import copy
 import dataclasses
 import gc
 import os
+import pstats
 import statistics
 import sys
 import time
@@ -109,7 +119,7 @@ def make_variants(base: torch.nn.Module, config: Config, optimizer: str, device:
     d_module = copy.deepcopy(base)
     device_ids = [device.index] if device.type == "cuda" else None
     d_runner = DistributedDataParallel(d_module, device_ids=device_ids, bucket_cap_mb=config.bucket_mb)
-    return [Variant("thunder", t_runner, t_module, make_optimizer(optimizer, t_module.parameters())),
+    return [Variant("thunder DDP", t_runner, t_module, make_optimizer(optimizer, t_module.parameters())),
             Variant("torch DDP", d_runner, d_module, make_optimizer(optimizer, d_module.parameters()))]
 
 
@@ -200,8 +210,9 @@ def check_counter(device: torch.device) -> None:
                 v.runner(x).sum().backward()
             counted = count_collectives(lambda: v.runner(x).sum().backward())
             if counted != (expected, nbytes):
-                raise RuntimeError(f"benchmarks/ddp.py: counted {counted} (all-reduces, bytes) for {v.name} with "
-                                   f"{bucket_mb} MB buckets on a two-layer model, expected {(expected, nbytes)}")
+                raise RuntimeError(f"benchmarks/ddp.py: counted {counted} (all-reduces, bytes) for {v.name} "
+                                   f"with {bucket_mb} MB buckets on a two-layer model, expected "
+                                   f"{(expected, nbytes)}")
         del v
         gc.collect()
 
@@ -242,36 +253,113 @@ def run_config(base, config: Config, args, device: torch.device) -> dict:
     return dict(config=config, best=best, first=first, counts=counts, diff=diff)
 
 
+# -- --breakdown: where the step time goes -----------------------------------------------------------
+
+# thunder's functions whose time the breakdown reports (code names, as cProfile sees them)
+_THUNDER_PARTS = {"prologue": "prologue", "forward trace": "augmented_forward_fn", "backward trace": "backward_fn",
+                  "pack_bucket": "pack_bucket_impl", "all_reduce (issue)": "_all_reduce_impl", "wait": "_wait_impl",
+                  "unpack_bucket": "unpack_bucket_impl"}
+
+
+def phased_step(v: Variant, batches: list) -> tuple[float, float, float]:
+    """One step without accumulation, as ``train_step``; the CPU seconds of forward, backward, optimizer."""
+    torch.manual_seed(1000 * dist.get_rank() + v.steps_done)
+    idx, targets = batches[v.steps_done % len(batches)]
+    c0 = time.process_time()
+    loss = v.runner(idx, targets)[1]
+    c1 = time.process_time()
+    loss.backward()
+    c2 = time.process_time()
+    v.optimizer.step()
+    v.optimizer.zero_grad(set_to_none=True)
+    v.steps_done += 1
+    return c1 - c0, c2 - c1, time.process_time() - c2
+
+
+def thunder_parts(v: Variant, batches: list, config: Config, steps: int) -> dict:
+    """Milliseconds per step (under cProfile, which inflates Python-heavy parts) and calls per step of
+    thunder's pieces in ``_THUNDER_PARTS``."""
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(steps):
+        train_step(v, batches, config)
+    prof.disable()
+    stats = pstats.Stats(prof).stats
+    parts = {}
+    for label, code_name in _THUNDER_PARTS.items():
+        found = [(nc, ct) for (_, _, name), (_, nc, _, ct, _) in stats.items() if name == code_name]
+        parts[label] = (sum(ct for _, ct in found) * 1e3 / steps, sum(nc for nc, _ in found) / steps) if found else None
+    return parts
+
+
+def breakdown(base, config: Config, args, device: torch.device) -> None:
+    """Prints, for one bucket size, the CPU time of forward, backward and optimizer step of eager and thunder
+    without DDP, thunder DDP and torch DDP (medians, slowest rank), then thunder DDP's pieces."""
+    batches = make_batches(args.batch, device)
+    plain = [copy.deepcopy(base), copy.deepcopy(base)]
+    variants = [Variant("eager, no DDP", plain[0], plain[0], make_optimizer(args.optimizer, plain[0].parameters())),
+                Variant("thunder, no DDP", thunder.jit(plain[1]), plain[1],
+                        make_optimizer(args.optimizer, plain[1].parameters())),
+                *make_variants(base, config, args.optimizer, device)]
+    for v in variants:
+        for _ in range(WARMUP_STEPS):
+            train_step(v, batches, config)
+    phases = {v.name: [] for v in variants}
+    for r in range(args.rounds * args.steps):
+        for v in variants if r % 2 == 0 else variants[::-1]:
+            dist.barrier()
+            phases[v.name].append(phased_step(v, batches))
+    medians = {name: slowest_rank(*(statistics.median(p) for p in zip(*times)), device=device)
+               for name, times in phases.items()}
+    parts = thunder_parts(variants[2], batches, config, args.steps)
+    if dist.get_rank() == 0:
+        print(f"\n{config.label}: CPU ms per step (median of {args.rounds * args.steps}, slowest rank)")
+        print("| variant | forward | backward | optimizer | step |")
+        print("|---|---|---|---|---|")
+        for name, (f, b, o) in medians.items():
+            print(f"| {name} | {f * 1e3:.1f} | {b * 1e3:.1f} | {o * 1e3:.1f} | {(f + b + o) * 1e3:.1f} |")
+        print("thunder DDP's pieces, ms and calls per step under cProfile, rank 0: " + ", ".join(
+            f"{label} {p[0]:.2f} ms / {p[1]:g}" if p else f"{label} n/a" for label, p in parts.items()))
+    del variants, v
+    gc.collect()
+    dist.barrier()
+
+
 def print_table(rows: list[dict], cpu_times: bool) -> None:
     cols = ["config", "thunder ms", "DDP ms", "ratio", "thunder CPU ms", "DDP CPU ms", "CPU ratio", "thunder colls",
             "thunder MiB", "DDP colls", "DDP MiB", "max abs param diff", "thunder first step s"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for row in rows:
-        (t, tc), (d, dc) = row["best"]["thunder"], row["best"]["torch DDP"]
-        (tn, tb), (dn, db) = row["counts"]["thunder"], row["counts"]["torch DDP"]
+        (t, tc), (d, dc) = row["best"]["thunder DDP"], row["best"]["torch DDP"]
+        (tn, tb), (dn, db) = row["counts"]["thunder DDP"], row["counts"]["torch DDP"]
         cpu = [f"{tc * 1e3:.1f}", f"{dc * 1e3:.1f}", f"{tc / dc:.3f}"] if cpu_times else ["n/a"] * 3
         cells = [row["config"].label, f"{t * 1e3:.1f}", f"{d * 1e3:.1f}", f"{t / d:.3f}", *cpu, str(tn),
-                 f"{tb / 2**20:.2f}", str(dn), f"{db / 2**20:.2f}", f"{row['diff']:.1e}", f"{row['first']['thunder']:.2f}"]
+                 f"{tb / 2**20:.2f}", str(dn), f"{db / 2**20:.2f}", f"{row['diff']:.1e}",
+                 f"{row['first']['thunder DDP']:.2f}"]
         print("| " + " | ".join(cells) + " |")
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--steps", type=int, default=5, help="steps per timed round")
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=3, help="steps per timed round")
+    p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--batch", type=int, default=8, help="sequences per rank per step")
     p.add_argument("--buckets", default="0,1,25", help="bucket sizes in MB, one config each")
-    p.add_argument("--micro-batches", type=int, default=4, help="the no_sync config's micro-batches (0: no such config)")
+    p.add_argument("--micro-batches", type=int, default=4,
+                   help="the no_sync config's micro-batches per step (0 or 1: no such config)")
     p.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--breakdown", action="store_true",
+                   help="instead of the table: CPU time per phase (eager, thunder, thunder DDP, torch DDP)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     device = init_distributed()
     rank0 = dist.get_rank() == 0
     configs = [Config(f"bucket {float(b):g} MB", float(b)) for b in args.buckets.split(",") if b]
     if args.micro_batches > 1:
-        configs.append(Config(f"no_sync {args.micro_batches} micro, bucket 25 MB", 25.0, args.micro_batches))
+        label = f"{args.micro_batches} micro-batches ({args.micro_batches - 1} in no_sync), bucket 25 MB"
+        configs.append(Config(label, 25.0, args.micro_batches))
     check_counter(device)
     torch.manual_seed(0)
     base = GPT(GPT_CONFIG).to(device)
@@ -283,14 +371,19 @@ def main():
         print(f"GPT 4x256, seq 128, vocab 4096, dropout 0.1, {n_params / 1e6:.2f}M parameters; batch {args.batch} per "
               f"rank per step, {args.optimizer}; {args.rounds} rounds x {args.steps} steps, best round; "
               f"collective counter checked on a two-layer model")
-    rows = []
-    for config in configs:
-        rows.append(run_config(base, config, args, device))
+    if args.breakdown:
+        for config in configs:
+            if config.micro_batches == 1:
+                breakdown(base, config, args, device)
+    else:
+        rows = []
+        for config in configs:
+            rows.append(run_config(base, config, args, device))
+            if rank0:
+                print(f"  done: {config.label}", flush=True)
         if rank0:
-            print(f"  done: {config.label}", flush=True)
-    if rank0:
-        print_table(rows, cpu_times=device.type == "cpu")
-    dist.barrier()
+            print_table(rows, cpu_times=device.type == "cpu")
+    dist.barrier()  # every rank is done with the group (torch DDP released in run_config) before it goes
     dist.destroy_process_group()
 
 
