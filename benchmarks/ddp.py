@@ -80,7 +80,7 @@ class Config:
 
 @dataclasses.dataclass
 class Variant:
-    """One data-parallel copy of the model: what to call, its optimizer, and how to skip synchronization."""
+    """One copy of the model being trained: what to call, the module whose parameters it trains, its optimizer."""
     name: str
     runner: torch.nn.Module  # the ThunderModule or the DistributedDataParallel wrapper
     module: torch.nn.Module  # the plain module whose parameters it trains
