@@ -508,3 +508,29 @@ def split_rule(a, split_size_or_sections, dim=0):
         return (_shapes.cat(pieces, d), None, None)
 
     return outs, backward
+
+
+# nll_loss of (N, C) scores (cross_entropy of a language model's logits): torch's kernels, as eager runs them.
+# Through the decomposition its gradient would be a scatter into a fresh zero tensor (an extra copy of it).
+nll_loss_forward = _aten_symbol(
+    aten.nll_loss_forward.default, "nll_loss_forward",
+    lambda a, target, weight, reduction, ignore_index: [
+        (tuple(target.shape) if reduction == 0 else (), a.dtype, a.device), ((), a.dtype, a.device)],
+    differentiable=True)
+nll_loss_backward = _aten_symbol(
+    aten.nll_loss_backward.default, "nll_loss_backward",
+    lambda g, a, target, weight, reduction, ignore_index, total_weight: _like(a))
+_REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
+
+
+@register_vjp(tnn.nll_loss)
+def nll_loss_rule(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
+    if input.ndim != 2 or target.ndim != 1 or (isinstance(weight, TensorProxy) and weight.requires_grad):
+        return NotImplemented
+    r = _REDUCTIONS[tnn._legacy_reduction(size_average, reduce, reduction)]
+    out, total_weight = nll_loss_forward(input, target, weight, r, ignore_index)
+
+    def backward(g, g_total_weight=None):
+        return (nll_loss_backward(g, input, target, weight, r, ignore_index, total_weight),)
+
+    return out, backward

@@ -104,6 +104,13 @@ class _ForwardBuilder:
                 self.recomputable.update(o.name for o in new.flat_outs)
             return
         rule = _rule_for(bsym.sym)
+        if rule is not None:
+            start = len(self.fwd.bound_symbols)
+            with self.fwd.tagged(*bsym.tags):
+                result = rule(*args, **kwargs)
+            if result is NotImplemented:  # the rule declines these arguments: as if there were none
+                assert len(self.fwd.bound_symbols) == start, f"the gradient rule of {bsym.sym.id} recorded before declining"
+                rule = None
         if rule is None and bsym.sym.module == "ltorch" and _cheap_decomposition(bsym) and not has_effects(bsym):
             from thunder.transforms.rename import substitute_bsym
 
@@ -118,13 +125,6 @@ class _ForwardBuilder:
         if rule is None:
             if not bsym.subsymbols:
                 raise NotImplementedError(f"thunder has no gradient rule for {bsym.sym.id}")
-            for sub in bsym.subsymbols:
-                self.process(sub.replace(tags=sub.tags | bsym.tags))
-            return
-        start = len(self.fwd.bound_symbols)
-        with self.fwd.tagged(*bsym.tags):
-            result = rule(*args, **kwargs)
-        if result is NotImplemented:  # the rule declines these arguments: use the decomposition
             for sub in bsym.subsymbols:
                 self.process(sub.replace(tags=sub.tags | bsym.tags))
             return
