@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 python -m pip install -q "torch==2.13.0"
 python -m pip install -q -e ".[test]"
 status=0
-python -m pytest tests -n 2 --dist loadgroup -m "not distributed" "$@" || status=$?
-python -m pytest tests -p no:xdist -m distributed "$@" || { s=$?; [ "$s" -eq 5 ] || status=$s; }  # 5: none selected
+run() { "$@" || { local s=$?; [ "$s" -eq 5 ] || status=$s; }; }  # 5: the arguments selected none of these tests
+run python -m pytest tests -n 2 --dist loadgroup -m "not distributed" "$@"
+run python -m pytest tests -p no:xdist -m distributed "$@"
 exit "$status"
