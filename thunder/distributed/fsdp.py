@@ -414,11 +414,13 @@ class FSDPTransform(Transform):
         return value
 
 
+# what turns shards into whole parameters (fsdp's _unshard records only these)
+_UNSHARD_OPS = frozenset({all_gather, wait, ltorch.cat, ltorch.reshape, ltorch.narrow})
+
+
 class _UnshardChain:
     """The statements of a forward trace that turn shards into whole parameters (all-gathers, waits and the
     reshaping, slicing and concatenation around them), and which whole parameter each shard becomes."""
-
-    OPS = frozenset()  # filled below, once the symbols exist
 
     def __init__(self, forward, shard_names: set):
         # what each value of the chain holds: a shard's name, or for a bucket the (offset, numel, shard) of each
@@ -427,7 +429,7 @@ class _UnshardChain:
         self.bsym_ids: set = set()
         for bsym in forward.bound_symbols:
             args = [a.name for a in bsym.flat_args]
-            if not (bsym.sym in _UnshardChain.OPS and args and all(a in root for a in args)):
+            if not (bsym.sym in _UNSHARD_OPS and args and all(a in root for a in args)):
                 continue
             self.bsym_ids.add(id(bsym))
             out = bsym.output.name
@@ -446,7 +448,7 @@ class _UnshardChain:
                               if name not in read and isinstance(root[name], str)}
 
 
-_UnshardChain.OPS = frozenset({all_gather, wait, ltorch.cat, ltorch.reshape, ltorch.narrow})
+
 
 
 class UnsyncedGradients:

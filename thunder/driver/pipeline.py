@@ -13,7 +13,7 @@ from thunder.driver.interpreter import InstructionRecorder
 from thunder.driver.outputs import flatten_output, is_printable_structure
 from thunder.driver.runtime import GradInfo, output_rebuild
 from thunder.driver.prologue import PrologueBuilder
-from thunder.core.proxies import TensorProxy, NumberProxy
+from thunder.core.proxies import TensorProxy
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.executors import pythonex as px
 from thunder.executors.passes import transform_for_execution
