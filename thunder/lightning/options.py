@@ -80,6 +80,8 @@ class ThunderOptions:
             raise ValueError(f"{', '.join(stray)} {'does' if len(stray) == 1 else 'do'} not apply to "
                              f"parallelism={kind.value!r} (options of {kind.value}: {', '.join(allowed) or 'none'})")
         chosen = {k: v for k, v in given.items() if v is not DEFAULT}
+        if kind is Parallelism.FSDP:  # as DDP: every rank starts from rank 0's weights, however it initialized them
+            chosen.setdefault("broadcast_from", 0)
         if "sharding_strategy" in chosen:
             chosen["sharding_strategy"] = _enum(FSDPType, chosen["sharding_strategy"], "sharding_strategy")
         if "bucketing_strategy" in chosen:

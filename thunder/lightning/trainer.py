@@ -75,7 +75,8 @@ class ThunderStrategy(ThunderProcesses, ParallelStrategy):
         jit: True: the strategy jits the LightningModule. False: you jit its inner modules yourself
             (``self.model = thunder.jit(GPT())``) and call them in ``training_step``; the strategy adds the
             data-parallel transform to every ThunderModule in the LightningModule.
-        bucket_size_in_mb, broadcast_from: options of ``thunder.distributed.ddp`` (``broadcast_from`` of fsdp too).
+        bucket_size_in_mb, broadcast_from: options of ``thunder.distributed.ddp`` (``broadcast_from`` of fsdp too,
+            where it defaults to 0 as for ddp: the ranks start from rank 0's weights; None: from their own).
         sharding_strategy, bucketing_strategy: options of ``thunder.distributed.fsdp`` (enums or their names).
         state_dict_type: ``"full"`` (one checkpoint file of whole tensors, written by rank 0) or, with fsdp,
             ``"sharded"`` (a checkpoint directory every rank writes its shards into).

@@ -1,0 +1,375 @@
+"""thunder.lightning: the Trainer's and Fabric's thunder strategies against Lightning's own.
+
+Single-process tests run here; the data-parallel ones spawn 2 gloo ranks (``tests/distributed.py``), and each
+spawn trains every configuration once with Lightning's ``"ddp"`` and with ``"thunder_ddp"`` / ``"thunder_fsdp"``
+from the same initialization on the same data (Lightning's distributed sampler gives each rank its own part);
+the tests then compare the parameters (whole ones gathered from the FSDP shards), the losses ``training_step``
+saw at every step, the values it logged, and the gradient collectives each batch ran.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+import lightning.fabric as lf
+import lightning.pytorch as pl
+from torch.utils.data import DataLoader, TensorDataset
+
+import thunder
+import thunder.lightning  # registers the strategy names
+from thunder.distributed import FSDPTransform
+from thunder.lightning import Parallelism, ThunderFabricStrategy, ThunderStrategy
+from tests.distributed import run_ranks
+from tests.models import GPT, GPTConfig
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HAS_CLIP = hasattr(thunder.distributed, "clip_grad_norm_")
+needs_clip = pytest.mark.xfail(not HAS_CLIP, strict=True, reason="needs thunder.distributed.clip_grad_norm_")
+
+
+def _quiet():
+    warnings.filterwarnings("ignore")
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+# -- the models ------------------------------------------------------------------------------------------------
+class Regressor(pl.LightningModule):
+    """An MLP trained on (x, y) pairs; ``training_step`` logs the loss and records it (Python on every step)."""
+
+    def __init__(self, bypass: bool = False):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+        self.bypass = bypass  # calls self.net directly, not self(...): the model would run outside thunder
+        self.seen = []
+
+    def forward(self, x):
+        return self.net(x)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.mse_loss((self.net(x) if self.bypass else self(x)).float(), y)
+        self.log("loss", loss)
+        self.seen.append(loss.item())
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", F.mse_loss(self(x).float(), y))
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=0.01)
+
+
+class TinyGPT(pl.LightningModule):
+    """The GPT of ``tests/models.py`` (tied embedding and head) on random tokens."""
+
+    def __init__(self):
+        super().__init__()
+        self.model = GPT(GPTConfig(vocab_size=32, block_size=8, n_layer=2, n_head=2, n_embd=16, dropout=0.0))
+        self.seen = []
+
+    def forward(self, idx, targets):
+        return self.model(idx, targets)[1]
+
+    def training_step(self, batch, batch_idx):
+        loss = self(*batch)
+        self.log("loss", loss)
+        self.seen.append(loss.item())
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=0.01)
+
+
+def _regression_data(n: int = 64):
+    g = torch.Generator().manual_seed(1)
+    return TensorDataset(torch.randn(n, 8, generator=g), torch.randn(n, 4, generator=g))
+
+
+def _token_data(n: int = 32):
+    g = torch.Generator().manual_seed(2)
+    return TensorDataset(torch.randint(0, 32, (n, 8), generator=g), torch.randint(0, 32, (n, 8), generator=g))
+
+
+def _trainer(strategy, devices: int, **kwargs) -> pl.Trainer:
+    return pl.Trainer(accelerator="cpu", devices=devices, strategy=strategy, logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False, **kwargs)
+
+
+class CountSyncs(pl.Callback):
+    """Gradient collectives (all-reduces, reduce-scatters) of each training batch, and the logged loss."""
+
+    NAMES = ("c10d::allreduce_", "c10d::_reduce_scatter_base_")
+
+    def __init__(self):
+        self.syncs, self.logged = [], []
+
+    def on_train_batch_start(self, trainer, *args):
+        self.profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+        self.profiler.__enter__()
+
+    def on_train_batch_end(self, trainer, *args):
+        self.profiler.__exit__(None, None, None)
+        self.syncs.append(sum(e.name in self.NAMES for e in self.profiler.events()))
+        self.logged.append(trainer.callback_metrics["loss"].item())
+
+
+def _whole_parameters(module: nn.Module, thunder_module=None) -> dict:
+    """The module's parameters; those an FSDP transform sharded are gathered from every rank, padding cut off."""
+    transform = None
+    if thunder_module is not None:
+        transform = next((t for t in thunder.list_transforms(thunder_module) if isinstance(t, FSDPTransform)), None)
+    whole = {}
+    for name, p in module.named_parameters():
+        p = p.detach()
+        if transform is not None and id(module.get_parameter(name)) in transform.shards:
+            parts = [torch.empty_like(p) for _ in range(transform.world_size)]
+            dist.all_gather(parts, p.contiguous())
+            p = torch.cat(parts)[: transform.shards[id(module.get_parameter(name))].shape[0]]
+        whole[name] = p.clone()
+    return whole
+
+
+# -- import and registration --------------------------------------------------------------------------------------
+def _python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def test_import_thunder_does_not_import_lightning():
+    r = _python("import sys, thunder, thunder.distributed; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+                "('lightning', 'pytorch_lightning', 'lightning_fabric')))")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+
+
+def test_missing_lightning_is_a_clear_import_error():
+    r = _python("import sys; sys.modules['lightning'] = None\n"
+                "try:\n    import thunder.lightning\nexcept ImportError as e:\n    print('ImportError:', e)")
+    assert r.returncode == 0, r.stderr
+    assert 'pip install "thunder[lightning]"' in r.stdout and "pip install lightning" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("name, parallelism", [("thunder", Parallelism.NONE), ("thunder_ddp", Parallelism.DDP),
+                                               ("thunder_fsdp", Parallelism.FSDP)])
+def test_names_are_registered_on_import(name, parallelism):
+    from lightning.fabric.strategies import STRATEGY_REGISTRY
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    for registry, cls in ((StrategyRegistry, ThunderStrategy), (STRATEGY_REGISTRY, ThunderFabricStrategy)):
+        strategy = registry.get(name)
+        assert type(strategy) is cls and strategy.options.parallelism is parallelism
+    if parallelism is Parallelism.NONE:  # one device: no processes to launch
+        assert type(_trainer(name, 1).strategy) is ThunderStrategy
+        assert type(lf.Fabric(accelerator="cpu", devices=1, strategy=name).strategy) is ThunderFabricStrategy
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(parallelism="pipeline"), "parallelism must be one of 'none', 'ddp', 'fsdp'"),
+    (dict(parallelism="ddp", sharding_strategy="zero3"), "sharding_strategy does not apply to parallelism='ddp'"),
+    (dict(parallelism="none", bucket_size_in_mb=10), "bucket_size_in_mb does not apply to parallelism='none'"),
+    (dict(parallelism="fsdp", sharding_strategy="zero4"), "sharding_strategy must be one of 'zero2', 'zero3'"),
+    (dict(parallelism="ddp", bucket_size_in_mb=-1), "bucket_size_in_mb must be a non-negative number"),
+    (dict(parallelism="ddp", state_dict_type="sharded"), "state_dict_type='sharded' applies to parallelism='fsdp'"),
+    (dict(parallelism="ddp", jit=False, executors=["torch"]), "does not call with jit=False"),
+    (dict(parallelism="ddp", start_method="thread"), "start_method must be"),
+])
+@pytest.mark.parametrize("cls", [ThunderStrategy, ThunderFabricStrategy])
+def test_option_errors(cls, kwargs, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        cls(**kwargs)
+
+
+def test_options_by_name():
+    from thunder.distributed import FSDPBucketingStrategy, FSDPType
+
+    s = ThunderStrategy("fsdp", sharding_strategy="ZERO3", bucketing_strategy="block", state_dict_type="sharded")
+    assert dict(s.options.transform_options) == dict(sharding_strategy=FSDPType.ZERO3, broadcast_from=0,
+                                                     bucketing_strategy=FSDPBucketingStrategy.BLOCK)
+
+
+def test_one_process_refuses_several_devices():
+    with pytest.raises(ValueError, match="parallelism='none' trains in one process.*thunder_ddp"):
+        _trainer("thunder", 2)
+
+
+# -- one process ------------------------------------------------------------------------------------------------
+def _fit_one_device(strategy, precision, accumulate):
+    torch.manual_seed(0)
+    module = Regressor()
+    trainer = _trainer(strategy, 1, max_steps=4, accumulate_grad_batches=accumulate, precision=precision,
+                       limit_val_batches=2, val_check_interval=4, callbacks=[CountSyncs()])
+    data = _regression_data()
+    trainer.fit(module, DataLoader(data, batch_size=4), DataLoader(data, batch_size=4))
+    return module, trainer
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_trainer_one_device_equals_lightning(precision, accumulate):
+    _quiet()
+    reference, ref_trainer = _fit_one_device("auto", precision, accumulate)
+    module, trainer = _fit_one_device("thunder", precision, accumulate)
+    for (name, p), q in zip(module.named_parameters(), reference.parameters()):
+        assert torch.equal(p, q), name
+    assert module.seen == reference.seen and len(module.seen) == 4 * accumulate  # training_step ran every step
+    assert trainer.callbacks[0].logged == ref_trainer.callbacks[0].logged  # and so did self.log
+    assert trainer.callback_metrics["val_loss"] == ref_trainer.callback_metrics["val_loss"]
+    jm = trainer.strategy.thunder_module
+    assert thunder.cache_misses(jm) == 2  # one program for training, one for validation
+    assert "torch.nn.functional.linear" in str(thunder.last_traces(jm)[-1])
+    if precision == "bf16-mixed":
+        assert "bfloat16" in str(thunder.last_traces(jm)[-1])  # autocast's casts are in the trace
+    assert module.__dict__["_compiled_call_impl"] is None  # nothing left on the module after the steps
+    assert trainer.model is module
+
+
+def test_trainer_jit_false_trains_your_thunder_modules():
+    _quiet()
+
+    class Inner(Regressor):
+        def __init__(self):
+            super().__init__()
+            self.net = thunder.jit(self.net)
+
+        def forward(self, x):
+            return self.net(x)
+
+    torch.manual_seed(0)
+    reference = Regressor()
+    torch.manual_seed(0)
+    module = Inner()
+    for strategy, m in ((ThunderStrategy(jit=False), module), ("auto", reference)):
+        _trainer(strategy, 1, max_steps=3).fit(m, DataLoader(_regression_data(), batch_size=4))
+    assert module.seen == reference.seen
+    assert thunder.cache_hits(module.net) == 2
+    with pytest.raises(ValueError, match="holds modules that are already jitted.*jit=False"):
+        _trainer("thunder", 1, max_steps=1).fit(Inner(), DataLoader(_regression_data(), batch_size=4))
+
+
+def _fabric_one_device(strategy, precision):
+    fabric = lf.Fabric(accelerator="cpu", devices=1, strategy=strategy, precision=precision)
+    fabric.launch()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+    model, optimizer = fabric.setup(model, torch.optim.AdamW(model.parameters(), lr=0.01))
+    losses = []
+    for x, y in DataLoader(_regression_data(16), batch_size=4):
+        loss = F.mse_loss(model(x).float(), y)
+        fabric.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return model, losses
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_fabric_one_device_equals_lightning(precision):
+    _quiet()
+    reference, ref_losses = _fabric_one_device("auto", precision)
+    model, losses = _fabric_one_device("thunder", precision)
+    assert losses == ref_losses
+    for p, q in zip(model.parameters(), reference.parameters()):
+        assert torch.equal(p, q)
+    assert isinstance(model._forward_module, thunder.ThunderModule)
+    assert thunder.cache_hits(model._forward_module) == 3
+
+
+# -- two processes: the Trainer -----------------------------------------------------------------------------------
+# configuration -> (module, Trainer arguments); each runs with Lightning's "ddp" and with the thunder strategies
+TRAINER_CONFIGS = {
+    "accumulate": (Regressor, dict(accumulate_grad_batches=2)),
+    "clip_norm": (Regressor, dict(accumulate_grad_batches=2, gradient_clip_val=0.05)),
+    "clip_value": (Regressor, dict(gradient_clip_val=0.01, gradient_clip_algorithm="value")),
+    "bf16": (Regressor, dict(accumulate_grad_batches=2, precision="bf16-mixed")),
+    "gpt": (TinyGPT, dict(accumulate_grad_batches=2)),
+}
+STRATEGIES = ("ddp", "thunder_ddp", "thunder_fsdp")
+
+
+def _trainer_run(config: str, strategy: str) -> dict:
+    make, kwargs = TRAINER_CONFIGS[config]
+    torch.manual_seed(dist.get_rank())  # ranks start different: the strategies make them equal
+    module = make()
+    counter = CountSyncs()
+    trainer = _trainer(strategy, 2, max_steps=3, callbacks=[counter], **kwargs)
+    data = _token_data() if make is TinyGPT else _regression_data()
+    try:
+        trainer.fit(module, DataLoader(data, batch_size=4))
+    except (NotImplementedError, RuntimeError) as e:
+        return dict(error=f"{type(e).__name__}: {e}")
+    jm = trainer.strategy.thunder_module if strategy != "ddp" else None
+    return dict(params=_whole_parameters(module, jm), seen=module.seen, logged=counter.logged, syncs=counter.syncs)
+
+
+def _trainer_worker(rank, world_size):
+    _quiet()
+    results = {(c, s): _trainer_run(c, s) for c in TRAINER_CONFIGS for s in STRATEGIES}
+    torch.manual_seed(0)
+    try:
+        _trainer("thunder_ddp", 2, max_steps=1).fit(Regressor(bypass=True), DataLoader(_regression_data(), batch_size=4))
+    except RuntimeError as e:
+        results["bypass"] = str(e)
+    return results
+
+
+@functools.cache
+def _trainer_results():
+    return run_ranks(_trainer_worker)
+
+
+def _compare(result: dict, reference: dict, exact: bool) -> None:
+    assert "error" not in result, result.get("error")
+    for name, p in reference["params"].items():
+        q = result["params"][name]
+        assert torch.equal(p, q) if exact else torch.allclose(p, q, rtol=1e-5, atol=1e-6), name
+    if exact:
+        assert result["seen"] == reference["seen"] and result["logged"] == reference["logged"]
+    else:
+        torch.testing.assert_close(result["seen"], reference["seen"], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(result["logged"], result["seen"])
+    assert result["logged"] == result["seen"]  # self.log reached the Trainer on every step
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("strategy", ["thunder_ddp", pytest.param("thunder_fsdp", marks=needs_clip)])
+def test_trainer_clip_by_norm_equals_lightning_ddp(strategy):
+    for results in _trainer_results():
+        _compare(results[("clip_norm", strategy)], results[("clip_norm", "ddp")], exact=strategy == "thunder_ddp")
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("config", [c for c in TRAINER_CONFIGS if c != "clip_norm"])
+@pytest.mark.parametrize("strategy", ["thunder_ddp", "thunder_fsdp"])
+def test_trainer_equals_lightning_ddp(config, strategy):
+    """Parameters after 3 optimizer steps, losses and logged values: bitwise for ddp, to float rounding for fsdp."""
+    for results in _trainer_results():
+        _compare(results[(config, strategy)], results[(config, "ddp")], exact=strategy == "thunder_ddp")
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("strategy", ["thunder_ddp", "thunder_fsdp"])
+def test_trainer_accumulation_synchronizes_once_per_group(strategy):
+    """accumulate_grad_batches=2: the first batch of each group runs no gradient collective, the second does
+    (ddp: one all-reduce for this model's single bucket; fsdp: one reduce-scatter per parameter), as Lightning's."""
+    for results in _trainer_results():
+        syncs, reference = results[("accumulate", strategy)]["syncs"], results[("accumulate", "ddp")]["syncs"]
+        assert syncs[0::2] == reference[0::2] == [0, 0, 0]
+        assert syncs[1::2] == ([1, 1, 1] if strategy == "thunder_ddp" else [4, 4, 4])
+
+
+@pytest.mark.distributed
+def test_trainer_refuses_a_step_that_bypasses_the_jitted_module():
+    for results in _trainer_results():
+        assert "Regressor.training_step computed its loss without running the jitted module" in results["bypass"]
+        assert "call self(...)" in results["bypass"]
