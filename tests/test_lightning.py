@@ -373,3 +373,118 @@ def test_trainer_refuses_a_step_that_bypasses_the_jitted_module():
     for results in _trainer_results():
         assert "Regressor.training_step computed its loss without running the jitted module" in results["bypass"]
         assert "call self(...)" in results["bypass"]
+
+
+# -- two processes: Fabric ----------------------------------------------------------------------------------------
+FABRIC_CONFIGS = {
+    "accumulate": {},
+    "clip_norm": dict(max_norm=0.05),
+    "clip_value": dict(clip_val=0.01),
+    "bf16": dict(precision="bf16-mixed"),
+}
+
+
+def _count_syncs(fn) -> int:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return sum(e.name in CountSyncs.NAMES for e in prof.events())
+
+
+def _fabric_run(config: str, strategy: str, setup: str = "joint") -> dict:
+    options = dict(FABRIC_CONFIGS[config])
+    fabric = lf.Fabric(accelerator="cpu", devices=2, strategy=strategy, precision=options.pop("precision", "32-true"))
+    fabric.launch()
+    torch.manual_seed(fabric.global_rank)
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+    if setup == "joint":
+        model, optimizer = fabric.setup(model, torch.optim.AdamW(model.parameters(), lr=0.01))
+    else:  # the order Lightning's own FSDP asks for
+        model = fabric.setup_module(model)
+        optimizer = fabric.setup_optimizers(torch.optim.AdamW(model.parameters(), lr=0.01))
+    loader = fabric.setup_dataloaders(DataLoader(_regression_data(), batch_size=4))
+    losses, syncs = [], []
+    for i, (x, y) in zip(range(6), loader):
+        def step():
+            with fabric.no_backward_sync(model, enabled=i % 2 == 0):
+                loss = F.mse_loss(model(x).float(), y)
+                fabric.backward(loss / 2)
+            losses.append(loss.item())
+        syncs.append(_count_syncs(step))
+        if i % 2 == 1:
+            try:
+                if options:
+                    fabric.clip_gradients(model, optimizer, **options)
+            except NotImplementedError as e:
+                return dict(error=f"NotImplementedError: {e}")
+            optimizer.step()
+            optimizer.zero_grad()
+    jm = model._forward_module if strategy != "ddp" else None
+    return dict(params=_whole_parameters(model.module, jm), seen=losses, logged=losses, syncs=syncs)
+
+
+def _empty_init_run(empty_init: bool) -> dict:
+    fabric = lf.Fabric(accelerator="cpu", devices=2, strategy="thunder_fsdp")
+    fabric.launch()
+    torch.manual_seed(0)
+    with fabric.init_module(empty_init=empty_init):
+        model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 5))
+    on_meta = all(p.is_meta for p in model.parameters())
+    torch.manual_seed(0)  # fsdp's reset_parameters() of the empty model draws what the constructor drew
+    model = fabric.setup_module(model)
+    return dict(on_meta=on_meta, shapes=[tuple(p.shape) for p in model.parameters()],
+                params=_whole_parameters(model.module, model._forward_module))
+
+
+def _fabric_worker(rank, world_size):
+    _quiet()
+    results = {(c, s): _fabric_run(c, s) for c in FABRIC_CONFIGS for s in STRATEGIES}
+    results["separate"] = _fabric_run("accumulate", "thunder_fsdp", setup="separate")
+    results["empty_init"] = {flag: _empty_init_run(flag) for flag in (True, False)}
+    return results
+
+
+@functools.cache
+def _fabric_results():
+    return run_ranks(_fabric_worker)
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("config", [c for c in FABRIC_CONFIGS if c != "clip_norm"])
+@pytest.mark.parametrize("strategy", ["thunder_ddp", "thunder_fsdp"])
+def test_fabric_equals_lightning_ddp(config, strategy):
+    for results in _fabric_results():
+        _compare(results[(config, strategy)], results[(config, "ddp")], exact=strategy == "thunder_ddp")
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("strategy", ["thunder_ddp", pytest.param("thunder_fsdp", marks=needs_clip)])
+def test_fabric_clip_by_norm_equals_lightning_ddp(strategy):
+    for results in _fabric_results():
+        _compare(results[("clip_norm", strategy)], results[("clip_norm", "ddp")], exact=strategy == "thunder_ddp")
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("strategy", ["thunder_ddp", "thunder_fsdp"])
+def test_fabric_no_backward_sync_synchronizes_once_per_group(strategy):
+    for results in _fabric_results():
+        syncs, reference = results[("accumulate", strategy)]["syncs"], results[("accumulate", "ddp")]["syncs"]
+        assert syncs[0::2] == reference[0::2] == [0, 0, 0]
+        assert syncs[1::2] == ([1, 1, 1] if strategy == "thunder_ddp" else [4, 4, 4])
+
+
+@pytest.mark.distributed
+def test_fabric_fsdp_optimizer_set_up_before_or_after_the_module():
+    """fabric.setup(model, optimizer) moves the optimizer onto the shards: the same training as setting up the
+    module first and making the optimizer from its shards."""
+    for results in _fabric_results():
+        _compare(results["separate"], results[("accumulate", "thunder_fsdp")], exact=True)
+
+
+@pytest.mark.distributed
+def test_fabric_fsdp_empty_init_materializes_shards():
+    for results in _fabric_results():
+        empty, full = results["empty_init"][True], results["empty_init"][False]
+        assert empty["on_meta"] and not full["on_meta"]
+        assert empty["shapes"] == full["shapes"] == [(8, 8), (8,), (3, 16), (3,)]  # this rank's shards only
+        for name, p in full["params"].items():
+            assert torch.equal(p, empty["params"][name]), name
