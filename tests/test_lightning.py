@@ -488,3 +488,135 @@ def test_fabric_fsdp_empty_init_materializes_shards():
         assert empty["shapes"] == full["shapes"] == [(8, 8), (8,), (3, 16), (3,)]  # this rank's shards only
         for name, p in full["params"].items():
             assert torch.equal(p, empty["params"][name]), name
+
+
+# -- checkpoints ----------------------------------------------------------------------------------------------------
+HAS_CHECKPOINT = hasattr(thunder.distributed, "checkpoint")
+needs_checkpoint = pytest.mark.xfail(not HAS_CHECKPOINT, strict=True, reason="needs thunder.distributed.checkpoint")
+# name -> how to make the strategy (a new one per Trainer / Fabric)
+CHECKPOINTING = {
+    "ddp": lambda cls: "ddp",
+    "thunder_ddp": lambda cls: cls("ddp"),
+    "thunder_fsdp_full": lambda cls: cls("fsdp"),
+    "thunder_fsdp_sharded": lambda cls: cls("fsdp", state_dict_type="sharded"),
+}
+CHECKPOINT_CASES = [pytest.param(k, marks=needs_checkpoint) if "fsdp" in k else k for k in CHECKPOINTING]
+
+
+def _fit_epochs(name: str, epochs: int, seed: int, save=None, resume=None) -> dict:
+    """Trains ``epochs`` epochs of 2 optimizer steps (4 batches, accumulated by 2) from a checkpoint or not."""
+    torch.manual_seed(seed)
+    module = Regressor()
+    trainer = _trainer(CHECKPOINTING[name](ThunderStrategy), 2, max_epochs=epochs, accumulate_grad_batches=2)
+    try:
+        trainer.fit(module, DataLoader(_regression_data(32), batch_size=4), ckpt_path=resume)
+        if save is not None:
+            trainer.save_checkpoint(save)
+    except NotImplementedError as e:
+        return dict(error=str(e))
+    jm = trainer.strategy.thunder_module if name != "ddp" else None
+    return dict(params=_whole_parameters(module, jm), seen=module.seen, step=trainer.global_step)
+
+
+def _trainer_checkpoint_worker(rank, world_size, directory):
+    _quiet()
+    results = {}
+    for name in CHECKPOINTING:
+        path = os.path.join(directory, f"trainer-{name}.ckpt")
+        first = _fit_epochs(name, 1, seed=rank, save=path)
+        resumed = first if "error" in first else _fit_epochs(name, 2, seed=100 + rank, resume=path)
+        results[name] = dict(whole=_fit_epochs(name, 2, seed=rank), first=first, resumed=resumed)
+    # a checkpoint of Lightning's ddp (whole tensors) resumes a sharded run
+    results["ddp_to_fsdp"] = _fit_epochs("thunder_fsdp_full", 2, seed=7, resume=os.path.join(directory, "trainer-ddp.ckpt"))
+    return results
+
+
+@functools.cache
+def _trainer_checkpoint_results(directory):
+    return run_ranks(_trainer_checkpoint_worker, directory)
+
+
+@pytest.fixture(scope="module")
+def checkpoint_directory(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("checkpoints"))
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("name", CHECKPOINT_CASES)
+def test_trainer_resumes_from_checkpoint_as_if_uninterrupted(name, checkpoint_directory):
+    """fit 1 epoch, save_checkpoint, fit(ckpt_path=...) a fresh module to epoch 2: the parameters (Adam's state
+    restored) and the losses of epoch 2 are bitwise those of 2 epochs without a break."""
+    for results in _trainer_checkpoint_results(checkpoint_directory):
+        r = results[name]
+        for run in r.values():
+            assert "error" not in run, run["error"]
+        assert r["resumed"]["step"] == r["whole"]["step"] == 4
+        assert r["resumed"]["seen"] == r["whole"]["seen"][4:]
+        for key, p in r["whole"]["params"].items():
+            assert torch.equal(p, r["resumed"]["params"][key]), key
+
+
+@pytest.mark.distributed
+@needs_checkpoint
+def test_trainer_fsdp_resumes_from_a_lightning_ddp_checkpoint(checkpoint_directory):
+    for results in _trainer_checkpoint_results(checkpoint_directory):
+        resumed, reference = results["ddp_to_fsdp"], results["ddp"]["whole"]
+        assert "error" not in resumed, resumed["error"]
+        for key, p in reference["params"].items():
+            torch.testing.assert_close(resumed["params"][key], p, rtol=1e-5, atol=1e-6)
+
+
+def _fabric_steps(name: str, steps: range, seed: int, save=None, resume=None) -> dict:
+    fabric = lf.Fabric(accelerator="cpu", devices=2, strategy=CHECKPOINTING[name](ThunderFabricStrategy))
+    fabric.launch()
+    torch.manual_seed(seed)
+    model = fabric.setup_module(nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4)))
+    optimizer = fabric.setup_optimizers(torch.optim.AdamW(model.parameters(), lr=0.01))
+    state = {"model": model, "optimizer": optimizer, "step": 0}
+    try:
+        if resume is not None:
+            fabric.load(resume, state)
+        losses = []
+        for step in steps:
+            assert step == state["step"]
+            g = torch.Generator().manual_seed(100 * fabric.global_rank + step)
+            loss = F.mse_loss(model(torch.randn(4, 8, generator=g)), torch.randn(4, 4, generator=g))
+            fabric.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(loss.item())
+            state["step"] += 1
+        if save is not None:
+            fabric.save(save, state)
+    except NotImplementedError as e:
+        return dict(error=str(e))
+    jm = model._forward_module if name != "ddp" else None
+    return dict(params=_whole_parameters(model.module, jm), seen=losses)
+
+
+def _fabric_checkpoint_worker(rank, world_size, directory):
+    _quiet()
+    results = {}
+    for name in CHECKPOINTING:
+        path = os.path.join(directory, f"fabric-{name}.ckpt")
+        first = _fabric_steps(name, range(2), seed=rank, save=path)
+        resumed = first if "error" in first else _fabric_steps(name, range(2, 4), seed=100 + rank, resume=path)
+        results[name] = dict(whole=_fabric_steps(name, range(4), seed=rank), first=first, resumed=resumed)
+    return results
+
+
+@functools.cache
+def _fabric_checkpoint_results(directory):
+    return run_ranks(_fabric_checkpoint_worker, directory)
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("name", CHECKPOINT_CASES)
+def test_fabric_load_continues_as_if_uninterrupted(name, checkpoint_directory):
+    for results in _fabric_checkpoint_results(checkpoint_directory):
+        r = results[name]
+        for run in r.values():
+            assert "error" not in run, run["error"]
+        assert r["resumed"]["seen"] == r["whole"]["seen"][2:]
+        for key, p in r["whole"]["params"].items():
+            assert torch.equal(p, r["resumed"]["params"][key]), key

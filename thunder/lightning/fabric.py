@@ -8,6 +8,7 @@ plugin's autocast), ``fabric.backward`` its backward, ``fabric.no_backward_sync(
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from datetime import timedelta
 
 import torch
@@ -16,10 +17,11 @@ from lightning.fabric.strategies import ParallelStrategy
 from lightning.fabric.strategies.launchers.multiprocessing import _MultiProcessingLauncher
 from lightning.fabric.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
 from lightning.fabric.strategies.strategy import _BackwardSyncControl
+from lightning.fabric.utilities.types import _Stateful
 
 from thunder.lightning import checkpoints
-from thunder.lightning.options import (DEFAULT, Parallelism, ThunderOptions, jitted_parts, no_sync_context,
-                                       setup_thunder_module)
+from thunder.lightning.options import (DEFAULT, Parallelism, StateDictType, ThunderOptions, jitted_parts,
+                                       no_sync_context, setup_thunder_module)
 from thunder.lightning.processes import ThunderProcesses
 
 
@@ -105,3 +107,97 @@ class ThunderFabricStrategy(ThunderProcesses, ParallelStrategy):
             raise RuntimeError(f"The total norm of order {norm_type} of the gradients is {norm.item()}, so they cannot "
                                "be clipped; pass error_if_nonfinite=False to clip (to NaN) anyway")
         return norm
+
+    # -- checkpoints (see thunder/lightning/checkpoints.py) ------------------------------------------------
+    @property
+    def _sharded(self) -> bool:
+        return self.options.parallelism is Parallelism.FSDP
+
+    def get_module_state_dict(self, module: torch.nn.Module) -> dict:
+        if not self._sharded:
+            return super().get_module_state_dict(module)
+        return checkpoints.model_state_dict(jitted_parts(module), self.options, self.global_rank)
+
+    def get_optimizer_state(self, optimizer) -> dict:
+        if not self._sharded:
+            return super().get_optimizer_state(optimizer)
+        return checkpoints.optimizer_state_dict(optimizer, self.options, self.global_rank)
+
+    def load_module_state_dict(self, module: torch.nn.Module, state_dict: dict, strict: bool = True) -> None:
+        if not self._sharded:
+            return super().load_module_state_dict(module, state_dict, strict)
+        checkpoints.load_model_state_dict(state_dict, jitted_parts(module), self.global_rank, strict)
+
+    def save_checkpoint(self, path, state: dict, storage_options=None, filter=None) -> None:
+        if not (self._sharded and self.options.state_dict_type is StateDictType.SHARDED):
+            return super().save_checkpoint(path, state, storage_options, filter)
+        if filter is not None or storage_options is not None:
+            raise NotImplementedError("a sharded checkpoint (state_dict_type='sharded') is written whole, by "
+                                      "thunder.distributed.checkpoint.save: filter and storage_options do not apply")
+        tensors, metadata = {}, {}
+        for key, obj in state.items():
+            if isinstance(obj, (torch.nn.Module, torch.optim.Optimizer)):
+                tensors[key] = self._convert_stateful_objects_in_state({key: obj}, filter={})[key]
+            else:
+                metadata[key] = obj.state_dict() if isinstance(obj, _Stateful) else obj
+        checkpoints.save_sharded(self.broadcast(path), tensors, metadata, self.global_rank)
+
+    def load_checkpoint(self, path, state=None, strict: bool = True, weights_only: bool | None = None) -> dict:
+        if not self._sharded:
+            return super().load_checkpoint(path, state, strict, weights_only)
+        path = self.broadcast(path)
+        if not checkpoints.is_sharded_checkpoint(path):
+            return self._load_whole(path, state, strict, weights_only)
+        if not isinstance(state, dict) or not state:
+            raise ValueError("a sharded checkpoint is read into the objects it was saved from: pass them, "
+                             "fabric.load(path, {'model': model, 'optimizer': optimizer, ...})")
+        sharded = dataclasses.replace(self.options, state_dict_type=StateDictType.SHARDED)
+        template = {}
+        for key, obj in state.items():
+            if isinstance(obj, torch.nn.Module):
+                template[key] = checkpoints.model_state_dict(jitted_parts(obj), sharded, self.global_rank)
+            elif isinstance(obj, torch.optim.Optimizer):
+                template[key] = checkpoints.optimizer_state_dict(checkpoints.with_initialized_state(obj), sharded,
+                                                                 self.global_rank)
+        metadata = checkpoints.load_sharded(path, template, strict, weights_only)
+        for key, obj in state.items():
+            if isinstance(obj, torch.nn.Module):
+                self.load_module_state_dict(obj, template[key], strict)
+            elif isinstance(obj, torch.optim.Optimizer):
+                checkpoints.load_optimizer_state_dict(obj, template[key])
+            elif key in metadata:
+                value = metadata.pop(key)
+                if isinstance(obj, _Stateful):
+                    obj.load_state_dict(value)
+                else:
+                    state[key] = value
+            elif strict:
+                raise KeyError(f"the checkpoint at {str(path)!r} has no {key!r}; strict=False loads what it has")
+        return metadata
+
+    def _load_whole(self, path, state, strict: bool, weights_only) -> dict:
+        """A checkpoint of whole tensors (``state_dict_type="full"``, or saved by another strategy)."""
+        if isinstance(state, torch.optim.Optimizer):
+            checkpoints.load_optimizer_state_dict(state, self.checkpoint_io.load_checkpoint(path, weights_only=weights_only))
+            return {}
+        if not isinstance(state, dict):
+            return super().load_checkpoint(path, state, strict, weights_only)
+        optimizers = {k: v for k, v in state.items() if isinstance(v, torch.optim.Optimizer)}
+        state.update({k: _LoadsShards(v) for k, v in optimizers.items()})  # in place: Fabric reads the dict back
+        try:
+            return super().load_checkpoint(path, state, strict, weights_only)
+        finally:
+            state.update(optimizers)
+
+
+class _LoadsShards:
+    """An optimizer of shards, for Lightning's loading of whole checkpoints: ``load_state_dict`` cuts the state."""
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+
+    def state_dict(self):
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        checkpoints.load_optimizer_state_dict(self.optimizer, state)

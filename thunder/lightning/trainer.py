@@ -9,6 +9,7 @@ runs the compiled program. The step methods (``training_step``, ...) stay eager 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from datetime import timedelta
 
 import torch
@@ -19,7 +20,8 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 import thunder
 from thunder.lightning import checkpoints
-from thunder.lightning.options import DEFAULT, Parallelism, ThunderOptions, no_sync_context, setup_thunder_module
+from thunder.lightning.options import (DEFAULT, Parallelism, StateDictType, ThunderOptions, no_sync_context,
+                                       setup_thunder_module)
 from thunder.lightning.precision import GlobalNormClipping
 from thunder.lightning.processes import ThunderProcesses
 
@@ -201,49 +203,67 @@ class ThunderStrategy(ThunderProcesses, ParallelStrategy):
     def predict_step(self, *args, **kwargs):
         return self._step("predict_step", self.precision_plugin.predict_step_context(), *args, **kwargs)
 
-    # -- checkpoints -------------------------------------------------------------------------------------
+    # -- checkpoints (see thunder/lightning/checkpoints.py) ------------------------------------------------
     @property
-    def restore_checkpoint_after_setup(self) -> bool:
-        # fsdp: the checkpoint is loaded into the shards, which exist once the module is set up
+    def _sharded(self) -> bool:
         return self.options.parallelism is Parallelism.FSDP
 
+    @property
+    def restore_checkpoint_after_setup(self) -> bool:
+        return self._sharded  # the checkpoint is loaded into the shards, which exist once the module is set up
+
+    @property
+    def lightning_restore_optimizer(self) -> bool:
+        return not self._sharded  # load_checkpoint loads the optimizers' shards
+
     def lightning_module_state_dict(self) -> dict:
-        if self.options.parallelism is not Parallelism.FSDP:
+        if not self._sharded:
             return super().lightning_module_state_dict()
-        return checkpoints.model_state_dict(self._parts, self.lightning_module, self.options, self.global_rank)
+        return checkpoints.model_state_dict(self._parts, self.options, self.global_rank)
 
     def optimizer_state(self, optimizer) -> dict:
         optimizer = getattr(optimizer, "_optimizer", optimizer)  # a LightningOptimizer
-        if self.options.parallelism is not Parallelism.FSDP:
+        if not self._sharded:
             return optimizer.state_dict()
-        return checkpoints.optimizer_state_dict(optimizer, self._parts, self.options, self.global_rank)
+        return checkpoints.optimizer_state_dict(optimizer, self.options, self.global_rank)
 
     def save_checkpoint(self, checkpoint: dict, filepath, storage_options=None) -> None:
-        if self.options.parallelism is not Parallelism.FSDP or self.options.state_dict_type.value == "full":
+        if not (self._sharded and self.options.state_dict_type is StateDictType.SHARDED):
             return super().save_checkpoint(checkpoint, filepath, storage_options)
-        checkpoints.save_sharded(checkpoint, filepath, self.is_global_zero)
+        tensors = {"state_dict": checkpoint.pop("state_dict")}
+        tensors.update({f"optimizer_{i}": s for i, s in enumerate(checkpoint.pop("optimizer_states", []))})
+        checkpoints.save_sharded(self.broadcast(filepath), tensors, checkpoint, self.global_rank)
 
     def load_checkpoint(self, checkpoint_path, weights_only: bool | None = None) -> dict:
-        if self.options.parallelism is not Parallelism.FSDP or not checkpoints.is_sharded(checkpoint_path):
+        if not self._sharded:
             return super().load_checkpoint(checkpoint_path, weights_only)
-        return checkpoints.load_sharded(checkpoint_path, self._parts, self.lightning_module,
-                                        [getattr(o, "_optimizer", o) for o in self.optimizers], self.options,
-                                        self.global_rank)
+        path = self.broadcast(checkpoint_path)
+        module = self.lightning_module
+        optimizers = [getattr(o, "_optimizer", o) for o in self.optimizers]
+        if not module.trainer.state.fn == TrainerFn.FITTING:
+            optimizers = []
+        if not checkpoints.is_sharded_checkpoint(path):
+            checkpoint = super().load_checkpoint(path, weights_only)  # whole tensors, read by every rank
+            states = checkpoint.pop("optimizer_states", [])
+            for optimizer, state in zip(optimizers, states):
+                checkpoints.load_optimizer_state_dict(optimizer, state)
+            return checkpoint
+        sharded = dataclasses.replace(self.options, state_dict_type=StateDictType.SHARDED)
+        template = {"state_dict": checkpoints.model_state_dict(self._parts, sharded, self.global_rank)}
+        for i, optimizer in enumerate(optimizers):
+            template[f"optimizer_{i}"] = checkpoints.optimizer_state_dict(
+                checkpoints.with_initialized_state(optimizer), sharded, self.global_rank)
+        metadata = checkpoints.load_sharded(path, template, module.strict_loading, weights_only)
+        checkpoints.load_model_state_dict(template["state_dict"], self._parts, self.global_rank, module.strict_loading)
+        for i, optimizer in enumerate(optimizers):
+            checkpoints.load_optimizer_state_dict(optimizer, template[f"optimizer_{i}"])
+        return metadata  # without "state_dict": load_model_state_dict has nothing left to do
 
     def load_model_state_dict(self, checkpoint, strict: bool = True) -> None:
-        if self.options.parallelism is not Parallelism.FSDP:
+        if not self._sharded:
             return super().load_model_state_dict(checkpoint, strict)
-        if not checkpoints.is_loaded_sharded(checkpoint):
-            checkpoints.load_model_state_dict(checkpoint["state_dict"], self._parts, self.lightning_module,
-                                              self.options, self.global_rank, strict)
-
-    def load_optimizer_state_dict(self, checkpoint) -> None:
-        if self.options.parallelism is not Parallelism.FSDP:
-            return super().load_optimizer_state_dict(checkpoint)
-        if not checkpoints.is_loaded_sharded(checkpoint):
-            for optimizer, state in zip(self.optimizers, checkpoint["optimizer_states"]):
-                checkpoints.load_optimizer_state_dict(getattr(optimizer, "_optimizer", optimizer), state, self._parts,
-                                                      self.options)
+        if "state_dict" in checkpoint:  # whole tensors (a sharded checkpoint is loaded by load_checkpoint)
+            checkpoints.load_model_state_dict(checkpoint["state_dict"], self._parts, self.global_rank, strict)
 
     def teardown(self) -> None:
         module = self.lightning_module
