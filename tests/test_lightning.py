@@ -620,3 +620,37 @@ def test_fabric_load_continues_as_if_uninterrupted(name, checkpoint_directory):
         assert r["resumed"]["seen"] == r["whole"]["seen"][2:]
         for key, p in r["whole"]["params"].items():
             assert torch.equal(p, r["resumed"]["params"][key]), key
+
+
+# -- the examples, started the ways Lightning users start them ------------------------------------------------------
+def _example(*command, timeout: int = 240) -> str:
+    env = dict(os.environ, PYTHONPATH=REPO)
+    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+@pytest.mark.distributed
+def test_trainer_example_starts_its_second_process():
+    """``python examples/lightning_trainer.py``: the Trainer (devices=2) runs the script again as rank 1."""
+    out = _example(sys.executable, "examples/lightning_trainer.py", "--steps", "3", "--log-every", "1", "--show-trace")
+    assert "done: 3 steps on 2 process(es) with thunder_ddp" in out
+    assert "step    3  loss" in out and "all_reduce(" in out
+
+
+@pytest.mark.distributed
+def test_trainer_example_under_torchrun():
+    clip = [] if HAS_CLIP else ["--clip", "0"]  # clipping by norm under fsdp: test_trainer_clip_by_norm_...
+    out = _example(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                   "examples/lightning_trainer.py", "--steps", "3", "--strategy", "thunder_fsdp",
+                   "--precision", "bf16-mixed", "--show-trace", *clip)
+    assert "done: 3 steps on 2 process(es) with thunder_fsdp" in out and "reduce_scatter(" in out
+
+
+@pytest.mark.distributed
+def test_fabric_example_starts_its_second_process():
+    clip = [] if HAS_CLIP else ["--clip", "0"]
+    out = _example(sys.executable, "examples/lightning_fabric.py", "--steps", "3", "--log-every", "1", "--show-trace",
+                   *clip)
+    assert "done: 3 steps on 2 process(es) with thunder_fsdp" in out
+    assert "step    3  loss" in out and "reduce_scatter(" in out

@@ -4,7 +4,8 @@
 Both take ``parallelism="none" | "ddp" | "fsdp"`` and the options of ``thunder.distributed.ddp`` / ``fsdp``
 (see ``thunder/lightning/options.py``). Importing this package registers the strategy names ``"thunder"``,
 ``"thunder_ddp"`` and ``"thunder_fsdp"`` with the Trainer and with Fabric, so ``Trainer(strategy="thunder_ddp")``
-works once ``import thunder.lightning`` ran. Lightning is an optional dependency of thunder: ``import thunder``
+works once ``import thunder.lightning`` ran; ``thunder_module(trainer)`` (or of what ``fabric.setup`` returned) is
+the ThunderModule, for ``thunder.last_traces`` and the other queries. Lightning is an optional dependency of thunder: ``import thunder``
 never imports it; this package needs it.
 """
 try:
@@ -16,10 +17,10 @@ except ImportError as e:
         f"({e}). Install it with `pip install \"thunder[lightning]\"` (or `pip install lightning`).") from e
 
 from thunder.lightning.fabric import ThunderFabricStrategy
-from thunder.lightning.options import Parallelism, StateDictType
+from thunder.lightning.options import Parallelism, StateDictType, thunder_module
 from thunder.lightning.trainer import ThunderStrategy
 from thunder.lightning.registry import STRATEGY_NAMES, register_strategies
 
 register_strategies()
 
-__all__ = ["ThunderStrategy", "ThunderFabricStrategy", "Parallelism", "StateDictType", "STRATEGY_NAMES"]
+__all__ = ["ThunderStrategy", "ThunderFabricStrategy", "Parallelism", "StateDictType", "STRATEGY_NAMES", "thunder_module"]

@@ -24,12 +24,21 @@ import torch
 from thunder.lightning.options import Parallelism, ThunderOptions
 
 
+_NEEDED_FOR = {  # what the strategies do with each API of thunder.distributed they need under fsdp
+    "checkpoint": "state dicts and checkpoints of a model sharded with parallelism='fsdp' (parallelism='ddp' needs "
+                  "nothing more)",
+    "clip_grad_norm_": "clipping by norm with parallelism='fsdp' (the norm of the whole gradient, over the shards of "
+                       "every rank); clipping by value works without it",
+}
+
+
 def _distributed_api(name: str):
     import thunder.distributed as td
 
     found = getattr(td, name, None)
     if found is None:
-        raise NotImplementedError(f"this needs thunder.distributed.{name}, which this version of thunder lacks")
+        raise NotImplementedError(f"{_NEEDED_FOR[name]} needs thunder.distributed.{name}, which this version of thunder "
+                                  "does not have")
     return found
 
 
@@ -158,7 +167,8 @@ def optimizer_state_dict(optimizer, options: ThunderOptions, rank: int) -> dict:
 
 def _whole(shard: torch.Tensor, transform, info) -> torch.Tensor:
     whole = shard.new_empty((info.rows_per_rank * transform.world_size, *shard.shape[1:]))
-    torch.distributed.all_gather_into_tensor(whole, shard.detach().contiguous(), group=transform.process_group)
+    gather = getattr(torch.distributed, "all_gather_single", None) or torch.distributed.all_gather_into_tensor
+    gather(whole, shard.detach().contiguous(), group=transform.process_group)
     return whole[: info.shape[0]].cpu()
 
 

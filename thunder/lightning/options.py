@@ -189,3 +189,21 @@ def no_sync_context(parts: list):
     for part in parts:
         stack.enter_context(part.no_sync())
     return stack
+
+
+def thunder_module(obj) -> ThunderModule:
+    """The ThunderModule a thunder strategy trains, for ``thunder.last_traces`` and the other queries: of a Trainer
+    (``trainer``), of Fabric's wrapper (what ``fabric.setup`` returned), or of a module a strategy set up."""
+    strategy = getattr(obj, "strategy", None)
+    if strategy is not None and hasattr(strategy, "thunder_module"):
+        return strategy.thunder_module
+    inner = getattr(obj, "_forward_module", None)  # Fabric's wrapper
+    if isinstance(inner, ThunderModule):
+        return inner
+    if isinstance(obj, ThunderModule):
+        return obj
+    held = _SET_UP.get(obj) if isinstance(obj, torch.nn.Module) else None
+    if held is not None and len(held[2]) == 1:
+        return held[2][0]
+    raise TypeError(f"{type(obj).__name__} is not a Trainer, Fabric module or module that a thunder strategy set up "
+                    "with one ThunderModule (with jit=False, query your own ThunderModules)")
