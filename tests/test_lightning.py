@@ -320,7 +320,31 @@ def _trainer_worker(rank, world_size):
         _trainer("thunder_ddp", 2, max_steps=1).fit(Regressor(bypass=True), DataLoader(_regression_data(), batch_size=4))
     except RuntimeError as e:
         results["bypass"] = str(e)
+    results["outside_steps"] = _calls_outside_steps()
     return results
+
+
+class CallAtEnd(pl.Callback):
+    def on_train_end(self, trainer, module):
+        self.out = module(torch.ones(2, 8)).detach()  # with fsdp, eager code would see this rank's shards
+
+
+def _calls_outside_steps() -> dict:
+    """Calls of the module outside the step methods (the model summary's example input, a callback) run the
+    ThunderModule too: with fsdp they see whole parameters."""
+    torch.manual_seed(0)
+    module = Regressor()
+    module.example_input_array = torch.zeros(3, 8)
+    callback = CallAtEnd()
+    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="thunder_fsdp", max_steps=2, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, callbacks=[callback])
+    trainer.fit(module, DataLoader(_regression_data(), batch_size=4))
+    jm = trainer.strategy.thunder_module
+    whole = _whole_parameters(module, jm)
+    expected = F.linear(F.gelu(F.linear(torch.ones(2, 8), whole["net.0.weight"], whole["net.0.bias"])),
+                        whole["net.2.weight"], whole["net.2.bias"])
+    return dict(out=callback.out, expected=expected, calls=thunder.compile_stats(jm).calls,
+                routed_after=module.__dict__["_compiled_call_impl"])
 
 
 @functools.cache
@@ -366,6 +390,15 @@ def test_trainer_accumulation_synchronizes_once_per_group(strategy):
         syncs, reference = results[("accumulate", strategy)]["syncs"], results[("accumulate", "ddp")]["syncs"]
         assert syncs[0::2] == reference[0::2] == [0, 0, 0]
         assert syncs[1::2] == ([1, 1, 1] if strategy == "thunder_ddp" else [4, 4, 4])
+
+
+@pytest.mark.distributed
+def test_trainer_calls_outside_the_steps_run_the_thunder_module():
+    for results in _trainer_results():
+        r = results["outside_steps"]
+        torch.testing.assert_close(r["out"], r["expected"])
+        assert r["calls"] == 4  # the summary's example input, 2 training steps, the callback
+        assert r["routed_after"] is None
 
 
 @pytest.mark.distributed

@@ -20,8 +20,8 @@ from lightning.fabric.strategies.strategy import _BackwardSyncControl
 from lightning.fabric.utilities.types import _Stateful
 
 from thunder.lightning import checkpoints
-from thunder.lightning.options import (DEFAULT, Parallelism, StateDictType, ThunderOptions, jitted_parts,
-                                       no_sync_context, setup_thunder_module)
+from thunder.lightning.options import (DEFAULT, Parallelism, StateDictType, ThunderOptions, has_meta_tensors,
+                                       jitted_parts, no_sync_context, setup_thunder_module)
 from thunder.lightning.processes import ThunderProcesses
 
 
@@ -85,8 +85,8 @@ class ThunderFabricStrategy(ThunderProcesses, ParallelStrategy):
         return optimizer
 
     def module_to_device(self, module: torch.nn.Module) -> None:
-        if self.options.parallelism is Parallelism.FSDP:
-            return  # thunder.distributed.fsdp moves (or materializes) each parameter on the device as it shards it
+        if has_meta_tensors(module):
+            return  # thunder.distributed.fsdp materializes each parameter on the device as it shards it
         module.to(self.root_device)
 
     def module_init_context(self, empty_init: bool | None = None):

@@ -181,6 +181,11 @@ def _check_covered(module: torch.nn.Module, parts: list, options: ThunderOptions
                          "them in a jitted module, freeze them (requires_grad=False), or use jit=True")
 
 
+def has_meta_tensors(module: torch.nn.Module) -> bool:
+    """Whether the module was built on the meta device (``init_module(empty_init=True)`` with fsdp)."""
+    return any(t.is_meta for t in (*module.parameters(), *module.buffers()))
+
+
 def no_sync_context(parts: list):
     """One context that disables gradient synchronization in every jitted part."""
     import contextlib

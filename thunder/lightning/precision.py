@@ -19,6 +19,8 @@ class GlobalNormClipping:
         object.__setattr__(self, "_clip_norm", clip_norm)
 
     def __getattr__(self, name: str):
+        if name.startswith("__") or name in ("plugin", "_clip_norm"):  # not set yet (copying, unpickling)
+            raise AttributeError(name)
         return getattr(self.plugin, name)
 
     def __setattr__(self, name: str, value) -> None:

@@ -20,25 +20,26 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 import thunder
 from thunder.lightning import checkpoints
-from thunder.lightning.options import (DEFAULT, Parallelism, StateDictType, ThunderOptions, no_sync_context,
-                                       setup_thunder_module)
+from thunder.lightning.options import (DEFAULT, Parallelism, StateDictType, ThunderOptions, has_meta_tensors,
+                                       no_sync_context, setup_thunder_module)
 from thunder.lightning.precision import GlobalNormClipping
 from thunder.lightning.processes import ThunderProcesses
 
 # [Note: calls of the LightningModule run its ThunderModule]
 # The Trainer calls the step methods of the LightningModule itself (``training_step`` logs, reads the batch,
-# computes the loss: Python that must run on every step, not once while tracing). While a step method runs, the
-# strategy routes calls of the module (``self(x)`` in ``training_step``) to its ThunderModule through
-# ``nn.Module``'s ``_compiled_call_impl`` slot (the one ``module.compile()`` uses): the route removes itself for
-# the duration of the jitted call, so what thunder traces (``module(x)`` -> ``forward``) and checks on later calls
-# is the module as it is outside the steps, and calling the ThunderModule directly (``trainer.model(x)``) runs the
-# same compiled programs. Outside the step methods the module is left as it was. A training step that computes a
-# loss without calling the module (``self.net(x)`` directly) would train outside thunder and, with ddp or fsdp,
-# without synchronized gradients: the strategy raises instead (see ``_check_module_ran``).
+# computes the loss: Python that must run on every step, not once while tracing). From the strategy's set-up to its
+# teardown, calls of the module (``self(x)`` in ``training_step``, in a callback, in an ``on_*`` hook) run its
+# ThunderModule: the strategy installs a route in ``nn.Module``'s ``_compiled_call_impl`` slot (the one
+# ``module.compile()`` uses). The route removes itself for the duration of the jitted call, so what thunder traces
+# (``module(x)`` -> ``forward``) and checks on later calls is the module without it, and calling the ThunderModule
+# directly (``thunder_module(trainer)(x)``) runs the same compiled programs. After teardown the module is as it
+# was. A training step that computes a loss without calling the module (``self.net(x)`` directly) would train
+# outside thunder and, with ddp or fsdp, without synchronized gradients: the strategy raises instead (see
+# ``_check_module_ran``).
 
 
 class _Route:
-    """Installed as the LightningModule's ``_compiled_call_impl`` while a step method runs: calls the ThunderModule."""
+    """Installed as the LightningModule's ``_compiled_call_impl``: calls its ThunderModule."""
 
     def __init__(self, module: torch.nn.Module, thunder_module):
         self.module = module
@@ -52,18 +53,16 @@ class _Route:
         finally:
             slot["_compiled_call_impl"] = self
 
-    @contextlib.contextmanager
-    def active(self):
-        slot = self.module.__dict__
-        before = slot.get("_compiled_call_impl")
-        if before is not None:
+    def install(self) -> None:
+        held = self.module.__dict__.get("_compiled_call_impl")
+        if held is not None and not isinstance(held, _Route):
             raise RuntimeError(f"{type(self.module).__name__} was compiled with torch.compile (module.compile()); the "
                                "thunder strategy compiles it with thunder.jit. Remove the torch.compile call")
-        slot["_compiled_call_impl"] = self
-        try:
-            yield
-        finally:
-            slot["_compiled_call_impl"] = before
+        self.module.__dict__["_compiled_call_impl"] = self
+
+    def remove(self) -> None:
+        if self.module.__dict__.get("_compiled_call_impl") is self:
+            self.module.__dict__["_compiled_call_impl"] = None
 
 
 class ThunderStrategy(ThunderProcesses, ParallelStrategy):
@@ -136,6 +135,7 @@ class ThunderStrategy(ThunderProcesses, ParallelStrategy):
         self.model, self._parts = setup_thunder_module(module, self.options, self.root_device)
         if self.options.jit:
             self._route = _Route(module, self.model)
+            self._route.install()
         if fitting:
             self.setup_optimizers(trainer)
             checkpoints.check_optimizers_hold_parameters(self.optimizers, module, self.options)
@@ -146,8 +146,8 @@ class ThunderStrategy(ThunderProcesses, ParallelStrategy):
             _optimizers_to_device(self.optimizers, self.root_device)
 
     def model_to_device(self) -> None:
-        if self.options.parallelism is Parallelism.FSDP:
-            return  # thunder.distributed.fsdp moves (or materializes) each parameter on the device as it shards it
+        if has_meta_tensors(self.model):
+            return  # thunder.distributed.fsdp materializes each parameter on the device as it shards it
         self.model.to(self.root_device)
 
     @contextlib.contextmanager
@@ -185,7 +185,7 @@ class ThunderStrategy(ThunderProcesses, ParallelStrategy):
     def _step(self, method: str, context, *args, **kwargs):
         module = self.lightning_module
         calls = [thunder.compile_stats(p).calls for p in self._parts]
-        with context, (self._route.active() if self._route is not None else contextlib.nullcontext()):
+        with context:
             out = getattr(module, method)(*args, **kwargs)
         if method == "training_step" and self.parallel:
             _check_module_ran(module, out, calls != [thunder.compile_stats(p).calls for p in self._parts], self.options)
@@ -267,6 +267,8 @@ class ThunderStrategy(ThunderProcesses, ParallelStrategy):
 
     def teardown(self) -> None:
         module = self.lightning_module
+        if self._route is not None:
+            self._route.remove()
         super().teardown()
         self.model = module  # the ThunderModule stays reachable as `thunder_module`
 
