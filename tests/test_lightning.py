@@ -321,7 +321,17 @@ def _trainer_worker(rank, world_size):
     except RuntimeError as e:
         results["bypass"] = str(e)
     results["outside_steps"] = _calls_outside_steps()
+    results["empty_init"] = _trainer_empty_init()
     return results
+
+
+def _trainer_empty_init() -> dict:
+    trainer = _trainer("thunder_fsdp", 2, max_steps=1)
+    with trainer.init_module(empty_init=True):
+        module = Regressor()
+    on_meta = all(p.is_meta for p in module.parameters())
+    trainer.fit(module, DataLoader(_regression_data(), batch_size=4))
+    return dict(on_meta=on_meta, shapes=[tuple(p.shape) for p in module.parameters()], seen=module.seen)
 
 
 class CallAtEnd(pl.Callback):
@@ -399,6 +409,13 @@ def test_trainer_calls_outside_the_steps_run_the_thunder_module():
         torch.testing.assert_close(r["out"], r["expected"])
         assert r["calls"] == 4  # the summary's example input, 2 training steps, the callback
         assert r["routed_after"] is None
+
+
+@pytest.mark.distributed
+def test_trainer_fsdp_empty_init_materializes_shards():
+    for results in _trainer_results():
+        r = results["empty_init"]
+        assert r["on_meta"] and r["shapes"] == [(8, 8), (8,), (2, 16), (2,)] and len(r["seen"]) == 1
 
 
 @pytest.mark.distributed
