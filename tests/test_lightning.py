@@ -341,7 +341,7 @@ class CallAtEnd(pl.Callback):
 
 def _calls_outside_steps() -> dict:
     """Calls of the module outside the step methods (the model summary's example input, a callback) run the
-    ThunderModule too: with fsdp they see whole parameters."""
+    ThunderModule too: with fsdp they see whole parameters. Validating afterwards reuses the sharded module."""
     torch.manual_seed(0)
     module = Regressor()
     module.example_input_array = torch.zeros(3, 8)
@@ -353,8 +353,11 @@ def _calls_outside_steps() -> dict:
     whole = _whole_parameters(module, jm)
     expected = F.linear(F.gelu(F.linear(torch.ones(2, 8), whole["net.0.weight"], whole["net.0.bias"])),
                         whole["net.2.weight"], whole["net.2.bias"])
-    return dict(out=callback.out, expected=expected, calls=thunder.compile_stats(jm).calls,
-                routed_after=module.__dict__["_compiled_call_impl"])
+    calls = thunder.compile_stats(jm).calls
+    trainer.validate(module, DataLoader(_regression_data(8), batch_size=4), verbose=False)  # set up again: not resharded
+    return dict(out=callback.out, expected=expected, calls=calls, routed_after=module.__dict__["_compiled_call_impl"],
+                same_after_validate=trainer.strategy.thunder_module is jm,
+                shapes_after_validate=[tuple(p.shape) for p in module.parameters()])
 
 
 @functools.cache
@@ -409,6 +412,7 @@ def test_trainer_calls_outside_the_steps_run_the_thunder_module():
         torch.testing.assert_close(r["out"], r["expected"])
         assert r["calls"] == 4  # the summary's example input, 2 training steps, the callback
         assert r["routed_after"] is None
+        assert r["same_after_validate"] and r["shapes_after_validate"] == [(8, 8), (8,), (2, 16), (2,)]
 
 
 @pytest.mark.distributed

@@ -43,7 +43,8 @@ class ThunderFabricStrategy(ThunderProcesses, ParallelStrategy):
     the transform added); with ``jit=False`` the module must hold the ThunderModules (your own ``thunder.jit``
     calls), and they get the transform. With ``parallelism="fsdp"`` an optimizer made before ``fabric.setup`` is
     moved onto the shards (when it has no state yet); ``fabric.init_module(empty_init=True)`` builds the model on
-    the meta device and fsdp materializes it submodule by submodule, sharding as it goes.
+    the meta device and fsdp materializes it submodule by submodule, sharding as it goes. As with Lightning's DDP,
+    call ``fabric.launch()`` first (with ``parallelism="none"`` too).
     """
 
     strategy_name = "thunder"

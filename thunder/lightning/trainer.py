@@ -66,7 +66,8 @@ class _Route:
 
 
 class ThunderStrategy(ThunderProcesses, ParallelStrategy):
-    """Trains the LightningModule with ``thunder.jit`` (its ``forward``, called as ``self(...)`` in the step methods).
+    """Trains the LightningModule with ``thunder.jit``: its ``forward``, whenever the module is called (``self(...)``
+    in the step methods, callbacks, hooks) between the strategy's set-up and teardown.
 
     Args:
         parallelism: ``"none"`` (one device), ``"ddp"`` (``thunder.distributed.ddp``) or ``"fsdp"``
@@ -86,7 +87,8 @@ class ThunderStrategy(ThunderProcesses, ParallelStrategy):
         start_method: how Lightning starts the other processes (``"popen"``: run the script again; ``"spawn"``,
             ``"fork"``), as for Lightning's DDP.
 
-    The jitted module is ``trainer.strategy.thunder_module`` (``thunder.last_traces(...)`` of it shows the programs).
+    The jitted module is ``thunder.lightning.thunder_module(trainer)`` (``trainer.strategy.thunder_module``), for
+    ``thunder.last_traces`` and the other queries.
     """
 
     strategy_name = "thunder"
@@ -222,9 +224,9 @@ class ThunderStrategy(ThunderProcesses, ParallelStrategy):
         return checkpoints.model_state_dict(self._parts, self.options, self.global_rank)
 
     def optimizer_state(self, optimizer) -> dict:
-        optimizer = getattr(optimizer, "_optimizer", optimizer)  # a LightningOptimizer
         if not self._sharded:
-            return optimizer.state_dict()
+            return super().optimizer_state(optimizer)
+        optimizer = getattr(optimizer, "_optimizer", optimizer)  # a LightningOptimizer
         return checkpoints.optimizer_state_dict(optimizer, self.options, self.global_rank)
 
     def save_checkpoint(self, checkpoint: dict, filepath, storage_options=None) -> None:
