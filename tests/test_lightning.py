@@ -234,6 +234,14 @@ def test_trainer_one_device_equals_lightning(precision, accumulate):
     assert trainer.model is module
 
 
+def test_jit_false_needs_a_thunder_module():
+    from thunder.lightning.options import setup_thunder_module
+
+    options = ThunderStrategy("ddp", jit=False).options
+    with pytest.raises(ValueError, match="jit=False: the strategy adds thunder.distributed.ddp to the ThunderModules"):
+        setup_thunder_module(nn.Linear(2, 2), options, torch.device("cpu"))
+
+
 def test_trainer_jit_false_trains_your_thunder_modules():
     _quiet()
 
@@ -444,12 +452,14 @@ def _count_syncs(fn) -> int:
     return sum(e.name in CountSyncs.NAMES for e in prof.events())
 
 
-def _fabric_run(config: str, strategy: str, setup: str = "joint") -> dict:
+def _fabric_run(config: str, strategy, setup: str = "joint") -> dict:
     options = dict(FABRIC_CONFIGS[config])
     fabric = lf.Fabric(accelerator="cpu", devices=2, strategy=strategy, precision=options.pop("precision", "32-true"))
     fabric.launch()
     torch.manual_seed(fabric.global_rank)
     model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+    if isinstance(strategy, ThunderFabricStrategy) and not strategy.options.jit:
+        model = thunder.jit(model)  # yours; the strategy adds the transform
     if setup == "joint":
         model, optimizer = fabric.setup(model, torch.optim.AdamW(model.parameters(), lr=0.01))
     else:  # the order Lightning's own FSDP asks for
@@ -476,6 +486,15 @@ def _fabric_run(config: str, strategy: str, setup: str = "joint") -> dict:
     return dict(params=_whole_parameters(model.module, jm), seen=losses, logged=losses, syncs=syncs)
 
 
+def _partly_jitted_error() -> str:
+    fabric = lf.Fabric(accelerator="cpu", devices=2, strategy=ThunderFabricStrategy("ddp", jit=False))
+    fabric.launch()
+    try:
+        fabric.setup_module(nn.Sequential(thunder.jit(nn.Linear(8, 16)), nn.Linear(16, 4)))
+    except ValueError as e:
+        return str(e)
+
+
 def _empty_init_run(empty_init: bool) -> dict:
     fabric = lf.Fabric(accelerator="cpu", devices=2, strategy="thunder_fsdp")
     fabric.launch()
@@ -493,6 +512,8 @@ def _fabric_worker(rank, world_size):
     _quiet()
     results = {(c, s): _fabric_run(c, s) for c in FABRIC_CONFIGS for s in STRATEGIES}
     results["separate"] = _fabric_run("accumulate", "thunder_fsdp", setup="separate")
+    results["jit_false"] = _fabric_run("accumulate", ThunderFabricStrategy("ddp", jit=False))
+    results["partly_jitted"] = _partly_jitted_error()
     results["empty_init"] = {flag: _empty_init_run(flag) for flag in (True, False)}
     return results
 
@@ -532,6 +553,14 @@ def test_fabric_fsdp_optimizer_set_up_before_or_after_the_module():
     module first and making the optimizer from its shards."""
     for results in _fabric_results():
         _compare(results["separate"], results[("accumulate", "thunder_fsdp")], exact=True)
+
+
+@pytest.mark.distributed
+def test_fabric_jit_false_adds_the_transform_to_your_thunder_module():
+    for results in _fabric_results():
+        _compare(results["jit_false"], results[("accumulate", "ddp")], exact=True)
+        assert results["partly_jitted"].startswith("parameters of Sequential outside the jitted modules would not be "
+                                                   "synchronized by thunder.distributed.ddp: 1.weight, 1.bias")
 
 
 @pytest.mark.distributed
