@@ -19,7 +19,7 @@ from lightning.fabric.strategies.launchers.subprocess_script import _SubprocessS
 from lightning.fabric.strategies.strategy import _BackwardSyncControl
 from lightning.fabric.utilities.types import _Stateful
 
-from thunder.lightning import checkpoints
+from thunder.lightning import sharded_state
 from thunder.lightning.options import (DEFAULT, Parallelism, StateDictType, ThunderOptions, has_meta_tensors,
                                        jitted_parts, no_sync_context, setup_thunder_module)
 from thunder.lightning.processes import ThunderProcesses
@@ -73,7 +73,7 @@ class ThunderFabricStrategy(ThunderProcesses, ParallelStrategy):
         before = dict(module.named_parameters(remove_duplicate=False))
         module = self.setup_module(module)
         if self.options.parallelism is Parallelism.FSDP:
-            checkpoints.move_optimizers_to_shards(optimizers, before, module)
+            sharded_state.move_optimizers_to_shards(optimizers, before, module)
         return module, [self.setup_optimizer(o) for o in optimizers], scheduler
 
     def setup_module(self, module: torch.nn.Module):
@@ -82,7 +82,7 @@ class ThunderFabricStrategy(ThunderProcesses, ParallelStrategy):
 
     def setup_optimizer(self, optimizer):
         if self.options.parallelism is Parallelism.FSDP:
-            checkpoints.check_optimizer_holds_shards(optimizer)
+            sharded_state.check_optimizer_holds_shards(optimizer)
         return optimizer
 
     def module_to_device(self, module: torch.nn.Module) -> None:
@@ -103,13 +103,13 @@ class ThunderFabricStrategy(ThunderProcesses, ParallelStrategy):
         if self.options.parallelism is not Parallelism.FSDP:
             return super().clip_gradients_norm(module, optimizer, max_norm, norm_type, error_if_nonfinite)
         self.precision.unscale_gradients(optimizer)
-        norm = checkpoints.clip_grad_norm(jitted_parts(module), max_norm, norm_type)
+        norm = sharded_state.clip_grad_norm(jitted_parts(module), max_norm, norm_type)
         if error_if_nonfinite and not torch.isfinite(norm):
             raise RuntimeError(f"The total norm of order {norm_type} of the gradients is {norm.item()}, so they cannot "
                                "be clipped; pass error_if_nonfinite=False to clip (to NaN) anyway")
         return norm
 
-    # -- checkpoints (see thunder/lightning/checkpoints.py) ------------------------------------------------
+    # -- checkpoints (see thunder/lightning/sharded_state.py) ------------------------------------------------
     @property
     def _sharded(self) -> bool:
         return self.options.parallelism is Parallelism.FSDP
@@ -117,17 +117,17 @@ class ThunderFabricStrategy(ThunderProcesses, ParallelStrategy):
     def get_module_state_dict(self, module: torch.nn.Module) -> dict:
         if not self._sharded:
             return super().get_module_state_dict(module)
-        return checkpoints.model_state_dict(jitted_parts(module), self.options, self.global_rank)
+        return sharded_state.model_state_dict(jitted_parts(module), self.options, self.global_rank)
 
     def get_optimizer_state(self, optimizer) -> dict:
         if not self._sharded:
             return super().get_optimizer_state(optimizer)
-        return checkpoints.optimizer_state_dict(optimizer, self.options, self.global_rank)
+        return sharded_state.optimizer_state_dict(optimizer, self.options, self.global_rank)
 
     def load_module_state_dict(self, module: torch.nn.Module, state_dict: dict, strict: bool = True) -> None:
         if not self._sharded:
             return super().load_module_state_dict(module, state_dict, strict)
-        checkpoints.load_model_state_dict(state_dict, jitted_parts(module), self.global_rank, strict)
+        sharded_state.load_model_state_dict(state_dict, jitted_parts(module), self.global_rank, strict)
 
     def save_checkpoint(self, path, state: dict, storage_options=None, filter=None) -> None:
         if not (self._sharded and self.options.state_dict_type is StateDictType.SHARDED):
@@ -141,13 +141,13 @@ class ThunderFabricStrategy(ThunderProcesses, ParallelStrategy):
                 tensors[key] = self._convert_stateful_objects_in_state({key: obj}, filter={})[key]
             else:
                 metadata[key] = obj.state_dict() if isinstance(obj, _Stateful) else obj
-        checkpoints.save_sharded(self.broadcast(path), tensors, metadata, self.global_rank)
+        sharded_state.save_sharded(self.broadcast(path), tensors, metadata, self.global_rank)
 
     def load_checkpoint(self, path, state=None, strict: bool = True, weights_only: bool | None = None) -> dict:
         if not self._sharded:
             return super().load_checkpoint(path, state, strict, weights_only)
         path = self.broadcast(path)
-        if not checkpoints.is_sharded_checkpoint(path):
+        if not sharded_state.is_sharded_checkpoint(path):
             return self._load_whole(path, state, strict, weights_only)
         if not isinstance(state, dict) or not state:
             raise ValueError("a sharded checkpoint is read into the objects it was saved from: pass them, "
@@ -156,16 +156,16 @@ class ThunderFabricStrategy(ThunderProcesses, ParallelStrategy):
         template = {}
         for key, obj in state.items():
             if isinstance(obj, torch.nn.Module):
-                template[key] = checkpoints.model_state_dict(jitted_parts(obj), sharded, self.global_rank)
+                template[key] = sharded_state.model_state_dict(jitted_parts(obj), sharded, self.global_rank)
             elif isinstance(obj, torch.optim.Optimizer):
-                template[key] = checkpoints.optimizer_state_dict(checkpoints.with_initialized_state(obj), sharded,
+                template[key] = sharded_state.optimizer_state_dict(sharded_state.with_initialized_state(obj), sharded,
                                                                  self.global_rank)
-        metadata = checkpoints.load_sharded(path, template, strict, weights_only)
+        metadata = sharded_state.load_sharded(path, template, strict, weights_only)
         for key, obj in state.items():
             if isinstance(obj, torch.nn.Module):
                 self.load_module_state_dict(obj, template[key], strict)
             elif isinstance(obj, torch.optim.Optimizer):
-                checkpoints.load_optimizer_state_dict(obj, template[key])
+                sharded_state.load_optimizer_state_dict(obj, template[key])
             elif key in metadata:
                 value = metadata.pop(key)
                 if isinstance(obj, _Stateful):
@@ -179,7 +179,7 @@ class ThunderFabricStrategy(ThunderProcesses, ParallelStrategy):
     def _load_whole(self, path, state, strict: bool, weights_only) -> dict:
         """A checkpoint of whole tensors (``state_dict_type="full"``, or saved by another strategy)."""
         if isinstance(state, torch.optim.Optimizer):
-            checkpoints.load_optimizer_state_dict(state, self.checkpoint_io.load_checkpoint(path, weights_only=weights_only))
+            sharded_state.load_optimizer_state_dict(state, self.checkpoint_io.load_checkpoint(path, weights_only=weights_only))
             return {}
         if not isinstance(state, dict):
             return super().load_checkpoint(path, state, strict, weights_only)
@@ -201,4 +201,4 @@ class _LoadsShards:
         return self.optimizer.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        checkpoints.load_optimizer_state_dict(self.optimizer, state)
+        sharded_state.load_optimizer_state_dict(self.optimizer, state)

@@ -19,7 +19,7 @@ from lightning.pytorch.strategies.launchers import _MultiProcessingLauncher, _Su
 from lightning.pytorch.trainer.states import TrainerFn
 
 import thunder
-from thunder.lightning import checkpoints
+from thunder.lightning import sharded_state
 from thunder.lightning.options import (DEFAULT, Parallelism, StateDictType, ThunderOptions, has_meta_tensors,
                                        no_sync_context, setup_thunder_module)
 from thunder.lightning.precision import GlobalNormClipping
@@ -140,7 +140,7 @@ class ThunderStrategy(ThunderProcesses, ParallelStrategy):
             self._route.install()
         if fitting:
             self.setup_optimizers(trainer)
-            checkpoints.check_optimizers_hold_parameters(self.optimizers, module, self.options)
+            sharded_state.check_optimizers_hold_parameters(self.optimizers, module, self.options)
         self.setup_precision_plugin()
         if fitting:
             from lightning.fabric.utilities.optimizer import _optimizers_to_device
@@ -181,7 +181,7 @@ class ThunderStrategy(ThunderProcesses, ParallelStrategy):
         self._precision_plugin = plugin.plugin if isinstance(plugin, GlobalNormClipping) else plugin
 
     def _clip_norm(self, optimizer, max_norm: float) -> None:
-        checkpoints.clip_grad_norm(self._parts, max_norm)
+        sharded_state.clip_grad_norm(self._parts, max_norm)
 
     # -- steps -------------------------------------------------------------------------------------------
     def _step(self, method: str, context, *args, **kwargs):
@@ -205,7 +205,7 @@ class ThunderStrategy(ThunderProcesses, ParallelStrategy):
     def predict_step(self, *args, **kwargs):
         return self._step("predict_step", self.precision_plugin.predict_step_context(), *args, **kwargs)
 
-    # -- checkpoints (see thunder/lightning/checkpoints.py) ------------------------------------------------
+    # -- checkpoints (see thunder/lightning/sharded_state.py) ------------------------------------------------
     @property
     def _sharded(self) -> bool:
         return self.options.parallelism is Parallelism.FSDP
@@ -221,20 +221,20 @@ class ThunderStrategy(ThunderProcesses, ParallelStrategy):
     def lightning_module_state_dict(self) -> dict:
         if not self._sharded:
             return super().lightning_module_state_dict()
-        return checkpoints.model_state_dict(self._parts, self.options, self.global_rank)
+        return sharded_state.model_state_dict(self._parts, self.options, self.global_rank)
 
     def optimizer_state(self, optimizer) -> dict:
         if not self._sharded:
             return super().optimizer_state(optimizer)
         optimizer = getattr(optimizer, "_optimizer", optimizer)  # a LightningOptimizer
-        return checkpoints.optimizer_state_dict(optimizer, self.options, self.global_rank)
+        return sharded_state.optimizer_state_dict(optimizer, self.options, self.global_rank)
 
     def save_checkpoint(self, checkpoint: dict, filepath, storage_options=None) -> None:
         if not (self._sharded and self.options.state_dict_type is StateDictType.SHARDED):
             return super().save_checkpoint(checkpoint, filepath, storage_options)
         tensors = {"state_dict": checkpoint.pop("state_dict")}
         tensors.update({f"optimizer_{i}": s for i, s in enumerate(checkpoint.pop("optimizer_states", []))})
-        checkpoints.save_sharded(self.broadcast(filepath), tensors, checkpoint, self.global_rank)
+        sharded_state.save_sharded(self.broadcast(filepath), tensors, checkpoint, self.global_rank)
 
     def load_checkpoint(self, checkpoint_path, weights_only: bool | None = None) -> dict:
         if not self._sharded:
@@ -244,28 +244,28 @@ class ThunderStrategy(ThunderProcesses, ParallelStrategy):
         optimizers = [getattr(o, "_optimizer", o) for o in self.optimizers]
         if not module.trainer.state.fn == TrainerFn.FITTING:
             optimizers = []
-        if not checkpoints.is_sharded_checkpoint(path):
+        if not sharded_state.is_sharded_checkpoint(path):
             checkpoint = super().load_checkpoint(path, weights_only)  # whole tensors, read by every rank
             states = checkpoint.pop("optimizer_states", [])
             for optimizer, state in zip(optimizers, states):
-                checkpoints.load_optimizer_state_dict(optimizer, state)
+                sharded_state.load_optimizer_state_dict(optimizer, state)
             return checkpoint
         sharded = dataclasses.replace(self.options, state_dict_type=StateDictType.SHARDED)
-        template = {"state_dict": checkpoints.model_state_dict(self._parts, sharded, self.global_rank)}
+        template = {"state_dict": sharded_state.model_state_dict(self._parts, sharded, self.global_rank)}
         for i, optimizer in enumerate(optimizers):
-            template[f"optimizer_{i}"] = checkpoints.optimizer_state_dict(
-                checkpoints.with_initialized_state(optimizer), sharded, self.global_rank)
-        metadata = checkpoints.load_sharded(path, template, module.strict_loading, weights_only)
-        checkpoints.load_model_state_dict(template["state_dict"], self._parts, self.global_rank, module.strict_loading)
+            template[f"optimizer_{i}"] = sharded_state.optimizer_state_dict(
+                sharded_state.with_initialized_state(optimizer), sharded, self.global_rank)
+        metadata = sharded_state.load_sharded(path, template, module.strict_loading, weights_only)
+        sharded_state.load_model_state_dict(template["state_dict"], self._parts, self.global_rank, module.strict_loading)
         for i, optimizer in enumerate(optimizers):
-            checkpoints.load_optimizer_state_dict(optimizer, template[f"optimizer_{i}"])
+            sharded_state.load_optimizer_state_dict(optimizer, template[f"optimizer_{i}"])
         return metadata  # without "state_dict": load_model_state_dict has nothing left to do
 
     def load_model_state_dict(self, checkpoint, strict: bool = True) -> None:
         if not self._sharded:
             return super().load_model_state_dict(checkpoint, strict)
         if "state_dict" in checkpoint:  # whole tensors (a sharded checkpoint is loaded by load_checkpoint)
-            checkpoints.load_model_state_dict(checkpoint["state_dict"], self._parts, self.global_rank, strict)
+            sharded_state.load_model_state_dict(checkpoint["state_dict"], self._parts, self.global_rank, strict)
 
     def teardown(self) -> None:
         module = self.lightning_module
