@@ -33,8 +33,6 @@ from tests.distributed import run_ranks
 from tests.models import GPT, GPTConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HAS_CLIP = hasattr(thunder.distributed, "clip_grad_norm_")
-needs_clip = pytest.mark.xfail(not HAS_CLIP, strict=True, reason="needs thunder.distributed.clip_grad_norm_")
 
 
 def _quiet():
@@ -387,7 +385,7 @@ def _compare(result: dict, reference: dict, exact: bool) -> None:
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize("strategy", ["thunder_ddp", pytest.param("thunder_fsdp", marks=needs_clip)])
+@pytest.mark.parametrize("strategy", ["thunder_ddp", "thunder_fsdp"])
 def test_trainer_clip_by_norm_equals_lightning_ddp(strategy):
     for results in _trainer_results():
         _compare(results[("clip_norm", strategy)], results[("clip_norm", "ddp")], exact=strategy == "thunder_ddp")
@@ -532,7 +530,7 @@ def test_fabric_equals_lightning_ddp(config, strategy):
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize("strategy", ["thunder_ddp", pytest.param("thunder_fsdp", marks=needs_clip)])
+@pytest.mark.parametrize("strategy", ["thunder_ddp", "thunder_fsdp"])
 def test_fabric_clip_by_norm_equals_lightning_ddp(strategy):
     for results in _fabric_results():
         _compare(results[("clip_norm", strategy)], results[("clip_norm", "ddp")], exact=strategy == "thunder_ddp")
@@ -574,8 +572,6 @@ def test_fabric_fsdp_empty_init_materializes_shards():
 
 
 # -- checkpoints ----------------------------------------------------------------------------------------------------
-HAS_CHECKPOINT = hasattr(thunder.distributed, "checkpoint")
-needs_checkpoint = pytest.mark.xfail(not HAS_CHECKPOINT, strict=True, reason="needs thunder.distributed.checkpoint")
 # name -> how to make the strategy (a new one per Trainer / Fabric)
 CHECKPOINTING = {
     "ddp": lambda cls: "ddp",
@@ -583,7 +579,7 @@ CHECKPOINTING = {
     "thunder_fsdp_full": lambda cls: cls("fsdp"),
     "thunder_fsdp_sharded": lambda cls: cls("fsdp", state_dict_type="sharded"),
 }
-CHECKPOINT_CASES = [pytest.param(k, marks=needs_checkpoint) if "fsdp" in k else k for k in CHECKPOINTING]
+CHECKPOINT_CASES = list(CHECKPOINTING)
 
 
 def _fit_epochs(name: str, epochs: int, seed: int, save=None, resume=None) -> dict:
@@ -640,7 +636,6 @@ def test_trainer_resumes_from_checkpoint_as_if_uninterrupted(name, checkpoint_di
 
 
 @pytest.mark.distributed
-@needs_checkpoint
 def test_trainer_fsdp_resumes_from_a_lightning_ddp_checkpoint(checkpoint_directory):
     for results in _trainer_checkpoint_results(checkpoint_directory):
         resumed, reference = results["ddp_to_fsdp"], results["ddp"]["whole"]
@@ -723,17 +718,14 @@ def test_trainer_example_starts_its_second_process():
 
 @pytest.mark.distributed
 def test_trainer_example_under_torchrun():
-    clip = [] if HAS_CLIP else ["--clip", "0"]  # clipping by norm under fsdp: test_trainer_clip_by_norm_...
     out = _example(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                    "examples/lightning_trainer.py", "--steps", "3", "--strategy", "thunder_fsdp",
-                   "--precision", "bf16-mixed", "--show-trace", *clip)
+                   "--precision", "bf16-mixed", "--show-trace")
     assert "done: 3 steps on 2 process(es) with thunder_fsdp" in out and "reduce_scatter(" in out
 
 
 @pytest.mark.distributed
 def test_fabric_example_starts_its_second_process():
-    clip = [] if HAS_CLIP else ["--clip", "0"]
-    out = _example(sys.executable, "examples/lightning_fabric.py", "--steps", "3", "--log-every", "1", "--show-trace",
-                   *clip)
+    out = _example(sys.executable, "examples/lightning_fabric.py", "--steps", "3", "--log-every", "1", "--show-trace")
     assert "done: 3 steps on 2 process(es) with thunder_fsdp" in out
     assert "step    3  loss" in out and "reduce_scatter(" in out

@@ -21,25 +21,8 @@ from pathlib import Path
 
 import torch
 
+from thunder.distributed import checkpoint, clip_grad_norm_
 from thunder.lightning.options import Parallelism, ThunderOptions
-
-
-_NEEDED_FOR = {  # what the strategies do with each API of thunder.distributed they need under fsdp
-    "checkpoint": "state dicts and checkpoints of a model sharded with parallelism='fsdp' (parallelism='ddp' needs "
-                  "nothing more)",
-    "clip_grad_norm_": "clipping by norm with parallelism='fsdp' (the norm of the whole gradient, over the shards of "
-                       "every rank); clipping by value works without it",
-}
-
-
-def _distributed_api(name: str):
-    import thunder.distributed as td
-
-    found = getattr(td, name, None)
-    if found is None:
-        raise NotImplementedError(f"{_NEEDED_FOR[name]} needs thunder.distributed.{name}, which this version of thunder "
-                                  "does not have")
-    return found
 
 
 def check_optimizers_hold_parameters(optimizers, module: torch.nn.Module, options: ThunderOptions) -> None:
@@ -63,7 +46,7 @@ def clip_grad_norm(parts: list, max_norm: float, norm_type: float = 2.0) -> torc
     if len(parts) != 1:
         raise NotImplementedError(f"clipping by norm over {len(parts)} separately sharded ThunderModules (jit=False) is "
                                   "not supported: jit the whole model (one ThunderModule), or clip by value")
-    return _distributed_api("clip_grad_norm_")(parts[0], max_norm, norm_type)
+    return clip_grad_norm_(parts[0], max_norm, norm_type)
 
 
 def _fsdp_transform(part):
@@ -133,18 +116,16 @@ def _is_shard_state(value, transform, info) -> bool:
 # -- model state dicts ----------------------------------------------------------------------------------------
 def model_state_dict(parts: list, options: ThunderOptions, rank: int) -> dict:
     """Whole tensors (on rank 0, in CPU memory; ``{}`` elsewhere) or this rank's DTensors (see the module docstring)."""
-    ck = _distributed_api("checkpoint")
     part, _ = _sharded_part(parts)
     full = options.state_dict_type.value == "full"
-    return ck.get_model_state_dict(part, ck.StateDictOptions(full_state_dict=full, cpu_offload=full, rank0_only=full),
+    return checkpoint.get_model_state_dict(part, checkpoint.StateDictOptions(full_state_dict=full, cpu_offload=full, rank0_only=full),
                                    rank)
 
 
 def load_model_state_dict(state_dict: dict, parts: list, rank: int, strict: bool = True):
     """Loads a whole or a sharded (DTensor) state dict into the sharded module."""
-    ck = _distributed_api("checkpoint")
     part, _ = _sharded_part(parts)
-    return ck.load_model_state_dict(state_dict, part, ck.StateDictOptions(strict=strict), rank)
+    return checkpoint.load_model_state_dict(state_dict, part, checkpoint.StateDictOptions(strict=strict), rank)
 
 
 # -- optimizer state dicts ------------------------------------------------------------------------------------
@@ -176,7 +157,7 @@ def _as_dtensor(shard: torch.Tensor, transform, info):
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor import DTensor, Shard
 
-    local = shard.detach()[: _distributed_api("checkpoint").rows_held(info, transform)]
+    local = shard.detach()[: checkpoint.rows_held(info, transform)]
     mesh = DeviceMesh.from_group(transform.process_group, shard.device.type)
     stride = torch.empty(info.shape, device="meta").stride()
     return DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=torch.Size(info.shape), stride=stride)
@@ -245,7 +226,7 @@ def save_sharded(path, tensors: dict, metadata: dict, rank: int) -> None:
         raise FileExistsError(f"{str(path)!r} is a file; a sharded checkpoint (state_dict_type='sharded') is a "
                               "directory: choose another path, or remove the file")
     path.mkdir(parents=True, exist_ok=True)
-    _distributed_api("checkpoint").save(tensors, path)
+    checkpoint.save(tensors, path)
     if rank == 0:
         torch.save(metadata, path / METADATA)
 
@@ -254,5 +235,5 @@ def load_sharded(path, template: dict, strict: bool = True, weights_only: bool |
     """Fills ``template`` (state dicts with DTensors, as when saving) from the directory ``path``; returns the
     metadata saved beside them."""
     path = Path(path)
-    _distributed_api("checkpoint").load(template, path, strict=strict)
+    checkpoint.load(template, path, strict=strict)
     return torch.load(path / METADATA, weights_only=weights_only)
