@@ -83,6 +83,15 @@ def main():
     if args.checkpoint:
         fabric.save(args.checkpoint, {"model": model, "optimizer": optimizer, "step": args.steps})
     fabric.print(f"done: {args.steps} steps on {fabric.world_size} process(es) with {args.strategy}, final loss {loss:.4f}")
+    end_process_group()
+
+
+def end_process_group() -> None:
+    """Destroys the process group after a barrier: a gloo group left to the interpreter's exit can abort it
+    ("terminate called without an active exception")."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -112,6 +112,15 @@ def main():
     if trainer.is_global_zero:
         print(f"done: {trainer.global_step} steps on {trainer.world_size} process(es) with {args.strategy}, "
               f"final loss {trainer.callback_metrics['loss'].item():.4f}", flush=True)
+    end_process_group()
+
+
+def end_process_group() -> None:
+    """Destroys the process group after a barrier: a gloo group left to the interpreter's exit can abort it
+    ("terminate called without an active exception")."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
