@@ -266,37 +266,46 @@ class FSDPTransform(Transform):
     # -- the backward --------------------------------------------------------------------------------------
     def transform_forward_backward(self, forward, backward, compilation):
         shard_grads = self._shard_gradients(backward, compilation)
-        backward = self._drop_gradients_of_unused(forward, backward, compilation)
+        chain = self._unshard_chain(forward, compilation)
+        backward = self._drop_gradients_of_unused(forward, backward, compilation, chain)
         if compilation.read_state(compilation.compile_data, "no_sync"):
             backward = self._accumulate_locally(backward, shard_grads)
         else:
             take = compilation.read_state(self.unsynced, "pending")
             backward = self._average_gradients(backward, shard_grads, take)
         if self.sharding_strategy is FSDPType.ZERO3:
-            backward = self._gather_again(forward, backward, compilation)
+            backward = self._gather_again(backward, chain)
         return forward, backward
 
     def _shard_gradients(self, backward, compilation) -> dict:
         """Each reduce-scatter of the backward -> the bucket it reduces and the backward outputs (shard
-        gradients) computed from its result."""
+        gradients) computed from its result. One pass: each value records the reduce-scatters it comes from."""
         ret = backward.bound_symbols[-1]
         outputs = {g.name: i for i, g in enumerate(ret.args[0]) if isinstance(g, TensorProxy)}
+        origin: dict = {}  # value name -> ids of the reduce-scatters it is computed from
+        derived: dict = {}  # reduce-scatter id -> the names computed from its result
+        scatters = []
+        for bsym in backward.bound_symbols[:-1]:
+            sources = frozenset().union(*(origin.get(a.name, ()) for a in bsym.flat_args))
+            if bsym.sym is reduce_scatter:
+                scatters.append(bsym)
+                derived[id(bsym)] = set()
+                sources = sources | {id(bsym)}
+            if sources:
+                for o in bsym.flat_outs:
+                    origin[o.name] = sources
+                    for k in sources:
+                        derived[k].add(o.name)
         found = {}
-        for pos, bsym in enumerate(backward.bound_symbols):
-            if bsym.sym is not reduce_scatter:
-                continue
-            derived, out_positions = {bsym.output.name}, []
-            for later in backward.bound_symbols[pos + 1:-1]:
-                if any(a.name in derived for a in later.flat_args):
-                    derived.update(o.name for o in later.flat_outs)
-            out_positions = sorted(i for name, i in outputs.items() if name in derived)
+        for bsym in scatters:
+            names_of = derived[id(bsym)]
+            out_positions = sorted(i for name, i in outputs.items() if name in names_of)
             names = [compilation.parameter_name(compilation.grad_inputs[i]) for i in out_positions]
-            found[id(bsym)] = (self.bucket_of[names[0]], out_positions, derived)
+            found[id(bsym)] = (self.bucket_of[names[0]], out_positions, names_of)
         return found
 
-    def _drop_gradients_of_unused(self, forward, backward, compilation):
+    def _drop_gradients_of_unused(self, forward, backward, compilation, chain):
         """A parameter gathered with its bucket but not used by the program gets no gradient (as without buckets)."""
-        chain = self._unshard_chain(forward, compilation)
         used = {a.name for b in forward.bound_symbols if id(b) not in chain.bsym_ids for a in b.flat_args}
         unused = {i for i, p in enumerate(compilation.grad_inputs)
                   if getattr(p, "name", None) in chain.full_of_shard and chain.full_of_shard[p.name] not in used}
@@ -349,10 +358,9 @@ class FSDPTransform(Transform):
         return _UnshardChain(forward, {p.name for p in forward.params
                                        if self._shard_info(compilation.sources.get(getattr(p, "name", None)))})
 
-    def _gather_again(self, forward, backward, compilation):
+    def _gather_again(self, backward, chain):
         """ZeRO3: the backward computes each gathered parameter it reads again from the shards (the same
         all-gather and reshaping as the forward's), instead of reading the forward's."""
-        chain = self._unshard_chain(forward, compilation)
         new = backward.from_trace([])
         emitted: set = set()
 
