@@ -807,7 +807,8 @@ def test_fusion_executor_claims_regions():
         fusion_name = "toyFusion"
 
         def can_fuse(self, bsym):
-            return bsym.sym.module == "prims" and bsym.sym.name in ("add", "mul", "exp", "tanh", "sub", "neg")
+            return bsym.sym.module == "prims" and bsym.sym.name in ("add", "mul", "exp", "tanh", "sub", "neg", "sum",
+                                                                    "broadcast_in_dim")
 
         def compile_region(self, region):
             runs.append(region)
@@ -829,6 +830,8 @@ def test_fusion_executor_claims_regions():
     assert "# t0 = prims.mul(x, 2" in trace  # the fused primitives print below the fusion
     assert "torch.matmul(" in trace
     assert len(runs) == 2  # two regions: before and after the matmul
+    # by data flow, y.sum() (after the matmul in the program) joins the region computing y
+    assert any(b.sym.name == "sum" for b in runs[0].bound_symbols)
     check_trace(thunder.last_traces(jf)[-1])
 
 

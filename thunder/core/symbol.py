@@ -23,6 +23,7 @@ class Tag(enum.Enum):
     RANDOM = enum.auto()  # consumes the RNG: never removed, reordered across other random ops, or merged
     SIDE_EFFECT = enum.auto()  # mutates state outside the trace (copy into an input): never removed
     RECOMPUTE_IN_BACKWARD = enum.auto()  # recorded inside an activation-checkpointed region
+    COLLECTIVE = enum.auto()  # communicates with other processes: never fused; fusion moves nothing across it
 
 
 class Symbol:

@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 import thunder.torch as ltorch
 from thunder.core import codeutils, prims
+from thunder.core.symbol import Tag
 from thunder.extend import declare_primitive
 
 codeutils.CONSTANT_NAMES[dist.ProcessGroup] = "process_group"
@@ -70,7 +71,8 @@ def _all_reduce_grad(a, op, group, do_async):
     return all_reduce(a, op, group, do_async), lambda g: (wait(all_reduce(ltorch.clone(g), op, group, True)),)
 
 
-all_reduce = declare_primitive("all_reduce", _all_reduce_meta, torch_impl=_all_reduce_impl, grad=_all_reduce_grad)
+all_reduce = declare_primitive("all_reduce", _all_reduce_meta, torch_impl=_all_reduce_impl, grad=_all_reduce_grad,
+                              tags=(Tag.COLLECTIVE,))
 
 
 def _group_size(group) -> int:
@@ -97,7 +99,8 @@ def _all_gather_grad(a, group, do_async):
     return all_gather(a, group, do_async), lambda g: (wait(reduce_scatter(g, "sum", group, True)),)
 
 
-all_gather = declare_primitive("all_gather", _all_gather_meta, torch_impl=_all_gather_impl, grad=_all_gather_grad)
+all_gather = declare_primitive("all_gather", _all_gather_meta, torch_impl=_all_gather_impl, grad=_all_gather_grad,
+                              tags=(Tag.COLLECTIVE,))
 
 
 def _reduce_scatter_meta(a, op: str, group, do_async: bool):
@@ -128,7 +131,7 @@ def _reduce_scatter_grad(a, op, group, do_async):
 
 
 reduce_scatter = declare_primitive("reduce_scatter", _reduce_scatter_meta, torch_impl=_reduce_scatter_impl,
-                                   grad=_reduce_scatter_grad)
+                                   grad=_reduce_scatter_grad, tags=(Tag.COLLECTIVE,))
 
 
 def _wait_meta(future):
@@ -142,7 +145,8 @@ def _wait_impl(pending: Pending):
 
 _wait_impl.__name__ = "wait"
 
-wait = declare_primitive("wait", _wait_meta, torch_impl=_wait_impl, grad=lambda f: (wait(f), lambda g: (g,)))
+wait = declare_primitive("wait", _wait_meta, torch_impl=_wait_impl, grad=lambda f: (wait(f), lambda g: (g,)),
+                        tags=(Tag.COLLECTIVE,))
 
 COLLECTIVES = frozenset({all_reduce, all_gather, reduce_scatter})  # issue as early as possible
 WAITS = frozenset({wait})  # as late as possible

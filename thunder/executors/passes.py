@@ -25,9 +25,9 @@ def _claim(bsym, executors, trace) -> list:
 
 def transform_for_execution(trace, executors):
     start = time.perf_counter_ns()
-    for ex in executors:
+    for i, ex in enumerate(executors):
         if isinstance(ex, FusionExecutor):
-            trace = ex.fusion_pass(trace)
+            trace = ex.fusion_pass(trace, executors[:i])
     new = trace.from_trace([])
     out = []
     for bsym in trace.bound_symbols:

@@ -30,7 +30,7 @@ from typing import Callable
 
 from thunder.core.prims import make_prim
 from thunder.core.statements import STATEMENTS, python_return
-from thunder.core.symbol import BoundSymbol, Symbol
+from thunder.core.symbol import BoundSymbol, Symbol, Tag
 from thunder.transforms.grad_rules import register_vjp
 
 _EXECUTORS: dict[str, "Executor"] = {}
@@ -103,19 +103,16 @@ class OperatorExecutor(Executor):
 class FusionExecutor(Executor):
     """Claims regions of a trace and runs each as one fused callable.
 
-    Subclasses say which primitives they can fuse (``can_fuse``) and how to compile a region
-    (``compile_region``: a trace of primitives, its parameters the region's inputs and its return
-    the region's outputs, to a callable). The default ``fusion_pass`` fuses maximal runs of
-    consecutive bound symbols whose primitives are all fusible; a fused region prints as
-    ``[t1, t2] = myFusion0(t0)`` with the primitives it runs as comments. Override ``fusion_pass``
-    for other strategies.
+    Subclasses say which bound symbols they can fuse (``can_fuse``: a primitive, or an opaque symbol
+    without a decomposition; a composite symbol is fused when all its primitives are) and how to compile a
+    region (``compile_region``: a trace of those symbols, its parameters the region's inputs and its return
+    the region's outputs, to a callable). ``fusion_pass`` forms regions by data flow (see [Note: forming
+    regions] in thunder/executors/regions.py); a region prints as ``[t1, t2] = myFusion0(t0)`` with the
+    primitives it runs as comments beneath. ``worth_fusing(prims)`` drops regions too small to pay.
     """
 
     fusion_name = "Fusion"
-
-    def __init__(self, name: str):
-        super().__init__(name)
-        self._count = 0
+    min_prims = 2  # a region of fewer primitives is left to the operator executors
 
     def can_fuse(self, bsym: BoundSymbol) -> bool:
         raise NotImplementedError
@@ -123,47 +120,67 @@ class FusionExecutor(Executor):
     def compile_region(self, region) -> Callable:
         raise NotImplementedError
 
-    def _fusible(self, bsym) -> bool:
-        if bsym.sym in STATEMENTS or bsym.sym.executor is not None:
+    def worth_fusing(self, prims_: list) -> bool:
+        return len(prims_) >= self.min_prims
+
+    def is_barrier(self, bsym: BoundSymbol) -> bool:
+        """Bound symbols that keep their place: nothing is fused across them or moved over them."""
+        return bsym.sym in STATEMENTS or _has_tag(bsym, (Tag.SIDE_EFFECT, Tag.COLLECTIVE))
+
+    def _fusible(self, bsym, claimed_first=()) -> bool:
+        if bsym.sym in STATEMENTS or self.is_barrier(bsym):
             return False
-        if not bsym.subsymbols:
-            return bsym.sym.is_prim and self.can_fuse(bsym)
+        if any(ex.can_execute(bsym) for ex in claimed_first):  # an executor of higher priority takes it whole
+            return False
+        if bsym.sym.executor is not None or not bsym.subsymbols:
+            return self.can_fuse(bsym)
         return all(self._fusible(s) for s in bsym.subsymbols)
 
-    def fusion_pass(self, trace):
+    def fusion_pass(self, trace, claimed_first=()):
+        """``trace`` with regions fused. ``claimed_first``: the operator executors listed before this one."""
         import time
+
+        from thunder.executors.regions import partition
 
         start = time.perf_counter_ns()
         bsyms = trace.bound_symbols
-        out, run = [], []
-        for i, bsym in enumerate(bsyms):
-            if self._fusible(bsym):
-                run.append(i)
+        claimed_first = tuple(ex for ex in claimed_first if isinstance(ex, OperatorExecutor))
+        order = partition(bsyms, lambda b: self._fusible(b, claimed_first), self.is_barrier)
+        out, regions = [], []
+        for item in order:
+            if isinstance(item, int):
+                out.append(bsyms[item])
                 continue
-            if run:
-                out.append(self._fuse(trace, run))
-                run = []
-            out.append(bsym)
-        if run:
-            out.append(self._fuse(trace, run))
+            members = [bsyms[i] for i in item]
+            prims_ = [p for m in members for p in _leaf_prims(m, self)]
+            if not self.worth_fusing(prims_):
+                out += members
+                continue
+            regions.append((len(out), members, prims_))
+            out.append(None)
+        consumed_after = set()  # the names read at or after each region's position
+        region_at = {at: prims_ for at, _, prims_ in regions}
+        used_later = {}
+        for k in range(len(out) - 1, -1, -1):
+            if k in region_at:
+                used_later[k] = frozenset(consumed_after)
+            for b in region_at.get(k, None) or (out[k],):
+                consumed_after.update(a.name for a in b.flat_args)
+        for n, (at, members, prims_) in enumerate(regions):
+            out[at] = self._fuse(prims_, used_later[at], f"{self.fusion_name}{n}")
         new = trace.from_trace(out)
         return new.set_provenance(f"Fusion ({self.name})", start)
 
-    def _fuse(self, trace, indices):
+    def _fuse(self, prims_, used_later, name):
         from thunder.core.trace import TraceCtx
 
-        members = [trace.bound_symbols[i] for i in indices]
-        later = trace.bound_symbols[indices[-1] + 1:]
-        prims_ = []
-        for m in members:
-            prims_ += _leaf_prims(m)
-        defined, inputs = set(), []
+        defined, inputs, seen_inputs = set(), [], set()
         for b in prims_:
             for a in b.flat_args:
-                if a.name not in defined and all(a is not x for x in inputs):
+                if a.name not in defined and a.name not in seen_inputs:
+                    seen_inputs.add(a.name)
                     inputs.append(a)
             defined.update(o.name for o in b.flat_outs)
-        used_later = {a.name for b in later for a in b.flat_args}
         outputs, seen = [], set()
         for b in prims_:
             for o in b.flat_outs:
@@ -173,18 +190,21 @@ class FusionExecutor(Executor):
         region = TraceCtx(f"{self.name}_region", params=list(inputs))
         region.bound_symbols = list(prims_) + [BoundSymbol(python_return, (tuple(outputs),), {}, None)]
         fn = self.compile_region(region)
-        name = f"{self.fusion_name}{self._count}"
-        self._count += 1
         op = self.register_operator(name, fn=fn)
         return BoundSymbol(op, tuple(inputs), {}, list(outputs), tuple(prims_))
 
 
-def _leaf_prims(bsym) -> list:
-    if not bsym.subsymbols:
+def _has_tag(bsym, tags) -> bool:
+    return any(t in bsym.sym.tags for t in tags) or any(_has_tag(s, tags) for s in bsym.subsymbols)
+
+
+def _leaf_prims(bsym, ex) -> list:
+    """The symbols a region runs for ``bsym``: its primitives, or itself where the executor fuses it whole."""
+    if not bsym.subsymbols or bsym.sym.executor is not None:
         return [bsym]
     out = []
     for s in bsym.subsymbols:
-        out += _leaf_prims(s)
+        out += _leaf_prims(s, ex)
     return out
 
 
@@ -254,3 +274,4 @@ def declare_primitive(name: str, meta: Callable, *, torch_impl: Callable | None 
 def _load_builtin_executors():
     import thunder.executors.torchex  # noqa: F401
     import thunder.executors.pythonex  # noqa: F401
+    import thunder.executors.inductorex  # noqa: F401

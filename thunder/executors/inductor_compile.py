@@ -1,0 +1,159 @@
+"""Compiling one fused region with inductor, sharing identical regions, deferring kernel waits
+(see [Note: compiling regions] in thunder/executors/inductorex.py)."""
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+
+from thunder.core.proxies import Proxy, TensorProxy
+
+_PENDING: list = []  # (the scope of a generated module whose kernels are compiling, the CompiledRegion)
+
+
+def region_signature(region) -> tuple:
+    """What makes two regions compile alike: their symbols and constants, with proxies numbered by first
+    appearance, and their inputs' shapes, dtypes and devices."""
+    names: dict[str, int] = {}
+
+    def canon(x):
+        if isinstance(x, Proxy):
+            return ("%", names.setdefault(x.name, len(names)))
+        if isinstance(x, (tuple, list)):
+            return (type(x).__name__, *map(canon, x))
+        if isinstance(x, dict):
+            return ("dict", *((k, canon(v)) for k, v in x.items()))
+        if isinstance(x, (torch.dtype, torch.device)):
+            return repr(x)
+        return (type(x).__name__, repr(x))
+
+    inputs = tuple((tuple(p.shape), p.dtype, p.device, canon(p)) for p in region.params)
+    body = tuple((b.sym.module, b.sym.name, canon(b.args), canon(b.kwargs), canon(b.output))
+                 for b in region.bound_symbols)
+    return inputs, body
+
+
+@contextlib.contextmanager
+def _deferred_kernel_waits(owner):
+    """Inductor's generated module waits for its kernels when imported: record the wait instead."""
+    from torch._inductor.async_compile import AsyncCompile
+
+    original = AsyncCompile.wait
+
+    def wait(self, scope):
+        _PENDING.append((scope, owner))
+
+    AsyncCompile.wait = wait
+    try:
+        yield
+    finally:
+        AsyncCompile.wait = original
+
+
+def resolve_pending():
+    """Waits for every kernel still compiling; a region whose kernels failed runs with the torch executor."""
+    from torch._inductor.async_compile import AsyncCompile, get_compile_threads
+
+    start = time.perf_counter()
+    count = len(_PENDING)
+    waiter = AsyncCompile()
+    while _PENDING:
+        scope, owner = _PENDING.pop(0)
+        try:
+            if get_compile_threads() > 1:
+                waiter._wait_futures(scope)
+        except Exception as e:  # a kernel failed to build: inductor raises what the compiler said
+            owner.fall_back(e)
+    elapsed = time.perf_counter() - start
+    if count and elapsed > 5.0:
+        import sys
+
+        print(f"thunder: inductor: waited {elapsed:.1f} s for the kernels of {count} regions", file=sys.stderr)
+
+
+def _contiguous_strides(shape) -> tuple:
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+class CompiledRegion:
+    """A region's inductor-compiled function, per input layout, with the torch executor's as the fallback."""
+
+    def __init__(self, region, executor):
+        from thunder.executors.passes import transform_for_execution
+        from thunder.executors.torchex import ex as torch_ex
+
+        self.region = region
+        self.executor = executor
+        self.torch_fn = transform_for_execution(region, (torch_ex,)).python_callable()
+        self.by_layout: dict = {}
+        self.failed = None
+        self.fn = self._first_call
+        contiguous = tuple(_contiguous_strides(p.shape) for p in region.params)
+        self.by_layout[contiguous] = self._compile(contiguous)
+
+    def _compile(self, strides):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        if self.failed is not None:
+            return self.torch_fn
+        try:
+            with FakeTensorMode() as mode:
+                fakes = [torch.empty_strided(tuple(p.shape), st, dtype=p.dtype, device=p.device)
+                         for p, st in zip(self.region.params, strides)]
+            with mode:
+                gm = make_fx(self.torch_fn)(*fakes)
+            with _deferred_kernel_waits(self):
+                return self.executor.inductor_compile(gm, fakes)
+        except Exception as e:  # inductor's errors have no common base class
+            self.fall_back(e)
+            return self.torch_fn
+
+    def fall_back(self, error):
+        from thunder.executors.inductorex import warn_fallback
+
+        if self.failed is None:
+            self.failed = error
+            warn_fallback(self.region.name, error)
+        self.by_layout = {k: self.torch_fn for k in self.by_layout}
+        if self.fn is not self._first_call:
+            self.fn = self.torch_fn
+
+    def _first_call(self, *args):
+        resolve_pending()
+        compiled = next(iter(self.by_layout.values())) if self.failed is None else self.torch_fn
+        self.fn = compiled
+        return self(*args)
+
+    def _by_layout(self, *args):
+        key = tuple(a.stride() for a in args)
+        fn = self.by_layout.get(key)
+        if fn is None:
+            fn = self.by_layout[key] = self._compile(key)
+            resolve_pending()
+        return fn(*args)
+
+    def __call__(self, *args):
+        try:
+            return self.fn(*args)
+        except AssertionError:
+            if self.fn is self._by_layout or self.failed is not None:
+                raise
+            layout = tuple(a.stride() for a in args if isinstance(a, torch.Tensor))
+            if layout in self.by_layout:
+                raise
+            self.fn = self._by_layout  # inputs laid out otherwise than compiled for: compile per layout
+            return self._by_layout(*args)
+
+    def callable(self):
+        region = self
+
+        def run(*args):
+            return region(*args)
+
+        return run

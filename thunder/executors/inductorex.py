@@ -1,0 +1,141 @@
+"""The inductor executor: fused regions compiled by PyTorch's Inductor (C++/OpenMP kernels on CPU, Triton on CUDA).
+
+It claims regions of elementwise operations, reductions, normalizations, softmax, casts and views (the
+table ``FUSIBLE`` below, and torch's pointwise backward kernels in ``FUSIBLE_KERNELS``), and leaves
+matmuls, linear layers, attention and convolutions to their single-op kernels. A region's primitives are
+run by the torch executor under ``make_fx`` (an FX graph of aten operations on fake tensors) and that
+graph is compiled by ``torch._inductor.compile_fx``; no dynamo, no guards: thunder's prologue has checked
+the inputs already.
+
+[Note: compiling regions]
+- Identical regions (the same primitives on inputs of the same shapes, dtypes and devices: repeated
+  transformer blocks) are compiled once per executor and shared.
+- Kernels compile in inductor's worker pool while thunder goes on forming and compiling the next regions:
+  the wait inductor's generated module does at import is deferred to the first call of any region, which
+  waits for all pending kernels at once.
+- Regions are compiled for contiguous inputs. An input with other strides fails inductor's size and
+  stride check; the region is then compiled again for those strides (once per layout).
+- A region inductor cannot compile runs with the torch executor instead, with a warning.
+- Long compilations report progress on stderr (``progress_after_s``).
+
+[Note: random numbers in fused regions]
+Regions are compiled with inductor's ``fallback_random``: a random primitive draws with torch's own
+``torch.rand``/``torch.randn`` kernels, in the trace's order (see thunder/executors/regions.py), so a
+fused program draws exactly what the unfused thunder program draws, deterministically for a seed. Both
+differ from eager for dropout: thunder draws ``uniform`` and compares (``prims.uniform`` then ``lt``),
+where eager CPU draws ``bernoulli_`` (and CUDA a fused dropout kernel). The mask is an output of the
+forward region and is saved for the backward, never recomputed, so the backward uses the forward's mask.
+"""
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+
+import torch
+
+from thunder.core import dtypes, prims
+from thunder.core.proxies import NumberProxy, TensorProxy
+from thunder.extend import FusionExecutor, register_executor
+
+# The primitives a region may hold.
+FUSIBLE = frozenset(prims.UNARY) | frozenset(prims.BINARY) | {
+    "where", "convert_element_type", "broadcast_in_dim", "reshape", "transpose", "slice_prim", "squeeze", "cat",
+    "pad", "flip", "sum", "prod", "amax", "amin", "var", "var_mean", "full", "iota", "uniform", "randn", "shallow_copy",
+}
+# Views and creation alone are not worth a kernel: a region needs one of the others.
+_NOT_COMPUTE = frozenset({"broadcast_in_dim", "reshape", "transpose", "slice_prim", "squeeze", "shallow_copy", "full",
+                          "iota"})
+# torch's backward kernels (thunder/torch/grad_rules.py) that inductor decomposes into pointwise work and reductions.
+FUSIBLE_KERNELS = frozenset({
+    "softmax_backward", "log_softmax_backward", "silu_backward", "gelu_backward", "threshold_backward",
+    "tanh_backward", "sigmoid_backward", "native_layer_norm_backward",
+})
+_DEVICE_TYPES = frozenset({"cpu", "cuda"})
+
+
+def _fusible_tensors(bsym) -> bool:
+    values = [*bsym.flat_args, *bsym.flat_outs]
+    if not any(isinstance(v, TensorProxy) for v in bsym.flat_outs):
+        return False
+    for v in values:
+        if isinstance(v, NumberProxy) or not isinstance(v, TensorProxy):
+            return False
+        if v.device.type not in _DEVICE_TYPES or dtypes.is_complex(v.dtype):
+            return False
+        if not all(type(s) is int for s in v.shape):
+            return False
+    return True
+
+
+class InductorExecutor(FusionExecutor):
+    fusion_name = "InductorFusion"
+
+    def __init__(self, name: str = "inductor", *, progress_after_s: float = 5.0):
+        super().__init__(name)
+        self.progress_after_s = progress_after_s
+        self._compiled: dict = {}  # region signature -> _Compiled
+
+    def can_fuse(self, bsym) -> bool:
+        sym = bsym.sym
+        if sym.module == "prims" and sym.name in FUSIBLE:
+            return _fusible_tensors(bsym)
+        if sym.module == "ltorch" and sym.name in FUSIBLE_KERNELS:
+            return _fusible_tensors(bsym)
+        return False
+
+    def worth_fusing(self, prims_: list) -> bool:
+        return len(prims_) >= self.min_prims and any(p.sym.name not in _NOT_COMPUTE for p in prims_)
+
+    def fusion_pass(self, trace, claimed_first=()):
+        self._progress = _Progress(self.progress_after_s)
+        return super().fusion_pass(trace, claimed_first)
+
+    def compile_region(self, region):
+        from thunder.executors.inductor_compile import CompiledRegion, region_signature
+
+        key = region_signature(region)
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            compiled = self._compiled[key] = CompiledRegion(region, self)
+            self._progress.compiled(len(region.bound_symbols) - 1)
+        else:
+            self._progress.reused()
+        return compiled.callable()
+
+    def inductor_compile(self, gm, example_inputs):
+        """Compiles the FX graph ``gm`` (a hook: tests replace it to see the fallback)."""
+        from torch._inductor.compile_fx import compile_fx
+
+        return compile_fx(gm, example_inputs, config_patches={"fallback_random": True})
+
+
+class _Progress:
+    """Progress lines on stderr, once a compilation has run longer than ``after_s`` seconds."""
+
+    def __init__(self, after_s: float):
+        self.after_s = after_s
+        self.start = time.perf_counter()
+        self.new = self.shared = 0
+
+    def _report(self, what: str):
+        elapsed = time.perf_counter() - self.start
+        if elapsed >= self.after_s:
+            print(f"thunder: inductor: {what} ({self.new} regions compiled, {self.shared} shared, {elapsed:.1f} s)",
+                  file=sys.stderr, flush=True)
+
+    def compiled(self, n_prims: int):
+        self.new += 1
+        self._report(f"compiled a region of {n_prims} primitives")
+
+    def reused(self):
+        self.shared += 1
+
+
+def warn_fallback(name: str, error: BaseException):
+    warnings.warn(f"thunder: the inductor executor could not compile a fused region ({type(error).__name__}: {error}); "
+                  f"it runs with the torch executor instead", stacklevel=3)
+
+
+ex = InductorExecutor()
+register_executor(ex)
