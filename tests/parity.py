@@ -112,15 +112,16 @@ def one_thread():
 
 
 def check_training_parity(model: torch.nn.Module, inputs: Any, *, loss_of: Callable = lambda out: out.loss,
-                          steps: int = 3, not_bitwise: NotBitwise | None = None, lr: float = 0.1):
-    """One forward+backward, then ``steps`` SGD steps, of ``thunder.jit(model)`` against an eager deep copy."""
+                          steps: int = 3, not_bitwise: NotBitwise | None = None, lr: float = 0.1, executors=None):
+    """One forward+backward, then ``steps`` SGD steps, of ``thunder.jit(model, executors=executors)`` against an
+    eager deep copy."""
     with one_thread():
-        return _training_parity(model, inputs, loss_of, steps, not_bitwise, lr)
+        return _training_parity(model, inputs, loss_of, steps, not_bitwise, lr, executors)
 
 
-def _training_parity(model, inputs, loss_of, steps, not_bitwise, lr):
+def _training_parity(model, inputs, loss_of, steps, not_bitwise, lr, executors=None):
     ref = copy.deepcopy(model)
-    jmodel = thunder.jit(model)
+    jmodel = thunder.jit(model, executors=executors)
     mismatches = Mismatches()
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=lr)

@@ -1,10 +1,14 @@
 """The CUDA paths, against eager on the same GPU (skipped where there is no GPU).
 
-cuDNN is made deterministic, so eager and thunder, which run the same kernels, agree bitwise; dropout
-draws its mask on CUDA with the fused ``native_dropout`` kernel, as eager does.
+cuDNN is made deterministic, so eager and thunder's torch executor, which run the same kernels, agree
+bitwise; dropout draws its mask on CUDA with the fused ``native_dropout`` kernel, as eager does. The
+default executors on CUDA fuse with inductor ("inductor_cuda"): those runs agree within float tolerance,
+and their dropout masks are drawn as thunder's decomposition draws them (see [Note: random numbers in
+fused regions] in thunder/executors/inductorex.py).
 """
 from __future__ import annotations
 
+import copy
 import importlib
 
 import pytest
@@ -17,6 +21,7 @@ from tests.models import GPT, GPTConfig
 from tests.parity import NotBitwise, check_training_parity
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+TORCH = ["torch"]  # eager's kernels, for the bitwise comparisons
 
 
 @pytest.fixture(autouse=True)
@@ -43,7 +48,7 @@ def test_gpt_training_parity_on_cuda(dtype):
     model = GPT(GPTConfig(n_layer=2, n_head=4, n_embd=64, vocab_size=128, block_size=32, dropout=0.1))
     model = LMLoss(model).to("cuda", dtype)
     idx = torch.randint(0, 128, (4, 32), device="cuda")
-    check_training_parity(model.train(), (idx, idx), loss_of=lambda loss: loss)
+    check_training_parity(model.train(), (idx, idx), loss_of=lambda loss: loss, executors=TORCH)
 
 
 def test_dropout_mask_is_eagers_on_cuda():
@@ -51,7 +56,7 @@ def test_dropout_mask_is_eagers_on_cuda():
         return F.dropout(x, 0.3) * 2
 
     x = torch.randn(64, 64, device="cuda")
-    jf = thunder.jit(f)
+    jf = thunder.jit(f, executors=TORCH)
     for seed in range(3):
         torch.manual_seed(seed)
         expected = f(x)
@@ -75,7 +80,7 @@ def test_inplace_dropout_mask_is_eagers_on_cuda(how):
         return y * 2
 
     x = torch.randn(16, 64, device="cuda", requires_grad=True)
-    jf = thunder.jit(f)
+    jf = thunder.jit(f, executors=TORCH)
     torch.manual_seed(0)
     expected = f(x)
     expected.sum().backward()
@@ -94,7 +99,7 @@ def test_autocast_on_cuda():
             return lin(x).relu().sum(-1)
 
     x = torch.randn(8, 32, device="cuda")
-    assert torch.equal(thunder.jit(f)(x), f(x))
+    assert torch.equal(thunder.jit(f, executors=TORCH)(x), f(x))
 
 
 def test_inplace_and_views_on_cuda():
@@ -106,7 +111,7 @@ def test_inplace_and_views_on_cuda():
 
     x = torch.randn(4, 5, device="cuda")
     b1, b2 = torch.zeros(3, device="cuda"), torch.zeros(3, device="cuda")
-    assert torch.equal(thunder.jit(f)(x, b1), f(x, b2))
+    assert torch.equal(thunder.jit(f, executors=TORCH)(x, b1), f(x, b2))
     assert torch.equal(b1, b2)
 
 
@@ -115,7 +120,7 @@ def test_data_dependent_shapes_on_cuda():
         idx = torch.nonzero(x > 0).squeeze(1)
         return x[idx].sum() + x[x < 0].abs().mean()
 
-    jf = thunder.jit(f)
+    jf = thunder.jit(f, executors=TORCH)
     for _ in range(3):
         x = torch.randn(100, device="cuda")
         torch.testing.assert_close(jf(x), f(x))
@@ -147,4 +152,42 @@ def test_torchvision_training_parity_on_cuda(name):
     # eager's F.batch_norm picks cuDNN's kernels on CUDA; thunder runs ATen's native batch norm (forward and backward)
     cudnn_bn = NotBitwise("BatchNorm: eager runs cuDNN's kernels, thunder ATen's native ones", atol=1e-3, rtol=1e-2)
     check_training_parity(WithLoss(model).train(), (images, targets), loss_of=lambda loss: loss, steps=1,
-                          not_bitwise=cudnn_bn)
+                          not_bitwise=cudnn_bn, executors=TORCH)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_default_executors_fuse_on_cuda(dtype):
+    """The default executors on CUDA fuse with inductor: GPT training (no dropout) matches eager within tolerance."""
+    torch.manual_seed(0)
+    model = LMLoss(GPT(GPTConfig(n_layer=2, n_head=4, n_embd=64, vocab_size=128, block_size=32, dropout=0.0)))
+    model = model.to("cuda", dtype)
+    ref = copy.deepcopy(model)
+    jm = thunder.jit(model)
+    idx = torch.randint(0, 128, (4, 32), device="cuda")
+    loss, ref_loss = jm(idx, idx), ref(idx, idx)
+    loss.backward()
+    ref_loss.backward()
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype is torch.bfloat16 else dict(rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(loss, ref_loss, **tol)
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, **tol, msg=name)
+    assert "InductorFusion0" in str(thunder.last_traces(jm)[-1])
+    assert "InductorFusion0" in str(thunder.last_backward_traces(jm)[-1])
+
+
+def test_fused_dropout_on_cuda_is_deterministic_and_uses_the_forward_mask():
+    def f(x):
+        return F.dropout(x.sin(), 0.3) * 2
+
+    x = torch.randn(64, 64, device="cuda", requires_grad=True)
+    jf = thunder.jit(f)
+    outs = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        out = jf(x)
+        out.sum().backward()
+        outs.append((out.detach(), x.grad.clone()))
+        x.grad = None
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+    assert torch.equal(outs[0][0] == 0, outs[0][1] == 0)  # the gradient is zero exactly where the mask dropped
+    assert "InductorFusion0" in str(thunder.last_traces(jf)[-1])

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import time
 
@@ -20,7 +21,9 @@ from thunder.executors.passes import transform_for_execution
 from thunder.transforms.autodiff import forward_and_backward
 from thunder.transforms.dce import dce
 from thunder.transforms.delete_last_used import delete_last_used
+from thunder.transforms.rematerialization import choose_recomputed
 from thunder.transforms.saved_for_backward import save_for_backward
+from thunder.extend import FusionExecutor
 from thunder.torch import autocast as ltorch_autocast
 
 
@@ -270,7 +273,7 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     fwd, bwd = fb.forward, fb.backward
     for transform in cd.transforms:
         fwd, bwd = transform.transform_forward_backward(fwd, bwd, compilation)
-    fwd, bwd = save_for_backward(fb, fwd, bwd)
+    fwd, bwd = save_for_backward(fb, fwd, bwd, recompute=_recompute_policy(cd.executors))
     traces.append(fwd)
     bwd_traces = [bwd]
     traces += _executable(fwd, cd, compilation, "forward")
@@ -280,6 +283,16 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
                          enable_grad=not outer_grad, dirty_inputs=tuple(i for i, _ in fb.dirty))
     return make_entry(result, candidates, traces, output_rebuild=output_rebuild(result), backward_traces=bwd_traces,
                       grad_info=grad_info)
+
+
+def _recompute_policy(executors):
+    """Rematerialization for the first fusion executor that asks for it: the backward recomputes the forward
+    values that executor would fuse, where that saves memory (thunder/transforms/rematerialization.py)."""
+    for i, ex in enumerate(executors):
+        if isinstance(ex, FusionExecutor) and ex.rematerialize:
+            cheap = functools.partial(ex.recomputable, claimed_first=executors[:i])
+            return lambda fwd, bwd: choose_recomputed(fwd, bwd, cheap)
+    return None
 
 
 def _append_if_new(traces: list, old: TraceCtx, new: TraceCtx) -> TraceCtx:

@@ -97,22 +97,30 @@ class CompiledRegion:
         self.by_layout[contiguous] = self._compile(contiguous)
 
     def _compile(self, strides):
+        """A function of the list of inputs: the compiled graph's (the torch executor's if compiling failed)."""
+        import torch._inductor.config as inductor_config
+        from torch._inductor.decomposition import select_decomp_table
         from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx.experimental.proxy_tensor import make_fx
 
         if self.failed is not None:
-            return self.torch_fn
+            return self._torch_boxed
         try:
             with FakeTensorMode() as mode:
                 fakes = [torch.empty_strided(tuple(p.shape), st, dtype=p.dtype, device=p.device)
                          for p, st in zip(self.region.params, strides)]
-            with mode:
-                gm = make_fx(self.torch_fn)(*fakes)
-            with _deferred_kernel_waits(self):
-                return self.executor.inductor_compile(gm, fakes)
+            # fallback_random: see [Note: random numbers in fused regions]
+            with inductor_config.patch(fallback_random=True):
+                with mode:
+                    gm = make_fx(self.torch_fn, decomposition_table=select_decomp_table())(*fakes)
+                with _deferred_kernel_waits(self):
+                    return _FirstCall(self.executor.inductor_compile(gm, fakes))
         except Exception as e:  # inductor's errors have no common base class
             self.fall_back(e)
-            return self.torch_fn
+            return self._torch_boxed
+
+    def _torch_boxed(self, args):
+        return self.torch_fn(*args)
 
     def fall_back(self, error):
         from thunder.executors.inductorex import warn_fallback
@@ -120,40 +128,59 @@ class CompiledRegion:
         if self.failed is None:
             self.failed = error
             warn_fallback(self.region.name, error)
-        self.by_layout = {k: self.torch_fn for k in self.by_layout}
+        self.by_layout = {k: self._torch_boxed for k in self.by_layout}
         if self.fn is not self._first_call:
-            self.fn = self.torch_fn
+            self.fn = self._torch_boxed
 
-    def _first_call(self, *args):
+    def _first_call(self, args):
         resolve_pending()
-        compiled = next(iter(self.by_layout.values())) if self.failed is None else self.torch_fn
-        self.fn = compiled
-        return self(*args)
+        self.fn = next(iter(self.by_layout.values())) if self.failed is None else self._torch_boxed
+        return self.fn(args)
 
-    def _by_layout(self, *args):
+    def _by_layout(self, args):
         key = tuple(a.stride() for a in args)
         fn = self.by_layout.get(key)
         if fn is None:
             fn = self.by_layout[key] = self._compile(key)
             resolve_pending()
-        return fn(*args)
+        return fn(args)
 
-    def __call__(self, *args):
+    def call(self, args):
+        """The outputs for the inputs ``args`` (a tuple; inductor's function empties the list it is given)."""
         try:
-            return self.fn(*args)
+            return self.fn(list(args))
         except AssertionError:
             if self.fn is self._by_layout or self.failed is not None:
                 raise
-            layout = tuple(a.stride() for a in args if isinstance(a, torch.Tensor))
+            layout = tuple(a.stride() for a in args)
             if layout in self.by_layout:
                 raise
             self.fn = self._by_layout  # inputs laid out otherwise than compiled for: compile per layout
-            return self._by_layout(*args)
+            return self._by_layout(list(args))
 
     def callable(self):
-        region = self
+        call = self.call
 
         def run(*args):
-            return region(*args)
+            return call(args)
 
         return run
+
+
+class _FirstCall:
+    """Inductor's compiled graph: through its ``__call__`` once (which finishes autotuning and caching), then
+    straight to the generated function."""
+
+    __slots__ = ("compiled", "call")
+
+    def __init__(self, compiled):
+        self.compiled = compiled
+        self.call = self._first
+
+    def _first(self, args):
+        out = self.compiled(args)
+        self.call = self.compiled.current_callable
+        return out
+
+    def __call__(self, args):
+        return self.call(args)

@@ -3,9 +3,10 @@
 It claims regions of elementwise operations, reductions, normalizations, softmax, casts and views (the
 table ``FUSIBLE`` below, and torch's pointwise backward kernels in ``FUSIBLE_KERNELS``), and leaves
 matmuls, linear layers, attention and convolutions to their single-op kernels. A region's primitives are
-run by the torch executor under ``make_fx`` (an FX graph of aten operations on fake tensors) and that
-graph is compiled by ``torch._inductor.compile_fx``; no dynamo, no guards: thunder's prologue has checked
-the inputs already.
+run by the torch executor under ``make_fx`` (an FX graph of aten operations on fake tensors, decomposed
+with inductor's table) and that graph is compiled by inductor's ``compile_fx_inner``: no dynamo and no
+guards (thunder's prologue has checked the inputs already), no AOT autograd (thunder differentiated the
+program already, and its regions are functional), so a call costs little more than the kernels' launches.
 
 [Note: compiling regions]
 - Identical regions (the same primitives on inputs of the same shapes, dtypes and devices: repeated
@@ -49,19 +50,19 @@ _NOT_COMPUTE = frozenset({"broadcast_in_dim", "reshape", "transpose", "slice_pri
 # torch's backward kernels (thunder/torch/grad_rules.py) that inductor decomposes into pointwise work and reductions.
 FUSIBLE_KERNELS = frozenset({
     "softmax_backward", "log_softmax_backward", "silu_backward", "gelu_backward", "threshold_backward",
-    "tanh_backward", "sigmoid_backward", "native_layer_norm_backward",
+    "tanh_backward", "sigmoid_backward", "native_layer_norm_backward", "slice_backward", "nll_loss_forward",
+    "nll_loss_backward",
 })
-_DEVICE_TYPES = frozenset({"cpu", "cuda"})
 
 
-def _fusible_tensors(bsym) -> bool:
+def _fusible_tensors(bsym, device_types) -> bool:
     values = [*bsym.flat_args, *bsym.flat_outs]
     if not any(isinstance(v, TensorProxy) for v in bsym.flat_outs):
         return False
     for v in values:
         if isinstance(v, NumberProxy) or not isinstance(v, TensorProxy):
             return False
-        if v.device.type not in _DEVICE_TYPES or dtypes.is_complex(v.dtype):
+        if v.device.type not in device_types or dtypes.is_complex(v.dtype):
             return False
         if not all(type(s) is int for s in v.shape):
             return False
@@ -70,18 +71,18 @@ def _fusible_tensors(bsym) -> bool:
 
 class InductorExecutor(FusionExecutor):
     fusion_name = "InductorFusion"
+    rematerialize = True
 
-    def __init__(self, name: str = "inductor", *, progress_after_s: float = 5.0):
+    def __init__(self, name: str = "inductor", *, progress_after_s: float = 5.0, device_types=("cpu", "cuda")):
         super().__init__(name)
         self.progress_after_s = progress_after_s
+        self.device_types = frozenset(device_types)
         self._compiled: dict = {}  # region signature -> _Compiled
 
     def can_fuse(self, bsym) -> bool:
         sym = bsym.sym
-        if sym.module == "prims" and sym.name in FUSIBLE:
-            return _fusible_tensors(bsym)
-        if sym.module == "ltorch" and sym.name in FUSIBLE_KERNELS:
-            return _fusible_tensors(bsym)
+        if (sym.module == "prims" and sym.name in FUSIBLE) or (sym.module == "ltorch" and sym.name in FUSIBLE_KERNELS):
+            return _fusible_tensors(bsym, self.device_types)
         return False
 
     def worth_fusing(self, prims_: list) -> bool:
@@ -104,10 +105,11 @@ class InductorExecutor(FusionExecutor):
         return compiled.callable()
 
     def inductor_compile(self, gm, example_inputs):
-        """Compiles the FX graph ``gm`` (a hook: tests replace it to see the fallback)."""
-        from torch._inductor.compile_fx import compile_fx
+        """Compiles ``gm``, an FX graph of aten operations decomposed as inductor wants them, to inductor's
+        compiled graph, called with a list of tensors (a hook: tests replace it to see the fallback)."""
+        from torch._inductor.compile_fx import compile_fx_inner
 
-        return compile_fx(gm, example_inputs, config_patches={"fallback_random": True})
+        return compile_fx_inner(gm, example_inputs)
 
 
 class _Progress:
@@ -137,5 +139,10 @@ def warn_fallback(name: str, error: BaseException):
                   f"it runs with the torch executor instead", stacklevel=3)
 
 
+# "inductor" fuses on CPU and CUDA when asked for (``thunder.jit(fn, executors=["inductor", "torch"])``).
+# "inductor_cuda", CUDA regions only, is a default executor on machines with a GPU: there fusion makes
+# training steps faster, while on CPU the step gains little against compile times of seconds (BENCHMARKS.md).
 ex = InductorExecutor()
 register_executor(ex)
+cuda_ex = InductorExecutor("inductor_cuda", device_types=("cuda",))
+register_executor(cuda_ex, default=torch.cuda.is_available(), priority=0)

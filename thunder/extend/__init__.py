@@ -113,6 +113,7 @@ class FusionExecutor(Executor):
 
     fusion_name = "Fusion"
     min_prims = 2  # a region of fewer primitives is left to the operator executors
+    rematerialize = False  # recompute cheap forward values in the backward (thunder/transforms/rematerialization.py)
 
     def can_fuse(self, bsym: BoundSymbol) -> bool:
         raise NotImplementedError
@@ -126,6 +127,13 @@ class FusionExecutor(Executor):
     def is_barrier(self, bsym: BoundSymbol) -> bool:
         """Bound symbols that keep their place: nothing is fused across them or moved over them."""
         return bsym.sym in STATEMENTS or _has_tag(bsym, (Tag.SIDE_EFFECT, Tag.COLLECTIVE))
+
+    def recomputable(self, bsym, claimed_first=()) -> bool:
+        """Whether the backward may recompute ``bsym`` (when ``rematerialize``): what this executor fuses, but
+        reductions, which cost more to recompute than elementwise work."""
+        claimed_first = tuple(ex for ex in claimed_first if isinstance(ex, OperatorExecutor))
+        return self._fusible(bsym, claimed_first) and not any(
+            p.sym.name in _REDUCTIONS for p in _leaf_prims(bsym, self))
 
     def _fusible(self, bsym, claimed_first=()) -> bool:
         if bsym.sym in STATEMENTS or self.is_barrier(bsym):
@@ -194,6 +202,9 @@ class FusionExecutor(Executor):
         return BoundSymbol(op, tuple(inputs), {}, list(outputs), tuple(prims_))
 
 
+_REDUCTIONS = frozenset({"sum", "prod", "amax", "amin", "var", "var_mean", "argmax", "argmin", "cumsum"})
+
+
 def _has_tag(bsym, tags) -> bool:
     return any(t in bsym.sym.tags for t in tags) or any(_has_tag(s, tags) for s in bsym.subsymbols)
 
@@ -208,10 +219,13 @@ def _leaf_prims(bsym, ex) -> list:
     return out
 
 
-def register_executor(ex: Executor, *, default: bool = False, always: bool = False) -> Executor:
+def register_executor(ex: Executor, *, default: bool = False, always: bool = False, priority: int | None = None
+                      ) -> Executor:
+    """Makes ``ex`` known by its name; ``default``: among the executors ``thunder.jit`` uses when given none, last
+    or, with ``priority``, at that position (0: tried first); ``always``: appended to every executor list."""
     _EXECUTORS[ex.name] = ex
     if default:
-        _DEFAULT_EXECUTORS.append(ex)
+        _DEFAULT_EXECUTORS.insert(len(_DEFAULT_EXECUTORS) if priority is None else priority, ex)
     if always:
         _ALWAYS_EXECUTORS.append(ex)
     return ex

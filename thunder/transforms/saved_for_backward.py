@@ -20,15 +20,19 @@ from thunder.transforms.dce import dce
 from thunder.transforms.overwritten_saves import protect_overwritten_saves
 
 
-def save_for_backward(fb: ForwardBackward, fwd: TraceCtx, bwd: TraceCtx) -> tuple[TraceCtx, TraceCtx]:
+def save_for_backward(fb: ForwardBackward, fwd: TraceCtx, bwd: TraceCtx, recompute=None) -> tuple[TraceCtx, TraceCtx]:
     """``fwd`` returning what ``bwd`` reads of it, and ``bwd`` unpacking it (``fwd``/``bwd``: ``fb``'s traces,
-    as transforms left them)."""
+    as transforms left them). ``recompute(fwd, bwd)``: names of further forward values the backward recomputes
+    (a fusion executor's rematerialization, thunder/transforms/rematerialization.py)."""
     start = time.perf_counter_ns()
     ret = fwd.bound_symbols[-1]
     assert ret.sym is statements.python_return, "the forward trace ends with its return"
     forward = fwd.from_trace(fwd.bound_symbols[:-1])
     bwd = dce(bwd, name="Backward construction")
-    bwd = _rematerialize(forward, bwd, fb.recomputable)
+    recomputable = fb.recomputable
+    if recompute is not None:
+        recomputable = set(recomputable) | recompute(forward, bwd)
+    bwd = _rematerialize(forward, bwd, recomputable)
     saved_tensors, saved_others = _saved_values(forward, bwd, fb.cotangents)
     bwd, saved_tensors = protect_overwritten_saves(forward, bwd, saved_tensors)
     bwd = _unpack_backward_inputs(bwd, saved_tensors, saved_others, fb.cotangents)
@@ -66,11 +70,27 @@ def _rematerialize(fwd: TraceCtx, bwd: TraceCtx, recomputable: set) -> TraceCtx:
     if not chosen:
         return bwd
     order = [b for b in fwd.bound_symbols if id(b) in chosen]
-    names = {o.name for b in order for o in b.flat_outs}
+    # Each recomputation goes just before the first use of its outputs (by the backward or by another
+    # recomputation), so recomputed values live no longer than they must.
     body = bwd.bound_symbols
-    first = next((i for i, b in enumerate(body) if any(a.name in names for a in b.flat_args)), 0)
-    new = bwd.from_trace(body[:first] + order + body[first:])
-    return new
+    first_use = {}
+    for i, b in enumerate(body):
+        for a in b.flat_args:
+            first_use.setdefault(a.name, i)
+    at = {}
+    for b in reversed(order):
+        at[id(b)] = min((first_use.get(o.name, len(body)) for o in b.flat_outs), default=len(body))
+        for a in b.flat_args:
+            first_use[a.name] = min(first_use.get(a.name, len(body)), at[id(b)])
+    placed = {}
+    for b in order:
+        placed.setdefault(at[id(b)], []).append(b)
+    new_body = []
+    for i, b in enumerate(body):
+        new_body += placed.get(i, [])
+        new_body.append(b)
+    new_body += placed.get(len(body), [])
+    return bwd.from_trace(new_body)
 
 
 def _saved_values(fwd: TraceCtx, bwd: TraceCtx, cotangents: list):
