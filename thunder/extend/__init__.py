@@ -208,10 +208,13 @@ def _leaf_prims(bsym, ex) -> list:
     return out
 
 
-def register_executor(ex: Executor, *, default: bool = False, always: bool = False) -> Executor:
+def register_executor(ex: Executor, *, default: bool = False, always: bool = False, first: bool = False) -> Executor:
+    """Makes ``ex`` known by its name; ``default``: used when ``jit`` is given no executors, after those
+    registered before it, or, with ``first``, ahead of them (a fusion executor takes regions only from the
+    operator executors listed after it)."""
     _EXECUTORS[ex.name] = ex
     if default:
-        _DEFAULT_EXECUTORS.append(ex)
+        _DEFAULT_EXECUTORS.insert(0 if first else len(_DEFAULT_EXECUTORS), ex)
     if always:
         _ALWAYS_EXECUTORS.append(ex)
     return ex
@@ -275,3 +278,4 @@ def _load_builtin_executors():
     import thunder.executors.torchex  # noqa: F401
     import thunder.executors.pythonex  # noqa: F401
     import thunder.executors.inductorex  # noqa: F401
+    import thunder.executors.nvfuserex  # noqa: F401  (registered only where nvFuser can run)
