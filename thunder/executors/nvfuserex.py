@@ -36,13 +36,13 @@ of the forward region saved for the backward, never drawn again. Reading and adv
 host is not possible under CUDA graph capture, which this executor does not support.
 
 What has been verified, and what has not: the translation of every rule, the caching per signature, the
-random inputs, the region outputs and the printed traces are tested (tests/test_nvfuser.py) against a stub
-``nvfuser`` module whose ``FusionDefinition`` records the calls and computes them with torch, on CPU tensors
-and, where a GPU is present, on CUDA tensors with torch's CUDA generator. The stub follows the Python frontend
-of nvFuser's ``nvfuser`` package as documented in its sources (NVIDIA/Fuser before the legacy frontend was
-removed in favor of ``nvfuser_direct``, which is not supported here). No real nvFuser has run this code: no
-nvFuser wheel exists for the torch versions thunder is tested with. The test marked to run where ``nvfuser``
-imports and CUDA is available is the first real check.
+random inputs, the region outputs, the fallback and the printed traces are tested (tests/test_nvfuser.py)
+against a stub ``nvfuser`` module whose ``FusionDefinition`` records the calls, checks them as nvFuser's
+bindings do and computes them with torch: on CPU tensors, and on CUDA tensors with torch's CUDA generator
+(run on an H100 with torch 2.11). The stub follows the Python frontend of the ``nvfuser`` package as its
+sources define it (NVIDIA/Fuser, before that frontend was removed in favor of ``nvfuser_direct``, which is
+not supported here). No real nvFuser has run this code: no nvFuser wheel exists for the torch versions thunder
+is tested with. The test that runs where ``nvfuser`` imports and CUDA is available is the first real check.
 """
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ import warnings
 
 import torch
 
-from thunder.executors.nvfuser_translate import NOT_COMPUTE, RANDOM, RULES, Definition, may_be_identity, supported_tensors
+from thunder.executors.nvfuser_translate import (NOT_COMPUTE, RANDOM, RULES, Definition, may_be_identity,
+                                                 supported_tensors)
 from thunder.extend import FusionExecutor, register_executor
 
 
@@ -82,6 +83,7 @@ def rng_seed_and_offset(device: torch.device) -> list:
     generator of that device, at offset 0."""
     if device.type != "cuda":
         return [int(torch.randint(2**62, (), device=device)), 0]
+    torch.cuda.init()  # the generators exist once CUDA is initialized
     gen = torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
     offset = gen.get_offset()
     gen.set_offset(offset + 4)
@@ -139,7 +141,8 @@ class FusedRegion:
             identities = set()
             for b in self.prims:
                 out = RULES[b.sym.name].translate(d, *b.args, **b.kwargs)
-                d.values.update(zip((o.name for o in b.flat_outs), out if isinstance(out, tuple) else (out,)))
+                outs = out if isinstance(out, (tuple, list)) else (out,)  # var_mean gives two
+                d.values.update(zip((o.name for o in b.flat_outs), outs))
                 if may_be_identity(b):
                     identities.add(b.flat_outs[0].name)
             for o in self.outputs:
@@ -186,7 +189,7 @@ def register_if_available() -> bool:
     """Registers ``ex`` first among the default executors where nvFuser can run; whether it did."""
     if not nvfuser_available():
         return False
-    register_executor(ex, default=True, first=True)
+    register_executor(ex, default=True, priority=0)
     return True
 
 

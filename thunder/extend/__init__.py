@@ -208,13 +208,13 @@ def _leaf_prims(bsym, ex) -> list:
     return out
 
 
-def register_executor(ex: Executor, *, default: bool = False, always: bool = False, first: bool = False) -> Executor:
-    """Makes ``ex`` known by its name; ``default``: used when ``jit`` is given no executors, after those
-    registered before it, or, with ``first``, ahead of them (a fusion executor takes regions only from the
-    operator executors listed after it)."""
+def register_executor(ex: Executor, *, default: bool = False, always: bool = False, priority: int | None = None
+                      ) -> Executor:
+    """Makes ``ex`` known by its name; ``default``: among the executors ``thunder.jit`` uses when given none, last
+    or, with ``priority``, at that position (0: tried first); ``always``: appended to every executor list."""
     _EXECUTORS[ex.name] = ex
     if default:
-        _DEFAULT_EXECUTORS.insert(0 if first else len(_DEFAULT_EXECUTORS), ex)
+        _DEFAULT_EXECUTORS.insert(len(_DEFAULT_EXECUTORS) if priority is None else priority, ex)
     if always:
         _ALWAYS_EXECUTORS.append(ex)
     return ex
