@@ -117,7 +117,7 @@ class Workload(NamedTuple):
 
 
 def llama(scale: str, attention: str) -> Workload:
-    """scale "cpu": 2x256 (~2.7M parameters); "gpu": 12x768 (~134M); "tiny": 2x64, to smoke-test a path."""
+    """scale "cpu": 2x256 (3.7M parameters); "gpu": 12x768 (134M); "tiny": 2x64, to smoke-test a path."""
     shapes = {
         "cpu": dict(n_layer=2, n_embd=256, n_head=4, intermediate_size=688, vocab_size=4096, block_size=128, batch=8),
         "gpu": dict(n_layer=12, n_embd=768, n_head=12, intermediate_size=2048, vocab_size=32000, block_size=1024,

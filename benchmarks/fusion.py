@@ -242,7 +242,7 @@ def fmt(x, spec: str, scale: float = 1.0) -> str:
 
 def table(results, cuda: bool) -> str:
     head = ["model", "variant", "step ms", "tokens/s", "vs eager", "vs torch.compile", "first call s",
-            "saved MiB", "saved vs eager"] + (["peak GiB", "peak vs eager"] if cuda else []) + ["final loss"]
+            "saved MiB", "saved vs eager"] + (["peak MiB", "peak vs eager"] if cuda else []) + ["final loss"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for workload, rows in results:
         ref = {r.variant: r for r in rows if r.error is None}
@@ -255,9 +255,9 @@ def table(results, cuda: bool) -> str:
             tokens = workload.batch * workload.seq / r.step_s
             cells = [workload.label, r.variant, fmt(r.step_s, ".2f", 1e3), f"{tokens:,.0f}",
                      ratio(r.step_s, eager.step_s), ratio(r.step_s, compiled.step_s), fmt(r.first_s, ".2f"),
-                     fmt(r.saved_bytes, ".2f", 2**-20), ratio(r.saved_bytes, eager.saved_bytes)]
+                     fmt(r.saved_bytes, ".1f", 2**-20), ratio(r.saved_bytes, eager.saved_bytes)]
             if cuda:
-                cells += [fmt(r.peak_bytes, ".2f", 2**-30), ratio(r.peak_bytes, eager.peak_bytes)]
+                cells += [fmt(r.peak_bytes, ".1f", 2**-20), ratio(r.peak_bytes, eager.peak_bytes)]
             cells.append(fmt(r.loss, ".5f"))
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -317,6 +317,9 @@ def parse_args(argv=None):
             p.error(f"unknown model {key!r}; choose from {sorted(WORKLOADS)}")
     if args.first_call_only and not (args.model and args.variant):
         p.error("--first-call-only needs --model and --variant")
+    if args.variant and not (args.variant in ("eager", "thunder", "torch.compile")
+                             or (args.variant.startswith("thunder[") and args.variant.endswith("]"))):
+        p.error(f"unknown variant {args.variant!r}; choose eager, thunder, thunder[EXECUTOR,...] or torch.compile")
     return args
 
 
