@@ -1,0 +1,52 @@
+"""Smoke tests of benchmarks/fusion.py: its whole path runs on tiny models (without torch.compile, which
+would take minutes), a variant naming an unknown executor is reported without stopping the others, and
+thunder's final loss is eager's."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))]
+
+
+def run_fusion(*args: str) -> str:
+    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "fusion.py"), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def table_rows(out: str) -> dict:
+    """{(first word of the model's label, variant): the row's cells} of the markdown table."""
+    rows = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and cells[0] != "model":
+            rows[cells[0].split()[0], cells[1]] = cells
+    return rows
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fusion_benchmark_smoke(device):
+    out = run_fusion("--device", device, "--gpu-model-scale", "tiny", "--no-compile", "--steps", "2", "--rounds", "1",
+                     "--models", "llama,gpt", "--thunder-executors", "no_such_executor;torch")
+    rows = table_rows(out)
+    assert "Unknown executor 'no_such_executor'" in out
+    for model in ("Llama", "GPT"):
+        assert rows[model, "thunder[no_such_executor]"][2] == "failed"
+        eager_loss = float(rows[model, "eager"][-1])
+        for variant in ("thunder", "thunder[torch]"):
+            cells = rows[model, variant]
+            assert float(cells[2]) > 0  # step ms
+            assert float(cells[-1]) == pytest.approx(eager_loss, abs=1e-4)  # same weights, data and dropout masks
+
+
+def test_fusion_benchmark_first_call_only():
+    out = run_fusion("--first-call-only", "--model", "llama", "--variant", "thunder[torch]", "--gpu-model-scale", "tiny")
+    label, seconds = out.strip().splitlines()[-1].split()
+    assert label == "first_call_s" and float(seconds) > 0
