@@ -81,6 +81,8 @@ class Layouts:
             return x
 
         margs, mkwargs = tree_map(to_meta, (args, kwargs))
+        if not any(isinstance(x, TensorProxy) for x in tree_leaves((args, kwargs))):
+            mkwargs = {**mkwargs, "device": "meta"}  # a factory (torch.rand(4, 4)): run for real, it would draw
         try:
             with torch._C.DisableTorchFunction():
                 out = fn(*margs, **mkwargs)

@@ -22,10 +22,11 @@ program already, and its regions are functional), so a call costs little more th
 [Note: random numbers in fused regions]
 Regions are compiled with inductor's ``fallback_random``: a random primitive draws with torch's own
 ``torch.rand``/``torch.randn`` kernels, in the trace's order (see thunder/executors/regions.py), so a
-fused program draws exactly what the unfused thunder program draws, deterministically for a seed. Both
-differ from eager for dropout: thunder draws ``uniform`` and compares (``prims.uniform`` then ``lt``),
-where eager CPU draws ``bernoulli_`` (and CUDA a fused dropout kernel). The mask is an output of the
-forward region and is saved for the backward, never recomputed, so the backward uses the forward's mask.
+fused program draws exactly what the unfused thunder program draws, deterministically for a seed. A random
+torch-level operation is never fused (``FusionExecutor._fusible``): its torch kernel draws otherwise than
+its decomposition (dropout's mask is ``bernoulli_``, ``torch.randint`` is not a floored uniform), so it runs
+whole, as in eager and in the unfused program, and only its consumers are fused. Dropout under a seed is
+then eager's bit for bit, and the backward uses the forward's mask (saved, never recomputed).
 """
 from __future__ import annotations
 

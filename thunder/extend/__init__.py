@@ -142,6 +142,8 @@ class FusionExecutor(Executor):
             return False
         if bsym.sym.executor is not None or not bsym.subsymbols:
             return self.can_fuse(bsym)
+        if Tag.RANDOM in bsym.sym.tags:  # its torch kernel (torch.randint, bernoulli_) draws other numbers than
+            return False  # its decomposition: run whole, it draws as eager and the unfused program do
         return all(self._fusible(s) for s in bsym.subsymbols)
 
     def fusion_pass(self, trace, claimed_first=()):

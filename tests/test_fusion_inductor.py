@@ -1,0 +1,331 @@
+"""The inductor executor (thunder/executors/inductorex.py): fused regions compiled by torch._inductor give eager's
+results within float tolerance, forward and backward, on an op suite and on the model suite; random draws as the
+unfused program; identical regions compiled once; the torch fallback; executor priorities; per-layout recompiles.
+
+Inductor compiles each distinct region with the C++ compiler (one to a few seconds each on two cores): the tests
+share the module-level executor (identical regions compile once per process) and reuse shapes and programs, to
+keep the whole file to about 60 distinct regions.
+"""
+from __future__ import annotations
+
+import copy
+import shutil
+import time
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import thunder
+import thunder.torch as ltorch
+from thunder.executors.inductorex import InductorExecutor
+from thunder.extend import OperatorExecutor
+
+from models import CNN, GPT, MLP, GPTBlock, GPTConfig, Llama, LlamaConfig
+
+requires_compiler = pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++")),
+                                       reason="inductor needs a C++ compiler (g++ or c++) on the CPU")
+FUSED = ["inductor", "torch"]
+
+
+def _fused_ops(trace) -> list:
+    """The primitives of each inductor region of ``trace``."""
+    return [[s.sym.name for s in b.subsymbols] for b in trace.bound_symbols
+            if isinstance(b.sym.executor, InductorExecutor)]
+
+
+def _tolerance(dtype) -> dict:
+    return {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}[dtype]
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. Numerics: an op suite, forward and backward
+# ---------------------------------------------------------------------------------------------
+
+
+def _unary(x):
+    p = x.abs() + 1
+    return (x.sin() + x.cos() * x.tanh() - x.sigmoid() + x.exp() * 0.1 + p.log() + p.sqrt() + p.rsqrt()
+            + p.reciprocal() + x.erf() + x.expm1() * 0.1 + x.atan() + p.log1p() + x.sinh() * 0.1 - (-x).abs())
+
+
+def _binary(x, y, b):
+    p = y.abs() + 0.5
+    m = torch.where(x > y, x * y, x - y)
+    return ((x + b) / p + p.pow(1.5) + x ** 2 + torch.maximum(x, y) - torch.minimum(x, b) + m + x.clamp(-0.5, 0.5)
+            + torch.atan2(x, p) + (x >= 0).to(x.dtype) * y + x.double().sin().to(x.dtype) + _integers(x).to(x.dtype))
+
+
+def _integers(x):
+    i = (x * 10).long()  # negative ones too: remainder and floor division round as torch's do
+    return (i % 7) * 3 - i // 3 + (torch.where(x > 0, i, -i) & 5)
+
+
+def _reductions(x):
+    return x.sum(-1), x.amax(-1), x.mean(0), x.var(-1), x.softmax(-1), F.log_softmax(x, 0), x.std(0, keepdim=True)
+
+
+def _norms(x, w, b):
+    ln = F.layer_norm(x, (8,), w, b)
+    rms = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+    return F.silu(ln), F.gelu(rms), F.gelu(x, approximate="tanh"), ln.tanh(), rms.sigmoid(), F.relu(x)
+
+
+def _views(x, y):
+    a = x.reshape(2, 16).t()
+    c = torch.cat([x, y * 2], dim=0)
+    return ((a * 2).sin(), c[1:5, ::2].exp(), x.transpose(0, 1).unsqueeze(0).expand(3, 8, 4).cos(), x.flip(0) + y,
+            x[:, 2:6] * y[:, :4], x.permute(1, 0).reshape(32).tanh())
+
+
+_OP_SUITE = {"unary": (_unary, [(4, 8)]), "binary": (_binary, [(4, 8), (4, 8), (8,)]),
+             "reductions": (_reductions, [(4, 8)]), "norms": (_norms, [(4, 8), (8,), (8,)]),
+             "views": (_views, [(4, 8), (4, 8)])}
+
+
+def _forward_backward(fn, args, cotangent_seed=0):
+    """``fn``'s outputs and the gradients of its inputs for random cotangents."""
+    args = [a.detach().clone().requires_grad_() for a in args]
+    outs = fn(*args)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    gen = torch.Generator().manual_seed(cotangent_seed)
+    cots = [torch.randn(o.shape, generator=gen).to(o.dtype) for o in outs]
+    grads = torch.autograd.grad(outs, args, cots)
+    return [o.detach() for o in outs], list(grads)
+
+
+# bfloat16 where rounding matters most (each region is one more compilation): casts, reductions, normalizations
+_OP_CASES = [(name, torch.float32) for name in _OP_SUITE] + [(name, torch.bfloat16) for name in
+                                                             ("binary", "reductions", "norms")]
+
+
+@requires_compiler
+@pytest.mark.parametrize("name, dtype", _OP_CASES, ids=lambda v: str(v).replace("torch.", ""))
+def test_op_suite_matches_eager(name, dtype):
+    fn, shapes = _OP_SUITE[name]
+    torch.manual_seed(0)
+    args = [torch.randn(s, dtype=dtype) for s in shapes]
+    jf = thunder.jit(fn, executors=FUSED)
+    outs, grads = _forward_backward(jf, args)
+    expected_outs, expected_grads = _forward_backward(fn, args)
+    torch.testing.assert_close(outs, expected_outs, **_tolerance(dtype))
+    torch.testing.assert_close(grads, expected_grads, **_tolerance(dtype))
+    assert _fused_ops(thunder.last_traces(jf)[-1]) and _fused_ops(thunder.last_backward_traces(jf)[-1])
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. Numerics: the model suite, one training step
+# ---------------------------------------------------------------------------------------------
+
+_MODEL_SUITE = {  # name: (model, inputs, whether the forward has regions (the MLP's ReLUs are one primitive each))
+    "mlp": (lambda: MLP(width=32, n_layers=3), lambda: (torch.randn(4, 32),), False),
+    "cnn": (lambda: CNN(3, 8, 10, image_size=16), lambda: (torch.randn(4, 3, 16, 16),), True),
+    "gpt": (lambda: GPT(GPTConfig()), lambda: (torch.randint(0, 96, (2, 12)),), True),  # dropout 0.1
+    "llama": (lambda: Llama(LlamaConfig()), lambda: (torch.randint(0, 96, (2, 12)),), True),
+}
+
+
+def _loss(out):
+    if isinstance(out, tuple):  # GPT: (logits, None)
+        out = out[0]
+    return (out * torch.randn(out.shape, generator=torch.Generator().manual_seed(1))).sum()
+
+
+def _train_step(model, inputs, seed=0):
+    """The loss, every parameter's gradient and every buffer after one step (dropout drawn under ``seed``)."""
+    torch.manual_seed(seed)
+    loss = _loss(model(*inputs))
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    return loss.detach(), grads, {n: b.clone() for n, b in model.named_buffers()}
+
+
+def _models(name):
+    """The model for eager, a copy for thunder with the torch executor and one for the inductor executor."""
+    make_model, make_inputs, _ = _MODEL_SUITE[name]
+    torch.manual_seed(0)
+    model = make_model()
+    inputs = make_inputs()
+    return model, copy.deepcopy(model), copy.deepcopy(model), inputs
+
+
+@requires_compiler
+@pytest.mark.parametrize("name", list(_MODEL_SUITE))
+def test_model_suite_matches_eager_and_the_torch_executor(name):
+    model, unfused, fused, inputs = _models(name)
+    expected = _train_step(model, inputs)
+    junfused = thunder.jit(unfused, executors=["torch"])
+    jfused = thunder.jit(fused, executors=FUSED)
+    unfused_result = _train_step(junfused, inputs)
+    fused_result = _train_step(jfused, inputs)
+    torch.testing.assert_close(unfused_result, expected, rtol=0, atol=0)  # the torch executor: bitwise
+    torch.testing.assert_close(fused_result, expected, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(fused_result, unfused_result, rtol=1e-4, atol=1e-5)
+    assert _fused_ops(thunder.last_backward_traces(jfused)[-1])
+    assert bool(_fused_ops(thunder.last_traces(jfused)[-1])) == _MODEL_SUITE[name][2]
+
+
+def _inplace(x, y):
+    v = x.view(4, 8)
+    x.add_(1)
+    z = (x * y).exp()
+    x.mul_(z.tanh())
+    return z + x, v * 2  # v sees both updates
+
+
+@requires_compiler
+def test_inplace_updates_of_inputs_match_eager():
+    x, y = torch.randn(32), torch.randn(32)
+    x_eager = x.clone()
+    jf = thunder.jit(_inplace, executors=FUSED)
+    for _ in range(2):
+        torch.testing.assert_close(jf(x, y), _inplace(x_eager, y))
+        torch.testing.assert_close(x, x_eager)
+    trace = thunder.last_traces(jf)[-1]
+    assert _fused_ops(trace) and any(b.sym.name == "copy_" for b in trace.bound_symbols)
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. A region inductor cannot compile runs with the torch executor
+# ---------------------------------------------------------------------------------------------
+
+
+class _FailingInductor(InductorExecutor):
+    def inductor_compile(self, gm, example_inputs):
+        raise RuntimeError("no compiler in this test")
+
+
+def test_a_region_inductor_cannot_compile_runs_with_the_torch_executor():
+    jf = thunder.jit(_unary, executors=[_FailingInductor("failing_inductor"), "torch"])
+    x = torch.randn(4, 8)
+    with pytest.warns(UserWarning, match=r"could not compile a fused region \(RuntimeError: no compiler in this "
+                                         r"test\); it runs with the torch executor instead"):
+        outs, grads = _forward_backward(jf, [x])
+    expected_outs, expected_grads = _forward_backward(_unary, [x])
+    torch.testing.assert_close(outs, expected_outs, rtol=0, atol=0)  # the torch executor's kernels: bitwise
+    torch.testing.assert_close(grads, expected_grads, rtol=0, atol=0)
+    assert _fused_ops(thunder.last_traces(jf)[-1]) and _fused_ops(thunder.last_backward_traces(jf)[-1])
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. Random numbers: dropout draws as the unfused program (and eager) draws
+# ---------------------------------------------------------------------------------------------
+
+
+def _dropout(x):
+    y = F.dropout((x * 2).sin(), 0.5, training=True)
+    return (y * 3).tanh()
+
+
+def _seeded(jf, x, seed):
+    torch.manual_seed(seed)
+    return _forward_backward(jf, [x])
+
+
+@requires_compiler
+def test_dropout_draws_as_unfused_and_the_backward_uses_the_forward_mask():
+    x = torch.randn(16, 16)
+    jfused, junfused = thunder.jit(_dropout, executors=FUSED), thunder.jit(_dropout, executors=["torch"])
+    fused = _seeded(jfused, x, 3)
+    torch.testing.assert_close(_seeded(jfused, x, 3), fused, rtol=0, atol=0)  # the same seed, the same numbers
+    torch.testing.assert_close(fused, _seeded(junfused, x, 3), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fused, _seeded(_dropout, x, 3), rtol=1e-5, atol=1e-5)
+    (out,), (grad,) = fused
+    dropped = out == 0
+    assert 0.3 < dropped.float().mean() < 0.7
+    assert torch.equal(grad == 0, dropped)  # the backward's mask is the forward's
+    assert not torch.equal(_seeded(jfused, x, 4)[0][0] == 0, dropped)
+    assert _fused_ops(thunder.last_traces(jfused)[-1]) and _fused_ops(thunder.last_backward_traces(jfused)[-1])
+
+
+@requires_compiler
+def test_gpt_with_dropout_is_deterministic_under_a_seed():
+    _, _, model, inputs = _models("gpt")  # the model suite's GPT (dropout 0.1): its regions are compiled already
+    jmodel = thunder.jit(model, executors=FUSED)
+    first = _train_step(jmodel, inputs, seed=5)
+    torch.testing.assert_close(_train_step(jmodel, inputs, seed=5), first, rtol=0, atol=0)
+    assert not torch.equal(_train_step(jmodel, inputs, seed=6)[0], first[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. Identical regions compile once
+# ---------------------------------------------------------------------------------------------
+
+
+def _first_step(n_layers):
+    """A fresh executor's compilations and regions, and the first call's time, for a stack of ``n_layers`` GPT
+    blocks (the model suite's GPT's blocks: the inductor's own cache may make their compilations quick)."""
+    ex = InductorExecutor(f"inductor_{n_layers}_layers")
+    torch.manual_seed(0)
+    stack = thunder.jit(nn.Sequential(*[GPTBlock(GPTConfig()) for _ in range(n_layers)]), executors=[ex, "torch"])
+    x = torch.randn(2, 12, 32, requires_grad=True)
+    start = time.perf_counter()
+    stack(x).sum().backward()
+    elapsed = time.perf_counter() - start
+    regions = _fused_ops(thunder.last_traces(stack)[-1]) + _fused_ops(thunder.last_backward_traces(stack)[-1])
+    return len(ex._compiled), len(regions), elapsed
+
+
+@requires_compiler
+def test_identical_blocks_compile_once():
+    compiled2, regions2, time2 = _first_step(2)
+    compiled6, regions6, time6 = _first_step(6)
+    assert compiled6 == compiled2 < regions2 < regions6
+    assert time6 < 2 * time2 + 1.0  # loose: four more layers to trace, nothing more to compile
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. Executor priorities, 8. progress, 9. per-layout recompilation
+# ---------------------------------------------------------------------------------------------
+
+
+def _softmax_program(x):
+    return ((x * 2).sin().softmax(-1) * 3).tanh()
+
+
+@requires_compiler
+def test_an_operator_executor_listed_first_keeps_its_op_out_of_regions():
+    softmax_ex = OperatorExecutor("fusion_test_softmax")
+    op = softmax_ex.register_operator("fusion_test_softmax", fn=lambda a, dim, *args, **kwargs: torch.softmax(a, dim))
+    softmax_ex.register_implementation(ltorch.softmax, op)
+    x = torch.randn(4, 8)
+    for executors, softmax_fused in (([softmax_ex, *FUSED], False), (FUSED, True)):
+        jf = thunder.jit(_softmax_program, executors=executors)
+        torch.testing.assert_close(jf(x), _softmax_program(x))
+        trace = thunder.last_traces(jf)[-1]
+        regions = _fused_ops(trace)
+        assert regions and any("amax" in r for r in regions) == softmax_fused
+        assert any(b.sym is op for b in trace.bound_symbols) != softmax_fused
+
+
+@requires_compiler
+def test_long_compilations_report_progress(capsys):
+    jf = thunder.jit(_reductions, executors=[InductorExecutor("inductor_progress", progress_after_s=0), "torch"])
+    jf(torch.randn(4, 8))
+    assert "thunder: inductor: compiled a region of" in capsys.readouterr().err
+
+
+def _after_transpose(x):
+    y = F.softshrink(x.t(), 0.1)  # the fallback keeps its input's layout: y is transposed at run time
+    return (y * 2).sin() + y
+
+
+def _region_only(x):
+    return (x * 2).sin() + x  # the region of _after_transpose
+
+
+@requires_compiler
+def test_region_inputs_laid_out_otherwise_are_compiled_for_their_layout():
+    ex = InductorExecutor("inductor_layouts")
+    jf = thunder.jit(_after_transpose, executors=[ex, "torch"])
+    x = torch.randn(4, 6)
+    torch.testing.assert_close(jf(x), _after_transpose(x))
+    jg = thunder.jit(_region_only, executors=[ex, "torch"])
+    for a in (torch.randn(6, 4), torch.randn(4, 6).t(), torch.randn(12, 4)[::2], torch.randn(6, 1).expand(6, 4),
+              torch.randn(30)[6:].view(6, 4)):
+        torch.testing.assert_close(jg(a), _region_only(a))
+    torch.testing.assert_close(jf(x), _after_transpose(x))
+    [compiled] = ex._compiled.values()  # one region, shared by both programs
+    assert set(compiled.by_layout) == {((4, 1),), ((1, 6),), ((8, 1),), ((1, 0),)}
