@@ -241,6 +241,25 @@ def test_dropout_draws_as_unfused_and_the_backward_uses_the_forward_mask():
 
 
 @requires_compiler
+def test_fused_random_draws_deterministically_and_the_backward_uses_the_forward_mask():
+    """``fuse_random=True``: dropout's mask is drawn inside the region (``prims.uniform`` and a comparison):
+    deterministic under a seed, another sample than eager's, and the backward reads the forward's mask."""
+    ex = InductorExecutor("inductor_fuse_random", fuse_random=True)
+    jf = thunder.jit(_dropout, executors=[ex, "torch"])
+    x = torch.randn(16, 16)
+    fused = _seeded(jf, x, 3)
+    assert "prims.uniform" in str(thunder.last_traces(jf)[-1])  # the draw is inside a fused region
+    assert "uniform" not in str(thunder.last_backward_traces(jf)[-1])  # never drawn again
+    torch.testing.assert_close(_seeded(jf, x, 3), fused, rtol=0, atol=0)
+    (out,), (grad,) = fused
+    dropped = out == 0
+    assert 0.3 < dropped.float().mean() < 0.7
+    assert torch.equal(grad == 0, dropped)
+    (eager_out,), _ = _seeded(_dropout, x, 3)
+    assert not torch.equal(eager_out == 0, dropped)  # another sample than eager's bernoulli_ (documented)
+
+
+@requires_compiler
 def test_gpt_with_dropout_is_deterministic_under_a_seed():
     _, _, model, inputs = _models("gpt")  # the model suite's GPT (dropout 0.1): its regions are compiled already
     jmodel = thunder.jit(model, executors=FUSED)

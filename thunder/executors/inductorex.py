@@ -20,13 +20,14 @@ program already, and its regions are functional), so a call costs little more th
 - Long compilations report progress on stderr (``progress_after_s``).
 
 [Note: random numbers in fused regions]
-Regions are compiled with inductor's ``fallback_random``: a random primitive draws with torch's own
-``torch.rand``/``torch.randn`` kernels, in the trace's order (see thunder/executors/regions.py), so a
-fused program draws exactly what the unfused thunder program draws, deterministically for a seed. A random
-torch-level operation is never fused (``FusionExecutor._fusible``): its torch kernel draws otherwise than
-its decomposition (dropout's mask is ``bernoulli_``, ``torch.randint`` is not a floored uniform), so it runs
-whole, as in eager and in the unfused program, and only its consumers are fused. Dropout under a seed is
-then eager's bit for bit, and the backward uses the forward's mask (saved, never recomputed).
+A random torch operation (dropout's mask, ``torch.rand``, ``randint``) is not fused by default: it runs
+whole with its torch kernel, drawing exactly eager's numbers under a seed, and only its consumers are fused.
+With ``fuse_random=True`` it is fused through its decomposition (``prims.uniform`` and a comparison for
+dropout's mask), compiled with inductor's ``fallback_random`` so the draw itself is ``torch.rand``, in the
+trace's order of random operations (thunder/executors/regions.py): deterministic for a seed, but other
+numbers than eager's ``bernoulli_`` (CPU) or fused dropout kernel (CUDA) draw. Either way the mask is an
+output of the forward saved for the backward, never drawn again (rematerialization never recomputes a
+random value).
 """
 from __future__ import annotations
 
@@ -74,8 +75,10 @@ class InductorExecutor(FusionExecutor):
     fusion_name = "InductorFusion"
     rematerialize = True
 
-    def __init__(self, name: str = "inductor", *, progress_after_s: float = 5.0, device_types=("cpu", "cuda")):
+    def __init__(self, name: str = "inductor", *, progress_after_s: float = 5.0, device_types=("cpu", "cuda"),
+                 fuse_random: bool = False):
         super().__init__(name)
+        self.fuse_random = fuse_random
         self.progress_after_s = progress_after_s
         self.device_types = frozenset(device_types)
         self._compiled: dict = {}  # region signature -> _Compiled

@@ -60,6 +60,8 @@ class NvFuserExecutor(FusionExecutor):
     the tests, which run it with a stub ``nvfuser`` computing with torch)."""
 
     fusion_name = "nvFusion"
+    fuse_random = True  # dropout's mask is drawn inside the fusion, as in the MNIST example's trace
+    rematerialize = True
 
     def __init__(self, name: str = "nvfuser", *, device_types=("cuda",)):
         super().__init__(name)

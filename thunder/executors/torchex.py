@@ -307,8 +307,9 @@ def dropout_mask(a, p, for_inplace=False):
     On CPU eager draws ``bernoulli_(1 - p)`` into a tensor like the input and divides it by
     ``1 - p``; on CUDA it runs the fused ``native_dropout`` kernel, except for in-place dropout
     (``for_inplace``: ``F.dropout(inplace=True)``, ``torch.dropout_``), which draws as on CPU.
-    A fusion executor that takes dropout instead draws from its own generator: the mask then
-    differs from eager's for the same seed, while the backward still uses exactly the forward's mask.
+    A fusion executor that fuses random operations (``fuse_random``) draws the mask through dropout's
+    decomposition instead: it then differs from eager's for the same seed, while the backward still uses
+    exactly the forward's mask.
     """
     if a.device.type == "cuda" and not for_inplace:
         return torch.native_dropout(torch.ones_like(a), p, True)[0]

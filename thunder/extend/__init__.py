@@ -114,6 +114,9 @@ class FusionExecutor(Executor):
     fusion_name = "Fusion"
     min_prims = 2  # a region of fewer primitives is left to the operator executors
     rematerialize = False  # recompute cheap forward values in the backward (thunder/transforms/rematerialization.py)
+    # Fuse random torch operations (dropout's mask, torch.rand) through their decompositions, which draw
+    # other numbers than their torch kernels (eager's); otherwise they run whole and only their consumers fuse.
+    fuse_random = False
 
     def can_fuse(self, bsym: BoundSymbol) -> bool:
         raise NotImplementedError
@@ -142,8 +145,8 @@ class FusionExecutor(Executor):
             return False
         if bsym.sym.executor is not None or not bsym.subsymbols:
             return self.can_fuse(bsym)
-        if Tag.RANDOM in bsym.sym.tags:  # its torch kernel (torch.randint, bernoulli_) draws other numbers than
-            return False  # its decomposition: run whole, it draws as eager and the unfused program do
+        if Tag.RANDOM in bsym.sym.tags and not self.fuse_random:  # its torch kernel (torch.randint, bernoulli_)
+            return False  # draws other numbers than its decomposition: run whole, it draws as eager does
         return all(self._fusible(s) for s in bsym.subsymbols)
 
     def fusion_pass(self, trace, claimed_first=()):
