@@ -4,11 +4,13 @@
 The nodes are a trace's top-level bound symbols; an edge runs from the producer of a value to each of its
 consumers. Nodes are visited in trace order and each fusible node joins a group (a future region) or starts
 one. Merging must not create a cycle between groups: a node may not join a group it reaches through a node
-outside that group (the group would need its own output before it could run). Two bit sets per node find
-this in one pass: each node and each group keeps the groups it depends on (up to the first group on each
-path), and a node may join a group unless that group is upstream of one of its producers other than the
-group itself (found by closing over the groups' dependencies, which grow as members join). A node prefers the group of one of its producers (vertical fusion); without one it joins
-the most recent group it is independent of (horizontal fusion).
+outside that group (the group would need its own output before it could run). Each node and each group
+keeps the groups it depends on, up to the first group on each path; a group runs after everything any of
+its members needs, so its dependencies grow as members join, and a node's upstream groups are found by
+closing over the groups' dependencies at the time it is visited. A node may join a group unless that group
+is upstream of one of its producers (other than the group's own members). It prefers the group of one of
+its producers (vertical fusion); without one it joins the most recent group it is independent of
+(horizontal fusion).
 
 Barriers (statements, side effects, collectives) keep their place: no group spans one, and the trace is
 scheduled one barrier-delimited segment at a time. Random operations keep their relative order (an extra
