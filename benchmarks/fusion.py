@@ -67,6 +67,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 import thunder  # noqa: E402
+import thunder.executors.inductorex  # noqa: E402
 from benchmarks.bench_models import WORKLOADS, Workload  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -166,6 +167,9 @@ def prepare(base, batch, variant: str, device) -> Prepared:
     step()
     sync(device)
     first = time.perf_counter() - t0
+    if variant.startswith("thunder"):
+        # executors that compile in the background ("inductor_background") run fused from here on
+        thunder.executors.inductorex.wait_for_compilation()
     peak = peak_bytes(step, model, opt, device) if device.type == "cuda" else None
     if peak is None:
         step()

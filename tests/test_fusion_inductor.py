@@ -348,3 +348,23 @@ def test_region_inputs_laid_out_otherwise_are_compiled_for_their_layout():
     torch.testing.assert_close(jf(x), _after_transpose(x))
     [compiled] = ex._compiled.values()  # one region, shared by both programs
     assert set(compiled.by_layout) == {((4, 1),), ((1, 6),), ((8, 1),), ((1, 0),)}
+
+
+# ---------------------------------------------------------------------------------------------
+# 10. Background compilation: torch kernels first, compiled kernels once ready
+# ---------------------------------------------------------------------------------------------
+
+
+@requires_compiler
+def test_background_compilation_runs_unfused_until_ready_then_fused():
+    from thunder.executors.inductorex import wait_for_compilation
+
+    ex = InductorExecutor("inductor_background_test", background=True)
+    x = torch.randn(16, 16)
+    jf = thunder.jit(_dropout, executors=[ex, "torch"])
+    first = _seeded(jf, x, 3)  # runs at once, with the torch executor where regions are not compiled yet
+    torch.testing.assert_close(first, _seeded(_dropout, x, 3), rtol=1e-5, atol=1e-5)
+    wait_for_compilation()
+    regions = list(ex._compiled.values())
+    assert regions and all(r.fn is not r._torch_boxed and r.failed is None for r in regions)
+    torch.testing.assert_close(_seeded(jf, x, 3), first, rtol=1e-5, atol=1e-5)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import queue
+import threading
 import time
 
 import torch
@@ -10,6 +12,7 @@ import torch
 from thunder.core.proxies import Proxy, TensorProxy
 
 _PENDING: list = []  # (the scope of a generated module whose kernels are compiling, the CompiledRegion)
+_LOCK = threading.RLock()  # one inductor compilation at a time: tracing and the deferred waits use global state
 
 
 def region_signature(region) -> tuple:
@@ -72,6 +75,44 @@ def resolve_pending():
         print(f"thunder: inductor: waited {elapsed:.1f} s for the kernels of {count} regions", file=sys.stderr)
 
 
+class _BackgroundCompiler:
+    """A daemon thread compiling the regions of executors with ``background=True``, one at a time; once the
+    queue is empty it waits for their kernels and switches the regions over from the torch executor."""
+
+    def __init__(self):
+        self.queue: queue.Queue = queue.Queue()
+        self.thread: threading.Thread | None = None
+
+    def submit(self, region: "CompiledRegion"):
+        if self.thread is None or not self.thread.is_alive():
+            self.thread = threading.Thread(target=self._run, name="thunder-inductor", daemon=True)
+            self.thread.start()
+        self.queue.put(region)
+
+    def _run(self):
+        compiled = []
+        while True:
+            region = self.queue.get()
+            try:
+                with _LOCK:
+                    region.compile_contiguous()
+                compiled.append(region)
+                if self.queue.empty():
+                    with _LOCK:
+                        resolve_pending()
+                    for r in compiled:
+                        r.activate()
+                    compiled = []
+            finally:
+                self.queue.task_done()
+
+    def wait(self):
+        self.queue.join()
+
+
+BACKGROUND = _BackgroundCompiler()
+
+
 def _contiguous_strides(shape) -> tuple:
     strides, acc = [], 1
     for s in reversed(shape):
@@ -83,7 +124,7 @@ def _contiguous_strides(shape) -> tuple:
 class CompiledRegion:
     """A region's inductor-compiled function, per input layout, with the torch executor's as the fallback."""
 
-    def __init__(self, region, executor):
+    def __init__(self, region, executor, background: bool = False):
         from thunder.executors.passes import transform_for_execution
         from thunder.executors.torchex import ex as torch_ex
 
@@ -92,9 +133,22 @@ class CompiledRegion:
         self.torch_fn = transform_for_execution(region, (torch_ex,)).python_callable()
         self.by_layout: dict = {}
         self.failed = None
-        self.fn = self._first_call
-        contiguous = tuple(_contiguous_strides(p.shape) for p in region.params)
-        self.by_layout[contiguous] = self._compile(contiguous)
+        self.contiguous = tuple(_contiguous_strides(p.shape) for p in region.params)
+        if background:  # the torch executor runs the region until the compiled one is ready
+            self.fn = self._torch_boxed
+            BACKGROUND.submit(self)
+        else:
+            self.fn = self._first_call
+            with _LOCK:
+                self.compile_contiguous()
+
+    def compile_contiguous(self):
+        self.by_layout[self.contiguous] = self._compile(self.contiguous)
+
+    def activate(self):
+        """Runs the compiled function from now on (background compilation)."""
+        if self.failed is None:
+            self.fn = self.by_layout[self.contiguous]
 
     def _compile(self, strides):
         """A function of the list of inputs: the compiled graph's (the torch executor's if compiling failed)."""
@@ -133,7 +187,8 @@ class CompiledRegion:
             self.fn = self._torch_boxed
 
     def _first_call(self, args):
-        resolve_pending()
+        with _LOCK:
+            resolve_pending()
         self.fn = next(iter(self.by_layout.values())) if self.failed is None else self._torch_boxed
         return self.fn(args)
 
@@ -141,8 +196,9 @@ class CompiledRegion:
         key = tuple(a.stride() for a in args)
         fn = self.by_layout.get(key)
         if fn is None:
-            fn = self.by_layout[key] = self._compile(key)
-            resolve_pending()
+            with _LOCK:
+                fn = self.by_layout[key] = self._compile(key)
+                resolve_pending()
         return fn(args)
 
     def call(self, args):

@@ -19,6 +19,17 @@ program already, and its regions are functional), so a call costs little more th
 - A region inductor cannot compile runs with the torch executor instead, with a warning.
 - Long compilations report progress on stderr (``progress_after_s``).
 
+[Note: background compilation]
+An executor made with ``background=True`` ("inductor_background") does not wait for inductor: its regions
+run with the torch executor (the same primitives, one kernel each) while a daemon thread compiles them one
+at a time, and switch to the compiled kernels once all queued regions are ready
+(``wait_for_compilation()`` waits for that). The first call then costs about what the torch executor's
+does, and the steady state is the same as compiling up front. The price: the first steps run unfused,
+so their numbers are the unfused program's (equal within float tolerance, not bitwise), and on a small
+machine the compilation competes with training for the cores. Inductor's tracing state is global: thunder
+compiles one region at a time (a lock), and a ``torch.compile`` the program runs in another thread at the
+same moment is not protected from it.
+
 [Note: random numbers in fused regions]
 A random torch operation (dropout's mask, ``torch.rand``, ``randint``) is not fused by default: it runs
 whole with its torch kernel, drawing exactly eager's numbers under a seed, and only its consumers are fused.
@@ -76,9 +87,10 @@ class InductorExecutor(FusionExecutor):
     rematerialize = True
 
     def __init__(self, name: str = "inductor", *, progress_after_s: float = 5.0, device_types=("cpu", "cuda"),
-                 fuse_random: bool = False):
+                 fuse_random: bool = False, background: bool = False):
         super().__init__(name)
         self.fuse_random = fuse_random
+        self.background = background
         self.progress_after_s = progress_after_s
         self.device_types = frozenset(device_types)
         self._compiled: dict = {}  # region signature -> _Compiled
@@ -102,7 +114,7 @@ class InductorExecutor(FusionExecutor):
         key = region_signature(region)
         compiled = self._compiled.get(key)
         if compiled is None:
-            compiled = self._compiled[key] = CompiledRegion(region, self)
+            compiled = self._compiled[key] = CompiledRegion(region, self, background=self.background)
             self._progress.compiled(len(region.bound_symbols) - 1)
         else:
             self._progress.reused()
@@ -138,6 +150,13 @@ class _Progress:
         self.shared += 1
 
 
+def wait_for_compilation():
+    """Returns once every region queued for background compilation runs its compiled kernels."""
+    from thunder.executors.inductor_compile import BACKGROUND
+
+    BACKGROUND.wait()
+
+
 def warn_fallback(name: str, error: BaseException):
     warnings.warn(f"thunder: the inductor executor could not compile a fused region ({type(error).__name__}: {error}); "
                   f"it runs with the torch executor instead", stacklevel=3)
@@ -148,5 +167,8 @@ def warn_fallback(name: str, error: BaseException):
 # training steps faster, while on CPU the step gains little against compile times of seconds (BENCHMARKS.md).
 ex = InductorExecutor()
 register_executor(ex)
+# "inductor_background" compiles in a background thread: see [Note: background compilation].
+background_ex = InductorExecutor("inductor_background", background=True)
+register_executor(background_ex)
 cuda_ex = InductorExecutor("inductor_cuda", device_types=("cuda",))
 register_executor(cuda_ex, default=torch.cuda.is_available(), priority=0)
