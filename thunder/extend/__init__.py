@@ -133,10 +133,11 @@ class FusionExecutor(Executor):
 
     def recomputable(self, bsym, claimed_first=()) -> bool:
         """Whether the backward may recompute ``bsym`` (when ``rematerialize``): what this executor fuses, but
-        reductions, which cost more to recompute than elementwise work."""
+        reductions and opaque kernels (torch's backward kernels, nll_loss), which cost more to recompute than
+        elementwise work."""
         claimed_first = tuple(ex for ex in claimed_first if isinstance(ex, OperatorExecutor))
-        return self._fusible(bsym, claimed_first) and not any(
-            p.sym.name in _REDUCTIONS for p in _leaf_prims(bsym, self))
+        return self._fusible(bsym, claimed_first) and all(
+            p.sym.module == "prims" and p.sym.name not in _REDUCTIONS for p in _leaf_prims(bsym, self))
 
     def _fusible(self, bsym, claimed_first=()) -> bool:
         if bsym.sym in STATEMENTS or self.is_barrier(bsym):

@@ -69,8 +69,9 @@ def choose_recomputed(fwd, bwd, cheap: Callable) -> set:
             continue
         values[v.name] = v
         b = producers.get(v.name)
-        graph.add((v.name, "in"), (v.name, "out"), 0 if v.name in inputs else _nbytes(v))
-        if b is None or not recomputable(b):
+        cheap_producer = b is not None and recomputable(b)
+        graph.add((v.name, "in"), (v.name, "out"), _save_cost(v, v.name in inputs, cheap_producer))
+        if not cheap_producer:
             graph.add(_SOURCE, (v.name, "in"), _INF)
             continue
         for a in b.flat_args:
@@ -82,6 +83,17 @@ def choose_recomputed(fwd, bwd, cheap: Callable) -> set:
     source_side = graph.min_cut_source_side()
     saved = {n for n in values if (n, "in") in source_side and (n, "out") not in source_side}
     return {n for n in values if n not in saved and n in producers and recomputable(producers[n])}
+
+
+def _save_cost(v: TensorProxy, is_input: bool, cheap_producer: bool) -> int:
+    """Saving a forward input costs nothing (it is held anyway); saving a value a fused region computes costs a
+    little more than its bytes (the region must also write it out), so at equal bytes the cut saves what a
+    matmul or a reduction produced and recomputes the elementwise work after it (a loss saves the logits and
+    the log-sum-exp rather than the log-probabilities)."""
+    if is_input:
+        return 0
+    n = _nbytes(v)
+    return n + n // 64 if cheap_producer else n
 
 
 class _FlowGraph:
