@@ -113,6 +113,27 @@ class _BackgroundCompiler:
 BACKGROUND = _BackgroundCompiler()
 
 
+def _isa_settings(region) -> dict:
+    """Inductor settings that skip its CPU vector-instruction probe when ATen's own run-time detection answers it.
+
+    Before its first CPU kernel inductor builds and loads a test program per candidate instruction set (about
+    9 s on a small machine, once per process). ATen has checked the CPU and the operating system already
+    (``torch.backends.cpu.get_cpu_capability()``): where it reports AVX512, or AVX2 on a CPU without AVX512,
+    and the CPU has no AMX (which needs the operating system's permission, the probe's real use), inductor is
+    told the candidates the CPU lists are usable. Its choice is then the one the probe would make."""
+    if not any(p.device.type == "cpu" for p in region.params):
+        return {}
+    from torch._inductor.cpu_vec_isa import x86_isa_checker
+    import platform
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return {}
+    flags = set(x86_isa_checker())
+    capability = torch.backends.cpu.get_cpu_capability()
+    trusted = (capability == "AVX512" and "amx_tile" not in flags) or (capability == "AVX2" and "avx512" not in flags)
+    return {"cpp.vec_isa_ok": True} if trusted else {}
+
+
 def _contiguous_strides(shape) -> tuple:
     strides, acc = [], 1
     for s in reversed(shape):
@@ -164,7 +185,7 @@ class CompiledRegion:
                 fakes = [torch.empty_strided(tuple(p.shape), st, dtype=p.dtype, device=p.device)
                          for p, st in zip(self.region.params, strides)]
             # fallback_random: see [Note: random numbers in fused regions]
-            with inductor_config.patch(fallback_random=True):
+            with inductor_config.patch(fallback_random=True, **_isa_settings(self.region)):
                 with mode:
                     gm = make_fx(self.torch_fn, decomposition_table=select_decomp_table())(*fakes)
                 with _deferred_kernel_waits(self):
