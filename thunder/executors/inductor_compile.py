@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import queue
 import threading
 import time
@@ -114,6 +115,11 @@ BACKGROUND = _BackgroundCompiler()
 
 
 def _isa_settings(region) -> dict:
+    return _cpu_isa_settings() if any(p.device.type == "cpu" for p in region.params) else {}
+
+
+@functools.cache
+def _cpu_isa_settings() -> dict:
     """Inductor settings that skip its CPU vector-instruction probe when ATen's own run-time detection answers it.
 
     Before its first CPU kernel inductor builds and loads a test program per candidate instruction set (about
@@ -121,8 +127,6 @@ def _isa_settings(region) -> dict:
     (``torch.backends.cpu.get_cpu_capability()``): where it reports AVX512, or AVX2 on a CPU without AVX512,
     and the CPU has no AMX (which needs the operating system's permission, the probe's real use), inductor is
     told the candidates the CPU lists are usable. Its choice is then the one the probe would make."""
-    if not any(p.device.type == "cpu" for p in region.params):
-        return {}
     from torch._inductor.cpu_vec_isa import x86_isa_checker
     import platform
 
@@ -189,10 +193,25 @@ class CompiledRegion:
                 with mode:
                     gm = make_fx(self.torch_fn, decomposition_table=select_decomp_table())(*fakes)
                 with _deferred_kernel_waits(self):
-                    return _FirstCall(self.executor.inductor_compile(gm, fakes))
+                    return self._through_call_once(self.executor.inductor_compile(gm, fakes), strides)
         except Exception as e:  # inductor's errors have no common base class
             self.fall_back(e)
             return self._torch_boxed
+
+    def _through_call_once(self, compiled, strides):
+        """Inductor's compiled graph: through its ``__call__`` once (which finishes autotuning and caching), then
+        straight to the generated function, which replaces this one wherever it is held."""
+
+        def first(args):
+            out = compiled(args)
+            direct = compiled.current_callable
+            if self.by_layout.get(strides) is first:
+                self.by_layout[strides] = direct
+            if self.fn is first:
+                self.fn = direct
+            return out
+
+        return first
 
     def _torch_boxed(self, args):
         return self.torch_fn(*args)
@@ -242,22 +261,3 @@ class CompiledRegion:
             return call(args)
 
         return run
-
-
-class _FirstCall:
-    """Inductor's compiled graph: through its ``__call__`` once (which finishes autotuning and caching), then
-    straight to the generated function."""
-
-    __slots__ = ("compiled", "call")
-
-    def __init__(self, compiled):
-        self.compiled = compiled
-        self.call = self._first
-
-    def _first(self, args):
-        out = self.compiled(args)
-        self.call = self.compiled.current_callable
-        return out
-
-    def __call__(self, args):
-        return self.call(args)
