@@ -193,7 +193,7 @@ def test_inplace_updates_of_inputs_match_eager():
 
 
 class _FailingInductor(InductorExecutor):
-    def inductor_compile(self, gm, example_inputs):
+    def inductor_compile(self, gm, example_inputs, donated=()):
         raise RuntimeError("no compiler in this test")
 
 
@@ -346,8 +346,11 @@ def test_region_inputs_laid_out_otherwise_are_compiled_for_their_layout():
               torch.randn(30)[6:].view(6, 4)):
         torch.testing.assert_close(jg(a), _region_only(a))
     torch.testing.assert_close(jf(x), _after_transpose(x))
-    [compiled] = ex._compiled.values()  # one region, shared by both programs
-    assert set(compiled.by_layout) == {((4, 1),), ((1, 6),), ((8, 1),), ((1, 0),)}
+    # one region in both programs, compiled apart: in jf its input dies in it and its memory may be reused
+    by_donation = {c.donate: c for c in ex._compiled.values()}
+    assert set(by_donation) == {(), ((0, False),)}
+    assert set(by_donation[()].by_layout) == {((4, 1),), ((1, 6),), ((8, 1),), ((1, 0),)}
+    assert set(by_donation[((0, False),)].by_layout) == {((4, 1),), ((1, 6),)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -368,3 +371,171 @@ def test_background_compilation_runs_unfused_until_ready_then_fused():
     regions = list(ex._compiled.values())
     assert regions and all(r.fn is not r._torch_boxed and r.failed is None for r in regions)
     torch.testing.assert_close(_seeded(jf, x, 3), first, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# 11. Losses: cross-entropy's fused forward and backward (the scatter of its gradient is a select)
+# ---------------------------------------------------------------------------------------------
+
+_CE_CASES = {"mean": {}, "ignored": {"ignore_index": 3}, "smoothed_sum": {"label_smoothing": 0.1, "reduction": "sum"},
+             "weighted": {"weighted": True}, "none": {"reduction": "none"}}
+
+
+@requires_compiler
+@pytest.mark.parametrize("case", list(_CE_CASES))
+def test_cross_entropy_matches_eager(case):
+    kwargs = dict(_CE_CASES[case])
+    weighted = kwargs.pop("weighted", False)
+
+    def f(h, w, t, cw):
+        return F.cross_entropy(h @ w.t(), t, weight=cw if weighted else None, **kwargs)
+
+    torch.manual_seed(0)
+    h, w, cw = torch.randn(16, 8), torch.randn(256, 8), torch.rand(256)
+    t = torch.randint(0, 256, (16,))
+    t[::5] = kwargs.get("ignore_index", -100)  # ignored targets
+    jf = thunder.jit(f, executors=FUSED)
+    (out,), grads = _forward_backward(lambda h, w: jf(h, w, t, cw), [h, w])
+    (expected,), expected_grads = _forward_backward(lambda h, w: f(h, w, t, cw), [h, w])
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(grads, expected_grads, rtol=1e-4, atol=1e-5)  # sums of 256 terms, reordered
+    assert _fused_ops(thunder.last_backward_traces(jf)[-1])
+
+
+# ---------------------------------------------------------------------------------------------
+# 12. Memory: outputs only matmuls read are written contiguous; inputs that die in a region lend it their memory
+# ---------------------------------------------------------------------------------------------
+
+
+def _attention_of_one_projection(x, w):
+    B, T, C = x.shape
+    q, k, v = (x @ w).view(B, T, 3, 2, C // 2).permute(2, 0, 3, 1, 4)
+    q, k = q.sin(), k.cos()  # unfused, laid out as the projection: matmul would copy them
+    return torch.softmax(q @ k.transpose(-2, -1), -1) @ v
+
+
+def _copies(fn, *args) -> list:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        fn(*args)
+    return [e.input_shapes for e in prof.events() if e.name in ("aten::copy_", "aten::clone")
+            and e.input_shapes and len(e.input_shapes[0]) >= 3]
+
+
+@requires_compiler
+def test_outputs_only_matmuls_read_are_written_contiguous():
+    x, w = torch.randn(2, 8, 16), torch.randn(16, 48)
+    jf, junfused = thunder.jit(_attention_of_one_projection, executors=FUSED), thunder.jit(
+        _attention_of_one_projection, executors=["torch"])
+    expected = _attention_of_one_projection(x, w)
+    torch.testing.assert_close(jf(x, w), expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(junfused(x, w), expected, rtol=0, atol=0)
+    assert _copies(junfused, x, w), "the unfused program copies q, k and v for its matmuls"
+    assert _copies(jf, x, w) == []
+
+
+def _permuted(x):
+    return (x * 2).sin().permute(2, 0, 1), (x + 1).transpose(0, 1)
+
+
+@requires_compiler
+def test_outputs_the_program_sees_keep_eager_layouts():
+    x = torch.randn(3, 4, 5)
+    jf = thunder.jit(_permuted, executors=FUSED)
+    for out, expected in zip(jf(x), _permuted(x)):
+        torch.testing.assert_close(out, expected)
+        assert out.stride() == expected.stride()
+
+
+def _lm_loss(h, w, t):
+    return F.cross_entropy(h @ w.t(), t)
+
+
+def _lm_batch():
+    torch.manual_seed(0)
+    return torch.randn(32, 16, requires_grad=True), torch.randn(512, 16, requires_grad=True), torch.randint(0, 512, (32,))
+
+
+def _grads_of(loss_fn, h, w, t, **backward_kwargs):
+    h.grad = w.grad = None
+    loss = loss_fn(h, w, t)
+    loss.backward(**backward_kwargs)
+    return loss.detach(), h.grad.clone(), w.grad.clone()
+
+
+@requires_compiler
+def test_a_loss_gradient_reuses_the_memory_of_the_saved_logits():
+    ex = InductorExecutor("inductor_reuse")
+    jf = thunder.jit(_lm_loss, executors=[ex, "torch"])
+    h, w, t = _lm_batch()
+    expected = _grads_of(_lm_loss, h, w, t)
+    for _ in range(2):
+        torch.testing.assert_close(_grads_of(jf, h, w, t), expected, rtol=1e-5, atol=1e-6)
+    received = [c for c in ex._compiled.values() if any(r for _, r in c.donate)]
+    assert received, "the backward's loss region may reuse the logits' memory"
+    assert all(not c.plain_by_layout for c in ex._compiled.values()), "every call reused the memory"
+
+
+@requires_compiler
+def test_with_retain_graph_saved_values_are_not_reused():
+    ex = InductorExecutor("inductor_retain")
+    jf = thunder.jit(_lm_loss, executors=[ex, "torch"])
+    h, w, t = _lm_batch()
+    expected = _grads_of(_lm_loss, h, w, t)
+    h.grad = w.grad = None
+    loss = jf(h, w, t)
+    loss.backward(retain_graph=True)
+    first = (h.grad.clone(), w.grad.clone())
+    h.grad = w.grad = None
+    loss.backward()  # the saved logits must be intact
+    torch.testing.assert_close((loss.detach(), *first), expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close((h.grad, w.grad), first, rtol=0, atol=0)
+    assert any(c.plain_by_layout for c in ex._compiled.values() if any(r for _, r in c.donate))
+
+
+def _loss_and_logits(h, w, t):
+    logits = h @ w.t()
+    return F.cross_entropy(logits, t), logits
+
+
+@requires_compiler
+def test_saved_values_the_program_returns_are_not_reused():
+    jf = thunder.jit(_loss_and_logits, executors=FUSED)
+    h, w, t = _lm_batch()
+    loss, logits = jf(h, w, t)
+    kept = logits.detach().clone()
+    loss.backward()
+    torch.testing.assert_close(logits.detach(), kept, rtol=0, atol=0)
+    torch.testing.assert_close(logits, h @ w.t())
+
+
+def _exp_of_product(a, b, m):
+    return ((a @ b) - m).exp() * 2  # a @ b: made by the program, dies in the region
+
+
+@requires_compiler
+def test_a_region_reuses_an_input_only_when_nothing_else_can_see_it():
+    ex = InductorExecutor("inductor_reuse_checks")
+    a, b, m = torch.randn(8, 8), torch.randn(8, 8), torch.randn(8, 1)
+    jf = thunder.jit(_exp_of_product, executors=[ex, "torch"])
+    torch.testing.assert_close(jf(a, b, m), _exp_of_product(a, b, m))
+    [region] = ex._compiled.values()
+    [(at, received)] = region.donate  # the product, made by the program
+    assert not received and tuple(region.region.params[at].shape) == (8, 8)
+
+    def as_a_trace_calls(make_input, keep=False):
+        product = make_input()  # the trace's variable: with keep, also held elsewhere
+        held = {"reference": [product], "view": [product[0]], "detached": [product.detach()]}.get(keep, [])
+        before = product.clone()
+        (out,) = region.call((product, m) if at == 0 else (m, product))
+        torch.testing.assert_close(out, ((before - m).exp() * 2))
+        return out.untyped_storage().data_ptr() == product.untyped_storage().data_ptr(), torch.equal(product, before), held
+
+    reused, _, _ = as_a_trace_calls(lambda: a @ b)
+    assert reused
+    for keep in ("reference", "view", "detached"):  # held elsewhere too, seen through a view, sharing its memory
+        reused, intact, _ = as_a_trace_calls(lambda: a @ b, keep=keep)
+        assert not reused and intact, keep
+    reused, intact, _ = as_a_trace_calls(lambda: (a @ b).t().t())  # a view: its base shares the memory
+    assert not reused and intact

@@ -163,3 +163,96 @@ def test_recomputation_is_placed_before_first_use():
     matmuls = [i for i, n in enumerate(names) if "matmul" in n]
     # fused regions interleave with the layers' matmuls (a recomputation per layer), not all up front
     assert fusions and matmuls and fusions[-1] > matmuls[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# What the cut saves: composites seen through, values written anyway, the fewest recomputations
+# ---------------------------------------------------------------------------------------------
+
+
+def _saved_names(jf) -> set:
+    """Names of the tensors the forward trace saves for the backward."""
+    ret = thunder.last_traces(jf)[-1].bound_symbols[-1]
+    saved_tensors = ret.args[0][1][0]
+    return {t.name for t in saved_tensors}
+
+
+def _producers(trace) -> dict:
+    """Name -> the name of the symbol producing it, looking inside fused regions."""
+    out = {}
+    for b in trace.bound_symbols:
+        for s in (b.subsymbols if b.sym.name.startswith("toyFusion") else ()) or (b,):
+            for o in s.flat_outs:
+                out[o.name] = s.sym.name
+    return out
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"ignore_index": 3}, {"label_smoothing": 0.1}, {"reduction": "sum"}],
+                         ids=lambda k: ",".join(k) or "mean")
+def test_a_loss_saves_the_logits_and_row_statistics_not_the_log_probabilities(kwargs):
+    """log_softmax is a composite with reductions: seen through its primitives, the cut saves the logits (which
+    the matmul writes anyway) and two per-row values instead of the [N, V] log-probabilities (which the fused
+    region would have to write out: 1/64 more, by the cut's count, outweighing the two rows from V = 128 on)."""
+
+    def f(h, w, t):
+        return F.cross_entropy(h @ w.t(), t, **kwargs)
+
+    torch.manual_seed(0)
+    h, w = torch.randn(16, 8, requires_grad=True), torch.randn(256, 8, requires_grad=True)  # a vocabulary of 256
+    t = torch.randint(0, 256, (16,))
+    t[::5] = 3  # the ignored class, where ignore_index=3
+    jf = thunder.jit(f, executors=[ToyFusion(True), "torch"])
+    loss = jf(h, w, t)
+    loss.backward()
+    grads = (h.grad.clone(), w.grad.clone())
+    h.grad = w.grad = None
+    ref = f(h, w, t)
+    ref.backward()
+    torch.testing.assert_close(loss, ref)
+    torch.testing.assert_close(grads, (h.grad, w.grad))
+    fwd = thunder.last_traces(jf)[-1]
+    producers = _producers(fwd)
+    shapes = {o.name: tuple(o.shape) for b in fwd.bound_symbols for o in b.flat_outs if hasattr(o, "shape")}
+    full = [n for n in _saved_names(jf) if shapes.get(n) == (16, 256)]
+    assert [producers[n] for n in full] == ["torch.matmul"], (full, producers)
+
+
+def test_values_written_anyway_are_saved_rather_than_recomputed():
+    """``r`` is read by a matmul, so the forward writes it out whatever is saved; the backward needs it. Saving
+    ``r`` or saving ``h`` (and recomputing ``r = x + h``) costs as many bytes: the cut saves ``r``."""
+
+    def f(x, w1, w2):
+        h = x @ w1
+        r = (x + h) * 0.5
+        return ((r @ w2).tanh() * r).sum()
+
+    torch.manual_seed(0)
+    x, w1, w2 = (torch.randn(8, 8, requires_grad=True) for _ in range(3))
+    jf = thunder.jit(f, executors=[ToyFusion(True), "torch"])
+    jf(x, w1, w2).backward()
+    fwd = thunder.last_traces(jf)[-1]
+    h = next(b.output for b in fwd.bound_symbols if "matmul" in b.sym.name)
+    r = next(o for b in fwd.bound_symbols if b.sym.name.startswith("toyFusion") for o in b.output)
+    assert r.name in _saved_names(jf) and h.name not in _saved_names(jf)
+
+
+def test_a_softmax_read_by_a_matmul_is_saved_not_recomputed():
+    """Attention's probabilities are written out for the matmul after them: the backward reads them saved
+    rather than recomputing them (no exp in the backward) from the scores and two row statistics."""
+
+    def attn(q, k, v):
+        return (torch.softmax(q @ k.transpose(-2, -1), -1) @ v).sum()
+
+    torch.manual_seed(0)
+    # a sequence of 256: its scores' row statistics would cost less than the 1/64 the cut adds to a value only
+    # a fused region writes, were the probabilities not written anyway
+    q, k, v = (torch.randn(2, 256, 4, requires_grad=True) for _ in range(3))
+    jf = thunder.jit(attn, executors=[ToyFusion(True), "torch"])
+    jf(q, k, v).backward()
+    bwd = thunder.last_backward_traces(jf)[-1]
+    assert "exp" not in {s.sym.name for b in bwd.bound_symbols for s in (b.subsymbols or (b,))}
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    attn(q, k, v).backward()
+    torch.testing.assert_close(grads, [t.grad for t in (q, k, v)])

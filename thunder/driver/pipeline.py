@@ -291,7 +291,8 @@ def _recompute_policy(executors):
     for i, ex in enumerate(executors):
         if isinstance(ex, FusionExecutor) and ex.rematerialize:
             cheap = functools.partial(ex.recomputable, claimed_first=executors[:i])
-            return lambda fwd, bwd: choose_recomputed(fwd, bwd, cheap)
+            fused = functools.partial(ex.fuses, claimed_first=executors[:i])
+            return lambda fwd, bwd: choose_recomputed(fwd, bwd, cheap, fused, ex.is_barrier)
     return None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import queue
+import sys
 import threading
 import time
 
@@ -146,17 +147,62 @@ def _contiguous_strides(shape) -> tuple:
     return tuple(reversed(strides))
 
 
+def _collapses(shape, strides) -> bool:
+    """Whether dimensions ``shape`` with ``strides`` view as one (reshape needs no copy)."""
+    dims = [(n, st) for n, st in zip(shape, strides) if n != 1]
+    return all(st == dims[i + 1][1] * dims[i + 1][0] for i, (n, st) in enumerate(dims[:-1]))
+
+
+def _matmul_reads_in_place(t) -> bool:
+    """Whether torch's matmul (and linear) read ``t`` without copying it: its leading dimensions fold into
+    one (a batch, or the rows) and what remains is a row- or column-major matrix."""
+    if t.dim() <= 1 or t.is_contiguous():
+        return True
+    shape, strides = tuple(t.shape), t.stride()
+    m, n = shape[-2:]
+    sm, sn = strides[-2:]
+    matrix = (sn == 1 or n == 1) or (sm == 1 or m == 1)
+    if matrix and _collapses(shape[:-2], strides[:-2]):
+        return True
+    return strides[-1] == 1 and _collapses(shape[:-1], strides[:-1])  # rows of a linear layer's input
+
+
+def _refs_in_call(*args) -> int:
+    return sys.getrefcount(args[0])
+
+
+def _unshared_refs() -> int:
+    """References to a tensor only a trace's variable holds, as ``CompiledRegion._may_reuse`` counts them
+    (through the same kind of call: the variable, the arguments' tuple, ``getrefcount``'s own)."""
+    t = torch.empty(0)
+    return _refs_in_call(t)
+
+
+def _unshared_storage_uses() -> int:
+    """The use count of the storage of a tensor no other tensor shares, as ``_may_reuse`` reads it."""
+    t = torch.empty(1)
+    return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
+
+
+_UNSHARED_REFS = _unshared_refs()
+_UNSHARED_STORAGE_USES = _unshared_storage_uses()
+
+
 class CompiledRegion:
     """A region's inductor-compiled function, per input layout, with the torch executor's as the fallback."""
 
-    def __init__(self, region, executor, background: bool = False):
+    def __init__(self, region, executor, background: bool = False, dense: tuple = (), donate: tuple = ()):
         from thunder.executors.passes import transform_for_execution
         from thunder.executors.torchex import ex as torch_ex
 
         self.region = region
         self.executor = executor
         self.torch_fn = transform_for_execution(region, (torch_ex,)).python_callable()
+        self.dense = dense  # positions of outputs only matmuls read: written contiguous unless read in place
+        # (position, received) of the inputs whose memory the compiled function reuses: see _may_reuse
+        self.donate = donate
         self.by_layout: dict = {}
+        self.plain_by_layout: dict = {}  # compilations that reuse no input, for calls where one is shared
         self.failed = None
         self.contiguous = tuple(_contiguous_strides(p.shape) for p in region.params)
         if background:  # the torch executor runs the region until the compiled one is ready
@@ -175,8 +221,9 @@ class CompiledRegion:
         if self.failed is None:
             self.fn = self.by_layout[self.contiguous]
 
-    def _compile(self, strides):
-        """A function of the list of inputs: the compiled graph's (the torch executor's if compiling failed)."""
+    def _compile(self, strides, reuse: bool = True):
+        """A function of the list of inputs: the compiled graph's (the torch executor's if compiling failed);
+        ``reuse``: whether it may reuse the memory of the inputs of ``self.donate``."""
         import torch._inductor.config as inductor_config
         from torch._inductor.decomposition import select_decomp_table
         from torch._subclasses.fake_tensor import FakeTensorMode
@@ -191,22 +238,40 @@ class CompiledRegion:
             # fallback_random: see [Note: random numbers in fused regions]
             with inductor_config.patch(fallback_random=True, **_isa_settings(self.region)):
                 with mode:
-                    gm = make_fx(self.torch_fn, decomposition_table=select_decomp_table())(*fakes)
+                    gm = make_fx(self._traced_fn(), decomposition_table=select_decomp_table())(*fakes)
+                donated = tuple(i for i, _ in self.donate) if reuse else ()
                 with _deferred_kernel_waits(self):
-                    return self._through_call_once(self.executor.inductor_compile(gm, fakes), strides)
+                    compiled = (self.executor.inductor_compile(gm, fakes, donated=donated) if donated
+                                else self.executor.inductor_compile(gm, fakes))
+                    return self._through_call_once(compiled, strides, self.by_layout if reuse else self.plain_by_layout)
         except Exception as e:  # inductor's errors have no common base class
             self.fall_back(e)
             return self._torch_boxed
 
-    def _through_call_once(self, compiled, strides):
+    def _traced_fn(self):
+        if not self.dense:
+            return self.torch_fn
+        torch_fn, dense = self.torch_fn, self.dense
+
+        def fn(*args):
+            outs = list(torch_fn(*args))
+            for i in dense:
+                if not _matmul_reads_in_place(outs[i]):
+                    outs[i] = outs[i].contiguous()
+            return tuple(outs)
+
+        return fn
+
+    def _through_call_once(self, compiled, strides, table):
         """Inductor's compiled graph: through its ``__call__`` once (which finishes autotuning and caching), then
-        straight to the generated function, which replaces this one wherever it is held."""
+        straight to the generated function, which replaces this one wherever it is held (``table``: the
+        compilations by layout it belongs to)."""
 
         def first(args):
             out = compiled(args)
             direct = compiled.current_callable
-            if self.by_layout.get(strides) is first:
-                self.by_layout[strides] = direct
+            if table.get(strides) is first:
+                table[strides] = direct
             if self.fn is first:
                 self.fn = direct
             return out
@@ -223,6 +288,7 @@ class CompiledRegion:
             self.failed = error
             warn_fallback(self.region.name, error)
         self.by_layout = {k: self._torch_boxed for k in self.by_layout}
+        self.plain_by_layout = {k: self._torch_boxed for k in self.plain_by_layout}
         if self.fn is not self._first_call:
             self.fn = self._torch_boxed
 
@@ -241,8 +307,36 @@ class CompiledRegion:
                 resolve_pending()
         return fn(args)
 
+    def _may_reuse(self, args) -> bool:
+        """Whether nothing but the trace can see the memory of the inputs ``self.donate`` names: no other tensor
+        on their storage, no other reference to them than the trace's variable and this call's, and for
+        inputs received from the forward, autograd has released its own (no ``retain_graph``)."""
+        keep_graph = None
+        for i, received in self.donate:
+            if (sys.getrefcount(args[i]) > _UNSHARED_REFS or args[i]._base is not None
+                    or torch._C._storage_Use_Count(args[i].untyped_storage()._cdata) > _UNSHARED_STORAGE_USES):
+                return False
+            if received:
+                if keep_graph is None:
+                    keep_graph = torch._C._autograd._get_current_graph_task_keep_graph()
+                if keep_graph:
+                    return False
+        return True
+
+    def _plain(self, args):
+        """Runs a compilation that reuses no input's memory (compiled at the first such call for the layout)."""
+        key = tuple(a.stride() for a in args)
+        fn = self.plain_by_layout.get(key)
+        if fn is None:
+            with _LOCK:
+                fn = self.plain_by_layout[key] = self._compile(key, reuse=False)
+                resolve_pending()
+        return fn(list(args))
+
     def call(self, args):
         """The outputs for the inputs ``args`` (a tuple; inductor's function empties the list it is given)."""
+        if self.donate and self.fn is not self._torch_boxed and not self._may_reuse(args):
+            return self._plain(args)
         try:
             return self.fn(list(args))
         except AssertionError:

@@ -16,6 +16,16 @@ program already, and its regions are functional), so a call costs little more th
   waits for all pending kernels at once.
 - Regions are compiled for contiguous inputs. An input with other strides fails inductor's size and
   stride check; the region is then compiled again for those strides (once per layout).
+- A region may write its outputs into the memory of inputs that die with it (inductor's donated buffers:
+  a loss's gradient goes where the logits were), sparing an allocation that on the CPU costs page faults.
+  The fusion pass names the candidates (``reuses_inputs``): values the trace made, or saved forward
+  intermediates the backward received. Each call checks that nothing else can see the memory (no other
+  tensor on its storage, no other reference to the tensor, and, for saved values, no ``retain_graph``);
+  where it can, the region runs a compilation that reuses nothing.
+- Outputs keep the layout the unfused program gives them (a later ``view`` may rely on it), except
+  those only matmuls read (and other regions): one a matmul cannot read in place (``q`` or ``k``
+  permuted for attention) is written contiguous, which saves the matmul its copy
+  (``wants_dense_input``).
 - A region inductor cannot compile runs with the torch executor instead, with a warning.
 - Long compilations report progress on stderr (``progress_after_s``).
 
@@ -57,6 +67,8 @@ FUSIBLE = frozenset(prims.UNARY) | frozenset(prims.BINARY) | {
     "where", "convert_element_type", "broadcast_in_dim", "reshape", "transpose", "slice_prim", "squeeze", "cat",
     "pad", "flip", "sum", "prod", "amax", "amin", "var", "var_mean", "full", "iota", "uniform", "randn", "shallow_copy",
 }
+# Operations whose torch kernels copy an operand they cannot read in place (see ``wants_dense_input``).
+_MATMULS = frozenset({"matmul", "linear", "bmm", "mm", "addmm", "baddbmm"})
 # Views and creation alone are not worth a kernel: a region needs one of the others.
 _NOT_COMPUTE = frozenset({"broadcast_in_dim", "reshape", "transpose", "slice_prim", "squeeze", "shallow_copy", "full",
                           "iota"})
@@ -85,6 +97,7 @@ def _fusible_tensors(bsym, device_types) -> bool:
 class InductorExecutor(FusionExecutor):
     fusion_name = "InductorFusion"
     rematerialize = True
+    reuses_inputs = True
 
     def __init__(self, name: str = "inductor", *, progress_after_s: float = 5.0, device_types=("cpu", "cuda"),
                  fuse_random: bool = False, background: bool = False):
@@ -101,6 +114,9 @@ class InductorExecutor(FusionExecutor):
             return _fusible_tensors(bsym, self.device_types)
         return False
 
+    def wants_dense_input(self, bsym) -> bool:
+        return bsym.sym.name in _MATMULS
+
     def worth_fusing(self, prims_: list) -> bool:
         return len(prims_) >= self.min_prims and any(p.sym.name not in _NOT_COMPUTE for p in prims_)
 
@@ -108,24 +124,46 @@ class InductorExecutor(FusionExecutor):
         self._progress = _Progress(self.progress_after_s)
         return super().fusion_pass(trace, claimed_first)
 
-    def compile_region(self, region):
+    def compile_region(self, region, dense_outputs=frozenset(), donatable=None):
         from thunder.executors.inductor_compile import CompiledRegion, region_signature
 
-        key = region_signature(region)
+        dense = tuple(i for i, o in enumerate(region.bound_symbols[-1].args[0]) if o.name in dense_outputs)
+        donatable = donatable or {}
+        donate = tuple((i, donatable[p.name]) for i, p in enumerate(region.params) if p.name in donatable)
+        key = (region_signature(region), dense, donate)
         compiled = self._compiled.get(key)
         if compiled is None:
-            compiled = self._compiled[key] = CompiledRegion(region, self, background=self.background)
+            compiled = self._compiled[key] = CompiledRegion(region, self, background=self.background, dense=dense,
+                                                            donate=donate)
             self._progress.compiled(len(region.bound_symbols) - 1)
         else:
             self._progress.reused()
         return compiled.callable()
 
-    def inductor_compile(self, gm, example_inputs):
+    def inductor_compile(self, gm, example_inputs, donated=()):
         """Compiles ``gm``, an FX graph of aten operations decomposed as inductor wants them, to inductor's
-        compiled graph, called with a list of tensors (a hook: tests replace it to see the fallback)."""
-        from torch._inductor.compile_fx import compile_fx_inner
+        compiled graph, called with a list of tensors (a hook: tests replace it to see the fallback).
+        ``donated``: positions of inputs whose memory the graph may reuse (inductor's donated buffers, which it
+        knows from a backward's tracing context)."""
+        import types
 
-        return compile_fx_inner(gm, example_inputs)
+        from torch._guards import TracingContext, tracing
+        from torch._guards import detect_fake_mode
+        from torch._inductor.compile_fx import _recursive_joint_graph_passes, compile_fx_inner
+        from torch._inductor.virtualized import V
+
+        # the rewrites compile_fx runs on a graph without autograd (an inference graph) before compiling it
+        # (a scatter into zeros becomes a select over an iota, ...)
+        device = example_inputs[0].device if example_inputs else None
+        fake_mode = detect_fake_mode(example_inputs)
+        with V.set_fake_mode(fake_mode):
+            gm = _recursive_joint_graph_passes(gm, input_device=device)
+        if not donated:
+            return compile_fx_inner(gm, example_inputs)
+        context = TracingContext(fake_mode)
+        context.fw_metadata = types.SimpleNamespace(bw_donated_idxs=list(donated), static_input_indices=[])
+        with tracing(context):
+            return compile_fx_inner(gm, example_inputs, is_backward=True)
 
 
 class _Progress:

@@ -122,7 +122,20 @@ class FusionExecutor(Executor):
         raise NotImplementedError
 
     def compile_region(self, region) -> Callable:
+        """A callable running ``region``. An executor whose ``wants_dense_input`` names some consumers is also
+        given ``dense_outputs``: the names of the outputs that only such consumers (and other regions) read,
+        which it may then write out contiguous, whatever layout the unfused program would give them."""
         raise NotImplementedError
+
+    # Whether ``compile_region`` is also given ``donatable``: the inputs whose memory the region may reuse for
+    # its outputs (see ``fusion_pass``).
+    reuses_inputs = False
+
+    def wants_dense_input(self, bsym: BoundSymbol) -> bool:
+        """Whether ``bsym``, run outside the regions, would rather read a region's output contiguous (a matmul,
+        which copies an operand its kernel cannot read in place). Such outputs then go to ``compile_region``
+        as ``dense_outputs``."""
+        return False
 
     def worth_fusing(self, prims_: list) -> bool:
         return len(prims_) >= self.min_prims
@@ -138,6 +151,10 @@ class FusionExecutor(Executor):
         claimed_first = tuple(ex for ex in claimed_first if isinstance(ex, OperatorExecutor))
         return self._fusible(bsym, claimed_first) and all(
             p.sym.module == "prims" and p.sym.name not in _REDUCTIONS for p in _leaf_prims(bsym, self))
+
+    def fuses(self, bsym, claimed_first=()) -> bool:
+        """Whether this executor would fuse ``bsym`` (``claimed_first``: the executors listed before it)."""
+        return self._fusible(bsym, tuple(ex for ex in claimed_first if isinstance(ex, OperatorExecutor)))
 
     def _fusible(self, bsym, claimed_first=()) -> bool:
         if bsym.sym in STATEMENTS or self.is_barrier(bsym):
@@ -175,17 +192,30 @@ class FusionExecutor(Executor):
         consumed_after = set()  # the names read at or after each region's position
         region_at = {at: prims_ for at, _, prims_ in regions}
         used_later = {}
+        readers: dict[str, list] = {}  # name -> (position, "region" / "dense" / "other") of each reader
         for k in range(len(out) - 1, -1, -1):
             if k in region_at:
                 used_later[k] = frozenset(consumed_after)
             for b in region_at.get(k, None) or (out[k],):
                 consumed_after.update(a.name for a in b.flat_args)
+                kind = "region" if k in region_at else "dense" if self.wants_dense_input(b) else "other"
+                for a in b.flat_args:
+                    readers.setdefault(a.name, []).append((k, kind))
+        made_here = {o.name for b in bsyms if b.sym not in STATEMENTS for o in b.flat_outs}
         for n, (at, members, prims_) in enumerate(regions):
-            out[at] = self._fuse(prims_, used_later[at], f"{self.fusion_name}{n}")
+            # outputs read by consumers that want them dense (and perhaps other regions), by nothing else
+            dense = frozenset(name for name in used_later[at] if (kinds := {d for k, d in readers.get(name, ()) if k > at})
+                              and "dense" in kinds and kinds <= {"dense", "region"})
+            # inputs that die here and that this trace made (or received released): their memory may be reused,
+            # name -> whether they were received (reusable only once autograd has let them go)
+            donatable = {a.name: a.name not in made_here for p in prims_ for a in p.flat_args
+                         if a.name not in used_later[at] and (a.name in made_here or a.name in trace.released_inputs)}
+            out[at] = self._fuse(prims_, used_later[at], f"{self.fusion_name}{n}", dense,
+                                 donatable if self.reuses_inputs else {})
         new = trace.from_trace(out)
         return new.set_provenance(f"Fusion ({self.name})", start)
 
-    def _fuse(self, prims_, used_later, name):
+    def _fuse(self, prims_, used_later, name, dense=frozenset(), donatable=None):
         from thunder.core.trace import TraceCtx
 
         defined, inputs, seen_inputs = set(), [], set()
@@ -203,7 +233,12 @@ class FusionExecutor(Executor):
                     outputs.append(o)
         region = TraceCtx(f"{self.name}_region", params=list(inputs))
         region.bound_symbols = list(prims_) + [BoundSymbol(python_return, (tuple(outputs),), {}, None)]
-        fn = self.compile_region(region)
+        hints = {}
+        if dense_outputs := frozenset(o.name for o in outputs if o.name in dense):
+            hints["dense_outputs"] = dense_outputs
+        if donatable := {a.name: donatable[a.name] for a in inputs if a.name in (donatable or {})}:
+            hints["donatable"] = donatable
+        fn = self.compile_region(region, **hints)
         op = self.register_operator(name, fn=fn)
         return BoundSymbol(op, tuple(inputs), {}, list(outputs), tuple(prims_))
 

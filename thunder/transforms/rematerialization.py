@@ -12,6 +12,16 @@ outputs' ``in`` with infinite capacity. A minimum cut then names the cheapest se
 that the backward can recompute all the others it reads: never more bytes than saving them all (which is
 one cut), so saved bytes only go down. Random operations are never recomputed: the backward must see the
 forward's draws.
+
+[Note: looking inside composites]
+A composite the fusion executor fuses through its primitives (``log_softmax``: ``amax``, ``sub``, ``exp``,
+``sum``, ``log``, ``sub``) holds a reduction, so as a whole it cannot be recomputed, and its output would be
+saved: for a loss, the log-probabilities, which the forward's fused region must then write out in full.
+Seen through its primitives, the cut can instead save the logits (which the matmul writes anyway) and the
+two per-row reductions, and the backward recomputes the log-probabilities where it needs them: as many
+saved bytes, and one full-size write fewer in the forward. So the cut runs on the forward with such
+composites expanded, and the forward keeps expanded exactly those whose inner values the backward now
+reads (saved, or recomputed from); the others stay whole, as the program wrote them.
 """
 from __future__ import annotations
 
@@ -36,9 +46,57 @@ def _has_tag(bsym, tag) -> bool:
     return tag in bsym.sym.tags or any(_has_tag(s, tag) for s in bsym.subsymbols)
 
 
-def choose_recomputed(fwd, bwd, cheap: Callable) -> set:
-    """Names of forward values the backward should recompute (see the note above). ``cheap(bsym)``: whether a
-    forward bound symbol may run again in the backward."""
+def choose_recomputed(fwd, bwd, cheap: Callable, fused: Callable = lambda b: False,
+                      barrier: Callable = lambda b: False):
+    """``(fwd, names)``: the forward, with some composites expanded into their parts (see [Note: looking inside
+    composites]), and the names of its values the backward should recompute. ``cheap(bsym)``: whether a
+    forward bound symbol may run again in the backward; ``fused(bsym)``: whether the fusion executor fuses it
+    (a composite it fuses may be looked into); ``barrier(bsym)``: whether nothing fuses across it."""
+    expansions = {}  # id of a top-level bound symbol -> the bound symbols it expands to
+    flat = []
+    for b in fwd.bound_symbols:
+        parts = _expand(b, cheap, fused)
+        if len(parts) > 1:
+            expansions[id(b)] = parts
+        flat += parts
+    recomputed, saved = _cut(fwd.from_trace(flat), bwd, cheap, _written_anyway(flat, fused, barrier))
+    if expansions:
+        top_level = {o.name for b in fwd.bound_symbols for o in b.flat_outs}
+        read = recomputed | saved
+        kept = [b for b in fwd.bound_symbols if id(b) in expansions
+                and any(o.name in read and o.name not in top_level for p in expansions[id(b)] for o in p.flat_outs)]
+        if kept:
+            kept_ids = {id(b) for b in kept}
+            body = [p for b in fwd.bound_symbols for p in (expansions[id(b)] if id(b) in kept_ids else (b,))]
+            return fwd.from_trace(body), recomputed
+    return fwd, recomputed
+
+
+def _expand(b, cheap, fused) -> list:
+    """``b``, or, where the cut may look inside it, the parts it is made of (recursively)."""
+    if not b.subsymbols or b.sym.executor is not None or cheap(b) or not fused(b):
+        return [b]
+    return [p for s in b.subsymbols for p in _expand(s, cheap, fused)]
+
+
+def _written_anyway(bsyms: list, fused: Callable, barrier: Callable) -> set:
+    """Names of the values the forward writes out to memory whatever is saved: those read outside the region
+    that computes them (by an operation left unfused, or by another region), as the fusion pass will form
+    the regions."""
+    from thunder.executors.regions import partition
+
+    region_of = {}
+    for item in partition(bsyms, fused, barrier):
+        for i in item if isinstance(item, list) else ():
+            region_of[i] = id(item)
+    made_in = {o.name: region_of.get(i) for i, b in enumerate(bsyms) for o in b.flat_outs}
+    return {a.name for i, b in enumerate(bsyms) for a in b.flat_args
+            if isinstance(a, TensorProxy) and (region_of.get(i) is None or made_in.get(a.name) != region_of[i])}
+
+
+def _cut(fwd, bwd, cheap: Callable, written: set) -> tuple[set, set]:
+    """The minimum cut of the note above: (names the backward recomputes, names saved for it); ``written``:
+    the forward values written out anyway."""
     producers = {o.name: b for b in fwd.bound_symbols for o in b.flat_outs}
     inputs = {p.name for p in fwd.params if isinstance(p, TensorProxy)}
     defined_in_bwd = set()
@@ -59,7 +117,7 @@ def choose_recomputed(fwd, bwd, cheap: Callable) -> set:
 
     candidates = [n for n, v in needed.items() if n in producers and recomputable(producers[n])]
     if not candidates:
-        return set()
+        return set(), set()
     graph = _FlowGraph()
     values = {}
     stack = list(needed.values())
@@ -70,7 +128,8 @@ def choose_recomputed(fwd, bwd, cheap: Callable) -> set:
         values[v.name] = v
         b = producers.get(v.name)
         cheap_producer = b is not None and recomputable(b)
-        graph.add((v.name, "in"), (v.name, "out"), _save_cost(v, v.name in inputs, cheap_producer))
+        graph.add((v.name, "in"), (v.name, "out"),
+                  _save_cost(v, v.name in inputs, cheap_producer and v.name not in written))
         if not cheap_producer:
             graph.add(_SOURCE, (v.name, "in"), _INF)
             continue
@@ -80,20 +139,21 @@ def choose_recomputed(fwd, bwd, cheap: Callable) -> set:
                 stack.append(a)
     for name in needed:
         graph.add((name, "out"), _SINK, _INF)
-    source_side = graph.min_cut_source_side()
+    source_side = graph.min_cut_source_side()  # of the minimum cut nearest the sink: the fewest recomputations
     saved = {n for n in values if (n, "in") in source_side and (n, "out") not in source_side}
-    return {n for n in values if n not in saved and n in producers and recomputable(producers[n])}
+    return {n for n in values if n not in saved and n in producers and recomputable(producers[n])}, saved
 
 
-def _save_cost(v: TensorProxy, is_input: bool, cheap_producer: bool) -> int:
-    """Saving a forward input costs nothing (it is held anyway); saving a value a fused region computes costs a
-    little more than its bytes (the region must also write it out), so at equal bytes the cut saves what a
-    matmul or a reduction produced and recomputes the elementwise work after it (a loss saves the logits and
-    the log-sum-exp rather than the log-probabilities)."""
+def _save_cost(v: TensorProxy, is_input: bool, extra_write: bool) -> int:
+    """Saving a forward input costs nothing (it is held anyway); saving a value only a fused region computes
+    costs a little more than its bytes (the region must also write it out), so at equal bytes the cut saves
+    what a matmul or a reduction produced and recomputes the elementwise work after it (a loss saves the
+    logits and the log-sum-exp rather than the log-probabilities), but not where the forward writes the value
+    out anyway (softmax's output, read by the matmul after it)."""
     if is_input:
         return 0
     n = _nbytes(v)
-    return n + n // 64 if cheap_producer else n
+    return n + n // 64 if extra_write else n
 
 
 class _FlowGraph:
@@ -135,12 +195,15 @@ class _FlowGraph:
                 self.cap[u][v] -= flow
                 self.cap[v][u] += flow
                 v = u
-        seen = {_SOURCE}
-        queue = deque([_SOURCE])
+        # Of the minimum cuts, the one nearest the sink: every node that cannot reach the sink through the
+        # residual graph is on the source side. At equal bytes the cut then saves the values the backward
+        # reads rather than what they are recomputed from (the fewest recomputations).
+        reaches_sink = {_SINK}
+        queue = deque([_SINK])
         while queue:
-            u = queue.popleft()
-            for v, c in self.cap[u].items():
-                if c > 0 and v not in seen:
-                    seen.add(v)
-                    queue.append(v)
-        return seen
+            v = queue.popleft()
+            for u in self.cap[v]:
+                if u not in reaches_sink and self.cap[u][v] > 0:
+                    reaches_sink.add(u)
+                    queue.append(u)
+        return set(self.cap) - reaches_sink

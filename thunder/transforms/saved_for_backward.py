@@ -22,8 +22,9 @@ from thunder.transforms.overwritten_saves import protect_overwritten_saves
 
 def save_for_backward(fb: ForwardBackward, fwd: TraceCtx, bwd: TraceCtx, recompute=None) -> tuple[TraceCtx, TraceCtx]:
     """``fwd`` returning what ``bwd`` reads of it, and ``bwd`` unpacking it (``fwd``/``bwd``: ``fb``'s traces,
-    as transforms left them). ``recompute(fwd, bwd)``: names of further forward values the backward recomputes
-    (a fusion executor's rematerialization, thunder/transforms/rematerialization.py)."""
+    as transforms left them). ``recompute(fwd, bwd)``: ``(fwd, names)``, the forward (possibly with composites
+    expanded) and names of further forward values the backward recomputes (a fusion executor's
+    rematerialization, thunder/transforms/rematerialization.py)."""
     start = time.perf_counter_ns()
     ret = fwd.bound_symbols[-1]
     assert ret.sym is statements.python_return, "the forward trace ends with its return"
@@ -31,11 +32,13 @@ def save_for_backward(fb: ForwardBackward, fwd: TraceCtx, bwd: TraceCtx, recompu
     bwd = dce(bwd, name="Backward construction")
     recomputable = fb.recomputable
     if recompute is not None:
-        recomputable = set(recomputable) | recompute(forward, bwd)
+        forward, chosen = recompute(forward, bwd)
+        recomputable = set(recomputable) | chosen
     bwd = _rematerialize(forward, bwd, recomputable)
     saved_tensors, saved_others = _saved_values(forward, bwd, fb.cotangents)
     bwd, saved_tensors = protect_overwritten_saves(forward, bwd, saved_tensors)
     bwd = _unpack_backward_inputs(bwd, saved_tensors, saved_others, fb.cotangents)
+    bwd.released_inputs = _intermediates(forward, ret, saved_tensors)
     bwd.set_provenance("Backward pass", start)
     outputs = ret.args[0][0]  # forward_return's first part: the outputs as the transforms left them
     with tracectx(forward):
@@ -91,6 +94,14 @@ def _rematerialize(fwd: TraceCtx, bwd: TraceCtx, recomputable: set) -> TraceCtx:
         new_body.append(b)
     new_body += placed.get(len(body), [])
     return bwd.from_trace(new_body)
+
+
+def _intermediates(fwd: TraceCtx, ret, saved_tensors) -> frozenset:
+    """Names of the saved tensors that are the forward's own intermediates: neither its inputs nor anything it
+    returns (autograd releases them before the backward runs, unless ``retain_graph``)."""
+    held = {p.name for p in fwd.params if isinstance(p, TensorProxy)}
+    held |= {o.name for o in ret.flat_args if isinstance(o, TensorProxy)}
+    return frozenset(t.name for t in saved_tensors if t.name not in held)
 
 
 def _saved_values(fwd: TraceCtx, bwd: TraceCtx, cotangents: list):
