@@ -123,7 +123,16 @@ _MODEL_SUITE = {  # name: (model, inputs, whether the forward has regions (the M
     "cnn": (lambda: CNN(3, 8, 10, image_size=16), lambda: (torch.randn(4, 3, 16, 16),), True),
     "gpt": (lambda: GPT(GPTConfig()), lambda: (torch.randint(0, 96, (2, 12)),), True),  # dropout 0.1
     "llama": (lambda: Llama(LlamaConfig()), lambda: (torch.randint(0, 96, (2, 12)),), True),
+    # benchmarks/fusion.py's Llama, small: attention by hand (q, k, v permuted views), its own loss
+    "llama_manual_attention": (lambda: _bench_llama().make_model(),
+                               lambda: (torch.randint(0, 512, (2, 64)), torch.randint(0, 512, (2, 64))), True),
 }
+
+
+def _bench_llama():
+    from benchmarks.bench_models import llama
+
+    return llama("tiny", "manual")
 
 
 def _loss(out):
@@ -351,6 +360,27 @@ def test_region_inputs_laid_out_otherwise_are_compiled_for_their_layout():
     assert set(by_donation) == {(), ((0, False),)}
     assert set(by_donation[()].by_layout) == {((4, 1),), ((1, 6),), ((8, 1),), ((1, 0),)}
     assert set(by_donation[((0, False),)].by_layout) == {((4, 1),), ((1, 6),)}
+
+
+def _returns_a_view_of_an_input(x, y):
+    return (y * 2).sin() + 1, x.transpose(0, 1)  # x is only viewed: inductor returns a view of it
+
+
+@requires_compiler
+def test_an_input_the_region_only_views_is_checked_for_its_layout():
+    """Inductor checks an input's layout before the first kernel reading it; one the compiled graph only returns a
+    view of is read by no kernel, so thunder checks its layout: another layout gets its own compilation instead
+    of a view computed for the wrong strides (a silently wrong result)."""
+    ex = InductorExecutor("inductor_view_layouts")
+    jf = thunder.jit(_returns_a_view_of_an_input, executors=[ex, "torch"])
+    y = torch.randn(4, 6)
+    for x in (torch.randn(6, 4), torch.randn(4, 6).t(), torch.randn(12, 4)[::2]):
+        (a, view), (expected_a, expected_view) = jf(x, y), _returns_a_view_of_an_input(x, y)
+        torch.testing.assert_close(a, expected_a)
+        torch.testing.assert_close(view, expected_view, rtol=0, atol=0)
+    assert _fused_ops(thunder.last_traces(jf)[-1]) == [["mul", "sin", "add", "transpose"]]
+    [compiled] = ex._compiled.values()
+    assert len(compiled.by_layout) == 3
 
 
 # ---------------------------------------------------------------------------------------------

@@ -167,6 +167,34 @@ def _matmul_reads_in_place(t) -> bool:
     return strides[-1] == 1 and _collapses(shape[:-1], strides[:-1])  # rows of a linear layer's input
 
 
+def _unchecked_inputs(compiled, placeholders: list) -> tuple:
+    """Positions of the inputs whose sizes and strides inductor's generated code does not assert. It asserts an
+    input's layout just before the first kernel that reads it, so an input the graph only returns a view of
+    (a region that transposes a saved tensor for a matmul) is never checked: called with other strides, the
+    view would be wrong. Unknown code: every input."""
+    source = getattr(compiled, "source_code", None)
+    if not isinstance(source, str):
+        return tuple(range(len(placeholders)))
+    return tuple(i for i, name in enumerate(placeholders) if f"assert_size_stride({name}," not in source)
+
+
+def _check_layouts(args, unchecked, strides):
+    for i in unchecked:
+        if args[i].stride() != strides[i]:
+            raise AssertionError(f"input {i}: strides {args[i].stride()}, compiled for {strides[i]}")
+
+
+def _checking_layouts(fn, unchecked, strides):
+    """``fn``, after checking the layouts of the inputs ``unchecked`` (an AssertionError, as inductor's own
+    checks raise, sends the call to a compilation for its layouts)."""
+
+    def checked(args):
+        _check_layouts(args, unchecked, strides)
+        return fn(args)
+
+    return checked
+
+
 def _refs_in_call(*args) -> int:
     return sys.getrefcount(args[0])
 
@@ -240,10 +268,13 @@ class CompiledRegion:
                 with mode:
                     gm = make_fx(self._traced_fn(), decomposition_table=select_decomp_table())(*fakes)
                 donated = tuple(i for i, _ in self.donate) if reuse else ()
+                placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
                 with _deferred_kernel_waits(self):
                     compiled = (self.executor.inductor_compile(gm, fakes, donated=donated) if donated
                                 else self.executor.inductor_compile(gm, fakes))
-                    return self._through_call_once(compiled, strides, self.by_layout if reuse else self.plain_by_layout)
+                    unchecked = _unchecked_inputs(compiled, placeholders)
+                    return self._through_call_once(compiled, strides, self.by_layout if reuse else self.plain_by_layout,
+                                                   unchecked)
         except Exception as e:  # inductor's errors have no common base class
             self.fall_back(e)
             return self._torch_boxed
@@ -262,14 +293,18 @@ class CompiledRegion:
 
         return fn
 
-    def _through_call_once(self, compiled, strides, table):
+    def _through_call_once(self, compiled, strides, table, unchecked=()):
         """Inductor's compiled graph: through its ``__call__`` once (which finishes autotuning and caching), then
         straight to the generated function, which replaces this one wherever it is held (``table``: the
-        compilations by layout it belongs to)."""
+        compilations by layout it belongs to). ``unchecked``: the inputs whose layout the generated function
+        does not check (see ``_unchecked_inputs``), checked here."""
 
         def first(args):
+            _check_layouts(args, unchecked, strides)
             out = compiled(args)
             direct = compiled.current_callable
+            if unchecked:
+                direct = _checking_layouts(direct, unchecked, strides)
             if table.get(strides) is first:
                 table[strides] = direct
             if self.fn is first:
