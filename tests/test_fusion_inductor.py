@@ -465,6 +465,28 @@ def test_outputs_only_matmuls_read_are_written_contiguous():
     assert _copies(jf, x, w) == []
 
 
+
+def _attention_of_normalized_queries(x, w):
+    B, T, C = x.shape
+    q, k, v = (x @ w).view(B, T, 3, 2, C // 2).permute(2, 0, 3, 1, 4)
+    q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)  # reductions: saved for the backward, not recomputed
+    return torch.softmax(q @ k.transpose(-2, -1), -1) @ (v * 0.5)
+
+
+@requires_compiler
+def test_saved_outputs_only_matmuls_read_are_written_contiguous():
+    """In training q and k are also saved for the backward, which reads them in any layout: the forward still
+    writes them contiguous, and neither pass copies them."""
+    x, w = torch.randn(2, 8, 16, requires_grad=True), torch.randn(16, 48, requires_grad=True)
+    jf = thunder.jit(_attention_of_normalized_queries, executors=FUSED)
+    junfused = thunder.jit(_attention_of_normalized_queries, executors=["torch"])
+    outs, grads = _forward_backward(jf, [x, w])
+    expected_outs, expected_grads = _forward_backward(_attention_of_normalized_queries, [x, w])
+    torch.testing.assert_close((outs, grads), (expected_outs, expected_grads), rtol=1e-5, atol=1e-5)
+    assert _copies(lambda: junfused(x, w).sum().backward())
+    assert _copies(lambda: jf(x, w).sum().backward()) == []
+
+
 def _permuted(x):
     return (x * 2).sin().permute(2, 0, 1), (x + 1).transpose(0, 1)
 

@@ -63,6 +63,9 @@ class TraceCtx:
         # names of values this trace receives that nothing outside it holds once autograd has released them
         # (a backward's saved forward intermediates): a fusion executor may reuse their memory when they die
         self.released_inputs: frozenset = frozenset()
+        # names of values this trace returns whose memory layout nothing outside it depends on (a forward's values
+        # saved for its backward): a fusion executor may lay them out as it likes
+        self.layout_free_outputs: frozenset = frozenset()
 
     # -- names -----------------------------------------------------------------------------
     def make_name(self, prefix: str = "t") -> str:
@@ -122,6 +125,7 @@ class TraceCtx:
         t.has_extents = self.has_extents
         t.nonzero_counts = dict(self.nonzero_counts)
         t.released_inputs = self.released_inputs
+        t.layout_free_outputs = self.layout_free_outputs
         t.bound_symbols = list(bound_symbols) if bound_symbols is not None else []
         t._scopes = [t.bound_symbols]
         return t

@@ -198,9 +198,10 @@ class FusionExecutor(Executor):
                 used_later[k] = frozenset(consumed_after)
             for b in region_at.get(k, None) or (out[k],):
                 consumed_after.update(a.name for a in b.flat_args)
-                kind = "region" if k in region_at else "dense" if self.wants_dense_input(b) else "other"
-                for a in b.flat_args:
-                    readers.setdefault(a.name, []).append((k, kind))
+                kind = ("region" if k in region_at else "dense" if self.wants_dense_input(b) else "other",
+                        trace.layout_free_outputs if b.sym is python_return else ())
+                for a in b.flat_args:  # a value returned whose layout nothing depends on: as if a region read it
+                    readers.setdefault(a.name, []).append((k, "region" if a.name in kind[1] else kind[0]))
         made_here = {o.name for b in bsyms if b.sym not in STATEMENTS for o in b.flat_outs}
         for n, (at, members, prims_) in enumerate(regions):
             # outputs read by consumers that want them dense (and perhaps other regions), by nothing else

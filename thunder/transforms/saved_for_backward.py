@@ -45,7 +45,9 @@ def save_for_backward(fb: ForwardBackward, fwd: TraceCtx, bwd: TraceCtx, recompu
         statements.python_return(forward_return(outputs["output"], outputs["flat_args"], outputs["flat_output"], saved_tensors,
                                         saved_others))
     forward.set_provenance("Augmented forward pass", start)
-    return dce(forward), bwd
+    forward = dce(forward)
+    forward.layout_free_outputs = _layout_free(saved_tensors, bwd, ret)
+    return forward, bwd
 
 
 def _rematerialize(fwd: TraceCtx, bwd: TraceCtx, recomputable: set) -> TraceCtx:
@@ -102,6 +104,21 @@ def _intermediates(fwd: TraceCtx, ret, saved_tensors) -> frozenset:
     held = {p.name for p in fwd.params if isinstance(p, TensorProxy)}
     held |= {o.name for o in ret.flat_args if isinstance(o, TensorProxy)}
     return frozenset(t.name for t in saved_tensors if t.name not in held)
+
+
+# Operations whose result depends on their input's memory layout: torch's ``view`` fails on strides it cannot view.
+_LAYOUT_SENSITIVE = frozenset({"view", "view_as"})
+
+
+def _layout_free(saved_tensors, bwd: TraceCtx, ret) -> frozenset:
+    """Names of the saved tensors whose layout nothing depends on: the program does not return them and the
+    backward neither views them (``_LAYOUT_SENSITIVE``) nor returns them as gradients."""
+    returned = {o.name for o in ret.flat_args if isinstance(o, TensorProxy)}
+    sensitive = set()
+    for b in bwd.bound_symbols:
+        if b.sym.name in _LAYOUT_SENSITIVE or b.sym is statements.python_return:
+            sensitive.update(a.name for a in b.flat_args if isinstance(a, TensorProxy))
+    return frozenset(t.name for t in saved_tensors if t.name not in returned and t.name not in sensitive)
 
 
 def _saved_values(fwd: TraceCtx, bwd: TraceCtx, cotangents: list):
