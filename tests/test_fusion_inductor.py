@@ -397,8 +397,14 @@ def test_background_compilation_runs_unfused_until_ready_then_fused():
     jf = thunder.jit(_dropout, executors=[ex, "torch"])
     first = _seeded(jf, x, 3)  # runs at once, with the torch executor where regions are not compiled yet
     torch.testing.assert_close(first, _seeded(_dropout, x, 3), rtol=1e-5, atol=1e-5)
-    wait_for_compilation()
     regions = list(ex._compiled.values())
+    assert regions and not any(r.plain_by_layout for r in regions)  # nothing compiled on the caller's thread
+    # not even where a region could not reuse memory it may (here: saved values kept by retain_graph)
+    h, w, t = _lm_batch()
+    jl = thunder.jit(_lm_loss, executors=[ex, "torch"])
+    jl(h, w, t).backward(retain_graph=True)
+    assert not any(r.plain_by_layout for r in ex._compiled.values())
+    wait_for_compilation()
     assert regions and all(r.fn is not r._torch_boxed and r.failed is None for r in regions)
     torch.testing.assert_close(_seeded(jf, x, 3), first, rtol=1e-5, atol=1e-5)
 
@@ -516,12 +522,16 @@ def _grads_of(loss_fn, h, w, t, **backward_kwargs):
     return loss.detach(), h.grad.clone(), w.grad.clone()
 
 
+def _jitted_lm_loss(name):
+    """A fresh executor, the loss jitted with it, a batch and eager's loss and gradients on it."""
+    ex = InductorExecutor(name)
+    h, w, t = _lm_batch()
+    return ex, thunder.jit(_lm_loss, executors=[ex, "torch"]), (h, w, t), _grads_of(_lm_loss, h, w, t)
+
+
 @requires_compiler
 def test_a_loss_gradient_reuses_the_memory_of_the_saved_logits():
-    ex = InductorExecutor("inductor_reuse")
-    jf = thunder.jit(_lm_loss, executors=[ex, "torch"])
-    h, w, t = _lm_batch()
-    expected = _grads_of(_lm_loss, h, w, t)
+    ex, jf, (h, w, t), expected = _jitted_lm_loss("inductor_reuse")
     for _ in range(2):
         torch.testing.assert_close(_grads_of(jf, h, w, t), expected, rtol=1e-5, atol=1e-6)
     received = [c for c in ex._compiled.values() if any(r for _, r in c.donate)]
@@ -531,10 +541,7 @@ def test_a_loss_gradient_reuses_the_memory_of_the_saved_logits():
 
 @requires_compiler
 def test_with_retain_graph_saved_values_are_not_reused():
-    ex = InductorExecutor("inductor_retain")
-    jf = thunder.jit(_lm_loss, executors=[ex, "torch"])
-    h, w, t = _lm_batch()
-    expected = _grads_of(_lm_loss, h, w, t)
+    ex, jf, (h, w, t), expected = _jitted_lm_loss("inductor_retain")
     h.grad = w.grad = None
     loss = jf(h, w, t)
     loss.backward(retain_graph=True)

@@ -319,12 +319,14 @@ class CompiledRegion:
     def fall_back(self, error):
         from thunder.executors.inductorex import warn_fallback
 
+        if not threading.main_thread().is_alive():  # the interpreter is exiting under a background compilation
+            return
         if self.failed is None:
             self.failed = error
             warn_fallback(self.region.name, error)
         self.by_layout = {k: self._torch_boxed for k in self.by_layout}
         self.plain_by_layout = {k: self._torch_boxed for k in self.plain_by_layout}
-        if self.fn is not self._first_call:
+        if self.fn != self._first_call:  # bound methods: equal, never the same object
             self.fn = self._torch_boxed
 
     def _first_call(self, args):
@@ -370,12 +372,12 @@ class CompiledRegion:
 
     def call(self, args):
         """The outputs for the inputs ``args`` (a tuple; inductor's function empties the list it is given)."""
-        if self.donate and self.fn is not self._torch_boxed and not self._may_reuse(args):
+        if self.donate and self.fn != self._torch_boxed and not self._may_reuse(args):
             return self._plain(args)
         try:
             return self.fn(list(args))
         except AssertionError:
-            if self.fn is self._by_layout or self.failed is not None:
+            if self.fn == self._by_layout or self.failed is not None:
                 raise
             layout = tuple(a.stride() for a in args)
             if layout in self.by_layout:

@@ -122,14 +122,16 @@ class FusionExecutor(Executor):
         raise NotImplementedError
 
     def compile_region(self, region) -> Callable:
-        """A callable running ``region``. An executor whose ``wants_dense_input`` names some consumers is also
-        given ``dense_outputs``: the names of the outputs that only such consumers (and other regions) read,
-        which it may then write out contiguous, whatever layout the unfused program would give them."""
+        """A callable running ``region`` (a trace: its parameters the region's inputs, its return the outputs).
+        Two hints come as keywords, only to executors that ask for them: ``dense_outputs`` (where
+        ``wants_dense_input`` names some consumers), the names of outputs only such consumers, other regions
+        and a backward that does not care read, which may be written contiguous whatever layout the unfused
+        program would give them; ``donatable`` (where ``reuses_inputs``), name -> received, the inputs that
+        die in the region and that the trace made (received: a saved value autograd releases before the
+        backward runs), whose memory the region may reuse when, at the call, nothing else can see it."""
         raise NotImplementedError
 
-    # Whether ``compile_region`` is also given ``donatable``: the inputs whose memory the region may reuse for
-    # its outputs (see ``fusion_pass``).
-    reuses_inputs = False
+    reuses_inputs = False  # whether ``compile_region`` is given ``donatable``
 
     def wants_dense_input(self, bsym: BoundSymbol) -> bool:
         """Whether ``bsym``, run outside the regions, would rather read a region's output contiguous (a matmul,
@@ -198,10 +200,10 @@ class FusionExecutor(Executor):
                 used_later[k] = frozenset(consumed_after)
             for b in region_at.get(k, None) or (out[k],):
                 consumed_after.update(a.name for a in b.flat_args)
-                kind = ("region" if k in region_at else "dense" if self.wants_dense_input(b) else "other",
-                        trace.layout_free_outputs if b.sym is python_return else ())
+                kind = "region" if k in region_at else "dense" if self.wants_dense_input(b) else "other"
+                layout_free = trace.layout_free_outputs if b.sym is python_return else frozenset()
                 for a in b.flat_args:  # a value returned whose layout nothing depends on: as if a region read it
-                    readers.setdefault(a.name, []).append((k, "region" if a.name in kind[1] else kind[0]))
+                    readers.setdefault(a.name, []).append((k, "region" if a.name in layout_free else kind))
         made_here = {o.name for b in bsyms if b.sym not in STATEMENTS for o in b.flat_outs}
         for n, (at, members, prims_) in enumerate(regions):
             # outputs read by consumers that want them dense (and perhaps other regions), by nothing else

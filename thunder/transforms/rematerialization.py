@@ -11,7 +11,10 @@ each value the backward reads hangs to the sink, and a cheap operation joins its
 outputs' ``in`` with infinite capacity. A minimum cut then names the cheapest set of values to save such
 that the backward can recompute all the others it reads: never more bytes than saving them all (which is
 one cut), so saved bytes only go down. Random operations are never recomputed: the backward must see the
-forward's draws.
+forward's draws. A value only a fused region computes costs 1/64 more than its bytes (saving it makes the
+region write it out), one the forward writes out anyway (read by a matmul or by another region, as
+``partition`` will form the regions) costs its bytes; and of the minimum cuts the one nearest the sink is
+taken: at equal bytes the backward reads saved values rather than recomputing them.
 
 [Note: looking inside composites]
 A composite the fusion executor fuses through its primitives (``log_softmax``: ``amax``, ``sub``, ``exp``,
