@@ -414,14 +414,14 @@ def test_background_compilation_runs_unfused_until_ready_then_fused():
 # ---------------------------------------------------------------------------------------------
 
 _CE_CASES = {"mean": {}, "ignored": {"ignore_index": 3}, "smoothed_sum": {"label_smoothing": 0.1, "reduction": "sum"},
-             "weighted": {"weighted": True}, "none": {"reduction": "none"}}
+             "weighted": {"weighted": True}, "none": {"reduction": "none"}, "unbatched": {"unbatched": True}}
 
 
 @requires_compiler
 @pytest.mark.parametrize("case", list(_CE_CASES))
 def test_cross_entropy_matches_eager(case):
     kwargs = dict(_CE_CASES[case])
-    weighted = kwargs.pop("weighted", False)
+    weighted, unbatched = kwargs.pop("weighted", False), kwargs.pop("unbatched", False)
 
     def f(h, w, t, cw):
         return F.cross_entropy(h @ w.t(), t, weight=cw if weighted else None, **kwargs)
@@ -430,6 +430,8 @@ def test_cross_entropy_matches_eager(case):
     h, w, cw = torch.randn(16, 8), torch.randn(256, 8), torch.rand(256)
     t = torch.randint(0, 256, (16,))
     t[::5] = kwargs.get("ignore_index", -100)  # ignored targets
+    if unbatched:  # one sample: logits [C], a target of no dimensions
+        h, t = h[1], t[1]
     jf = thunder.jit(f, executors=FUSED)
     (out,), grads = _forward_backward(lambda h, w: jf(h, w, t, cw), [h, w])
     (expected,), expected_grads = _forward_backward(lambda h, w: f(h, w, t, cw), [h, w])

@@ -167,6 +167,38 @@ def _matmul_reads_in_place(t) -> bool:
     return strides[-1] == 1 and _collapses(shape[:-1], strides[:-1])  # rows of a linear layer's input
 
 
+def _nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
+    """nll_loss's gradient with the picked class chosen by a select over the classes, which inductor fuses
+    into the loss's backward (torch's decomposition scatters into zeros: a full-size buffer written, then
+    read again)."""
+    channel_dim = 0 if self.dim() < 2 else 1
+    if reduction == 1:  # mean
+        grad_output = grad_output / total_weight
+    if self.dim() == 1 and target.dim() > 0:  # no batch: the kernel reads target[0]
+        target = target[0]
+    target = target.unsqueeze(channel_dim)
+    classes_shape = [1] * self.dim()
+    classes_shape[channel_dim] = self.shape[channel_dim]
+    classes = torch.arange(self.shape[channel_dim], device=self.device).reshape(classes_shape)
+    grad_input = torch.where(classes == target, -1.0, 0.0).to(self.dtype)  # ignored rows: zeroed below
+    if grad_input.dim() > grad_output.dim() > 0:
+        grad_output = grad_output.unsqueeze(channel_dim)
+    if weight is not None:
+        grad_output = grad_output * weight.reshape(classes_shape)
+    grad_output = torch.where(target != ignore_index, grad_output, 0)
+    return grad_input * grad_output
+
+
+@functools.cache
+def _decompositions() -> dict:
+    """Inductor's decompositions, with nll_loss's gradient as a select (``_nll_loss_backward``)."""
+    from torch._inductor.decomposition import select_decomp_table
+
+    table = dict(select_decomp_table())
+    table[torch.ops.aten.nll_loss_backward.default] = _nll_loss_backward
+    return table
+
+
 def _unchecked_inputs(compiled, placeholders: list) -> tuple:
     """Positions of the inputs whose sizes and strides inductor's generated code does not assert. It asserts an
     input's layout just before the first kernel that reads it, so an input the graph only returns a view of
@@ -253,7 +285,6 @@ class CompiledRegion:
         """A function of the list of inputs: the compiled graph's (the torch executor's if compiling failed);
         ``reuse``: whether it may reuse the memory of the inputs of ``self.donate``."""
         import torch._inductor.config as inductor_config
-        from torch._inductor.decomposition import select_decomp_table
         from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -266,7 +297,7 @@ class CompiledRegion:
             # fallback_random: see [Note: random numbers in fused regions]
             with inductor_config.patch(fallback_random=True, **_isa_settings(self.region)):
                 with mode:
-                    gm = make_fx(self._traced_fn(), decomposition_table=select_decomp_table())(*fakes)
+                    gm = make_fx(self._traced_fn(), decomposition_table=_decompositions())(*fakes)
                 donated = tuple(i for i, _ in self.donate) if reuse else ()
                 placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
                 with _deferred_kernel_waits(self):

@@ -147,20 +147,12 @@ class InductorExecutor(FusionExecutor):
         knows from a backward's tracing context)."""
         import types
 
-        from torch._guards import TracingContext, tracing
-        from torch._guards import detect_fake_mode
-        from torch._inductor.compile_fx import _recursive_joint_graph_passes, compile_fx_inner
-        from torch._inductor.virtualized import V
+        from torch._guards import TracingContext, detect_fake_mode, tracing
+        from torch._inductor.compile_fx import compile_fx_inner
 
-        # the rewrites compile_fx runs on a graph without autograd (an inference graph) before compiling it
-        # (a scatter into zeros becomes a select over an iota, ...)
-        device = example_inputs[0].device if example_inputs else None
-        fake_mode = detect_fake_mode(example_inputs)
-        with V.set_fake_mode(fake_mode):
-            gm = _recursive_joint_graph_passes(gm, input_device=device)
         if not donated:
             return compile_fx_inner(gm, example_inputs)
-        context = TracingContext(fake_mode)
+        context = TracingContext(detect_fake_mode(example_inputs))
         context.fw_metadata = types.SimpleNamespace(bw_donated_idxs=list(donated), static_input_indices=[])
         with tracing(context):
             return compile_fx_inner(gm, example_inputs, is_backward=True)
