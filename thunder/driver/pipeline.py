@@ -18,6 +18,7 @@ from thunder.core.proxies import TensorProxy
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.executors import pythonex as px
 from thunder.executors.passes import transform_for_execution
+from thunder.executors.regions import partition
 from thunder.transforms.autodiff import forward_and_backward
 from thunder.transforms.dce import dce
 from thunder.transforms.delete_last_used import delete_last_used
@@ -292,7 +293,11 @@ def _recompute_policy(executors):
         if isinstance(ex, FusionExecutor) and ex.rematerialize:
             cheap = functools.partial(ex.recomputable, claimed_first=executors[:i])
             fused = functools.partial(ex.fuses, claimed_first=executors[:i])
-            return lambda fwd, bwd: choose_recomputed(fwd, bwd, cheap, fused, ex.is_barrier)
+
+            def regions(bsyms):
+                return [item for item in partition(bsyms, fused, ex.is_barrier) if isinstance(item, list)]
+
+            return lambda fwd, bwd: choose_recomputed(fwd, bwd, cheap, fused, regions)
     return None
 
 

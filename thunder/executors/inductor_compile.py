@@ -366,12 +366,15 @@ class CompiledRegion:
         self.fn = next(iter(self.by_layout.values())) if self.failed is None else self._torch_boxed
         return self.fn(args)
 
-    def _by_layout(self, args):
+    def _by_layout(self, args, reuse: bool = True):
+        """Runs the compilation for the layouts of ``args`` (a list), compiled at its first call; ``reuse=False``:
+        the one that reuses no input's memory."""
+        table = self.by_layout if reuse else self.plain_by_layout
         key = tuple(a.stride() for a in args)
-        fn = self.by_layout.get(key)
+        fn = table.get(key)
         if fn is None:
             with _LOCK:
-                fn = self.by_layout[key] = self._compile(key)
+                fn = table[key] = self._compile(key, reuse)
                 resolve_pending()
         return fn(args)
 
@@ -391,20 +394,10 @@ class CompiledRegion:
                     return False
         return True
 
-    def _plain(self, args):
-        """Runs a compilation that reuses no input's memory (compiled at the first such call for the layout)."""
-        key = tuple(a.stride() for a in args)
-        fn = self.plain_by_layout.get(key)
-        if fn is None:
-            with _LOCK:
-                fn = self.plain_by_layout[key] = self._compile(key, reuse=False)
-                resolve_pending()
-        return fn(list(args))
-
     def call(self, args):
         """The outputs for the inputs ``args`` (a tuple; inductor's function empties the list it is given)."""
         if self.donate and self.fn != self._torch_boxed and not self._may_reuse(args):
-            return self._plain(args)
+            return self._by_layout(list(args), reuse=False)
         try:
             return self.fn(list(args))
         except AssertionError:

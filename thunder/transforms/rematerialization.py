@@ -50,11 +50,12 @@ def _has_tag(bsym, tag) -> bool:
 
 
 def choose_recomputed(fwd, bwd, cheap: Callable, fused: Callable = lambda b: False,
-                      barrier: Callable = lambda b: False):
+                      regions: Callable = lambda bsyms: ()):
     """``(fwd, names)``: the forward, with some composites expanded into their parts (see [Note: looking inside
     composites]), and the names of its values the backward should recompute. ``cheap(bsym)``: whether a
     forward bound symbol may run again in the backward; ``fused(bsym)``: whether the fusion executor fuses it
-    (a composite it fuses may be looked into); ``barrier(bsym)``: whether nothing fuses across it."""
+    (a composite it fuses may be looked into); ``regions(bsyms)``: the regions the fusion pass would form
+    over ``bsyms``, as lists of their indices."""
     expansions = {}  # id of a top-level bound symbol -> the bound symbols it expands to
     flat = []
     for b in fwd.bound_symbols:
@@ -62,7 +63,7 @@ def choose_recomputed(fwd, bwd, cheap: Callable, fused: Callable = lambda b: Fal
         if len(parts) > 1:
             expansions[id(b)] = parts
         flat += parts
-    recomputed, saved = _cut(fwd.from_trace(flat), bwd, cheap, _written_anyway(flat, fused, barrier))
+    recomputed, saved = _cut(fwd.from_trace(flat), bwd, cheap, _written_anyway(flat, regions(flat)))
     if expansions:
         top_level = {o.name for b in fwd.bound_symbols for o in b.flat_outs}
         read = recomputed | saved
@@ -82,16 +83,11 @@ def _expand(b, cheap, fused) -> list:
     return [p for s in b.subsymbols for p in _expand(s, cheap, fused)]
 
 
-def _written_anyway(bsyms: list, fused: Callable, barrier: Callable) -> set:
+def _written_anyway(bsyms: list, regions) -> set:
     """Names of the values the forward writes out to memory whatever is saved: those read outside the region
-    that computes them (by an operation left unfused, or by another region), as the fusion pass will form
-    the regions."""
-    from thunder.executors.regions import partition
-
-    region_of = {}
-    for item in partition(bsyms, fused, barrier):
-        for i in item if isinstance(item, list) else ():
-            region_of[i] = id(item)
+    that computes them (by an operation left unfused, or by another region); ``regions``: lists of indices
+    into ``bsyms``."""
+    region_of = {i: r for r, members in enumerate(regions) for i in members}
     made_in = {o.name: region_of.get(i) for i, b in enumerate(bsyms) for o in b.flat_outs}
     return {a.name for i, b in enumerate(bsyms) for a in b.flat_args
             if isinstance(a, TensorProxy) and (region_of.get(i) is None or made_in.get(a.name) != region_of[i])}
