@@ -14,7 +14,8 @@ runs them at GPT-2 scale: the Llama 12x768 (~134M parameters, vocab 32000, seque
 attention ``sdpa`` by default there), the GPT as GPT-2 small; ``--gpu-model-scale tiny`` shrinks them
 so that the same code path runs in seconds on the CPU.
 
-Variants: ``eager``; ``thunder`` (``thunder.jit(model)``, default executors); one ``thunder[a,b]`` per
+Variants: ``eager``; ``thunder`` (``thunder.jit(model)``, default executors); on CUDA,
+``thunder+cudagraphs`` (the same with ``transforms=[thunder.CUDAGraphTransform()]``); one ``thunder[a,b]`` per
 executor list of ``--thunder-executors`` (lists separated by ``;``, names by ``,``; each is
 ``thunder.jit(model, executors=[a, b])``); ``torch.compile`` (``torch.compile(model)``, default mode).
 A variant that fails (an executor thunder does not know, a compiler missing) is reported with its
@@ -71,6 +72,7 @@ import thunder.executors.inductorex  # noqa: E402
 from benchmarks.bench_models import WORKLOADS, Workload  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+GRAPHS = "+cudagraphs"  # a thunder variant with thunder.CUDAGraphTransform()
 
 
 class Prepared(NamedTuple):
@@ -96,9 +98,13 @@ def runner_for(model, variant: str):
         return model
     if variant == "torch.compile":
         return torch.compile(model)
+    transforms = []
+    if variant.endswith(GRAPHS):
+        variant = variant[:-len(GRAPHS)]
+        transforms.append(thunder.CUDAGraphTransform())
     if variant == "thunder":
-        return thunder.jit(model)
-    return thunder.jit(model, executors=variant[len("thunder["):-1].split(","))
+        return thunder.jit(model, transforms=transforms)
+    return thunder.jit(model, executors=variant[len("thunder["):-1].split(","), transforms=transforms)
 
 
 def sync(device: torch.device):
@@ -287,7 +293,8 @@ def machine_line(args) -> str:
 def variants_of(args) -> list[str]:
     lists = [s.strip() for s in (args.thunder_executors or "").split(";") if s.strip()]
     explicit = ["thunder[" + ",".join(n.strip() for n in s.split(",")) + "]" for s in lists]
-    return ["eager", "thunder", *explicit] + ([] if args.no_compile else ["torch.compile"])
+    graphs = ["thunder" + GRAPHS] if args.device.type == "cuda" else []
+    return ["eager", "thunder", *graphs, *explicit] + ([] if args.no_compile else ["torch.compile"])
 
 
 def parse_args(argv=None):
@@ -321,8 +328,9 @@ def parse_args(argv=None):
             p.error(f"unknown model {key!r}; choose from {sorted(WORKLOADS)}")
     if args.first_call_only and not (args.model and args.variant):
         p.error("--first-call-only needs --model and --variant")
-    if args.variant and not (args.variant in ("eager", "thunder", "torch.compile")
-                             or (args.variant.startswith("thunder[") and args.variant.endswith("]"))):
+    thunder_variant = args.variant.removesuffix(GRAPHS) if args.variant else None
+    if args.variant and not (args.variant in ("eager", "torch.compile") or thunder_variant == "thunder"
+                             or (thunder_variant.startswith("thunder[") and thunder_variant.endswith("]"))):
         p.error(f"unknown variant {args.variant!r}; choose eager, thunder, thunder[EXECUTOR,...] or torch.compile")
     return args
 

@@ -270,3 +270,15 @@ MODEL_CASES = [
     ModelCase("llama_builtin_rmsnorm_expand_kv", lambda: Llama(LlamaConfig(builtin_rmsnorm=True, expand_kv=True)), _tokens(96)),
     ModelCase("llama_mha", lambda: Llama(LlamaConfig(n_query_groups=4)), _tokens(96)),
 ]
+
+
+class LMLoss(nn.Module):
+    """A language model whose forward returns ``(logits, ...)``, with the cross-entropy loss over the tokens."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, idx, targets):
+        logits, _ = self.model(idx)
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())

@@ -112,16 +112,17 @@ def one_thread():
 
 
 def check_training_parity(model: torch.nn.Module, inputs: Any, *, loss_of: Callable = lambda out: out.loss,
-                          steps: int = 3, not_bitwise: NotBitwise | None = None, lr: float = 0.1, executors=None):
-    """One forward+backward, then ``steps`` SGD steps, of ``thunder.jit(model, executors=executors)`` against an
-    eager deep copy."""
+                          steps: int = 3, not_bitwise: NotBitwise | None = None, lr: float = 0.1, executors=None,
+                          transforms=()):
+    """One forward+backward, then ``steps`` SGD steps, of ``thunder.jit(model, executors=executors,
+    transforms=transforms)`` against an eager deep copy."""
     with one_thread():
-        return _training_parity(model, inputs, loss_of, steps, not_bitwise, lr, executors)
+        return _training_parity(model, inputs, loss_of, steps, not_bitwise, lr, executors, transforms)
 
 
-def _training_parity(model, inputs, loss_of, steps, not_bitwise, lr, executors=None):
+def _training_parity(model, inputs, loss_of, steps, not_bitwise, lr, executors=None, transforms=()):
     ref = copy.deepcopy(model)
-    jmodel = thunder.jit(model, executors=executors)
+    jmodel = thunder.jit(model, executors=executors, transforms=list(transforms))
     mismatches = Mismatches()
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=lr)

@@ -17,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import thunder
-from tests.models import GPT, GPTConfig
+from tests.models import GPT, GPTConfig, LMLoss
 from tests.parity import NotBitwise, check_training_parity
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -30,16 +30,6 @@ def deterministic():
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
     yield
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = old
-
-
-class LMLoss(nn.Module):
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, idx, targets):
-        logits, _ = self.model(idx)
-        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

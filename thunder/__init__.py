@@ -19,12 +19,13 @@ from thunder.driver.prologue import CACHE_OPTIONS
 from thunder.core.trace import TraceCtx
 from thunder import extend
 from thunder.extend import resolve_executors
+from thunder.executors.cudagraphex import CUDAGraphTransform
 
 __all__ = [
     "jit", "compile_data", "compile_stats", "last_traces", "last_backward_traces", "last_prologue_traces",
     "cache_option", "cache_hits", "cache_misses", "list_transforms", "last_interpreted_instructions",
     "last_interpreter_log", "last_compile_options", "ThunderModule", "CACHE_OPTIONS", "InterpreterError",
-    "add_transform",
+    "add_transform", "CUDAGraphTransform",
 ]
 
 _KNOWN_COMPILE_OPTIONS = frozenset()

@@ -236,6 +236,10 @@ class Compilation:
             return f"{src.qualname}.{src.name}" if src.qualname else src.name
         return None
 
+    def module_tensor_names(self) -> frozenset:
+        """The names of the input proxies that stand for module parameters or buffers."""
+        return frozenset(n for n, src in self.sources.items() if isinstance(src, frontend.ModuleTensorSource))
+
     def read_state(self, obj, name: str):
         """``getattr(obj, name)``, checked by the prologue on every call (a change is a cache miss)."""
         value = getattr(obj, name)

@@ -388,8 +388,9 @@ class CompiledRegion:
                     or torch._C._storage_Use_Count(args[i].untyped_storage()._cdata) > _UNSHARED_STORAGE_USES):
                 return False
             if received:
-                if keep_graph is None:
-                    keep_graph = torch._C._autograd._get_current_graph_task_keep_graph()
+                if keep_graph is None:  # a graph being captured replays later, when autograd may keep them
+                    keep_graph = (torch._C._autograd._get_current_graph_task_keep_graph()
+                                  or args[i].is_cuda and torch.cuda.is_current_stream_capturing())
                 if keep_graph:
                     return False
         return True

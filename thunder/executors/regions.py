@@ -152,3 +152,22 @@ def _schedule_segment(segment, inputs, group_of, groups) -> list:
                 heapq.heappush(ready, (members[c][0], c))
     assert len(out) == len(members), "fusion regions formed a cycle"  # [Note: forming regions] rules this out
     return out
+
+
+def region_interface(bsyms, used_later) -> tuple[list, list]:
+    """The inputs of a run of bound symbols (what they read and do not define, in order of first use) and its
+    outputs (what they define that ``used_later`` names, in order of definition)."""
+    defined, inputs, seen = set(), [], set()
+    for b in bsyms:
+        for a in b.flat_args:
+            if a.name not in defined and a.name not in seen:
+                seen.add(a.name)
+                inputs.append(a)
+        defined.update(o.name for o in b.flat_outs)
+    outputs, seen = [], set()
+    for b in bsyms:
+        for o in b.flat_outs:
+            if o.name in used_later and o.name not in seen:
+                seen.add(o.name)
+                outputs.append(o)
+    return inputs, outputs

@@ -220,20 +220,9 @@ class FusionExecutor(Executor):
 
     def _fuse(self, prims_, used_later, name, dense=frozenset(), donatable=None):
         from thunder.core.trace import TraceCtx
+        from thunder.executors.regions import region_interface
 
-        defined, inputs, seen_inputs = set(), [], set()
-        for b in prims_:
-            for a in b.flat_args:
-                if a.name not in defined and a.name not in seen_inputs:
-                    seen_inputs.add(a.name)
-                    inputs.append(a)
-            defined.update(o.name for o in b.flat_outs)
-        outputs, seen = [], set()
-        for b in prims_:
-            for o in b.flat_outs:
-                if o.name in used_later and o.name not in seen:
-                    seen.add(o.name)
-                    outputs.append(o)
+        inputs, outputs = region_interface(prims_, used_later)
         region = TraceCtx(f"{self.name}_region", params=list(inputs))
         region.bound_symbols = list(prims_) + [BoundSymbol(python_return, (tuple(outputs),), {}, None)]
         hints = {}
