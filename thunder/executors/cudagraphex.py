@@ -35,6 +35,7 @@ import warnings
 
 import torch
 
+from thunder.core.codeutils import flat_proxies
 from thunder.core.proxies import NumberProxy, TensorProxy
 from thunder.core.statements import STATEMENTS, python_return
 from thunder.core.symbol import BoundSymbol, Tag
@@ -135,9 +136,7 @@ def graph_segments(trace, kind: str, *, min_symbols: int = 2, module_tensors: fr
     if not runs:
         return trace
     returned = _caller_visible(bsyms, kind)
-    read_after = [set() for _ in range(len(bsyms) + 1)]  # names read at or after each position
-    for i in range(len(bsyms) - 1, -1, -1):
-        read_after[i] = read_after[i + 1] | {a.name for a in bsyms[i].flat_args}
+    last_read = {a.name: i for i, b in enumerate(bsyms) for a in b.flat_args}
     start_of = {r[0]: r for r in runs}
     out, i, n = [], 0, 0
     while i < len(bsyms):
@@ -147,7 +146,8 @@ def graph_segments(trace, kind: str, *, min_symbols: int = 2, module_tensors: fr
             i += 1
             continue
         members = [bsyms[k] for k in run]
-        out.append(_segment(members, read_after[run[-1] + 1], returned, module_tensors, f"CUDAGraph{n}",
+        read_later = {o.name for b in members for o in b.flat_outs if last_read.get(o.name, -1) > run[-1]}
+        out.append(_segment(members, read_later, returned, module_tensors, f"CUDAGraph{n}",
                             capture or capture_cuda_graph))
         n += 1
         i = run[-1] + 1
@@ -163,7 +163,6 @@ def _caller_visible(bsyms, kind: str) -> set:
     if kind == "forward":
         result = ret.args[0][0] if isinstance(ret.args[0], tuple) else ret.args[0]
         flat = result.get("flat_output", ()) if isinstance(result, dict) else result
-        from thunder.core.codeutils import flat_proxies
         return {p.name for p in flat_proxies(flat)}
     return {a.name for a in ret.flat_args}
 
@@ -186,7 +185,8 @@ def _segment(members, used_later: set, returned: set, module_tensors: frozenset,
 
 # -- capture and replay ---------------------------------------------------------------------------------
 
-# Storages of the graphs' outputs (by data pointer): an input found there is read in place.
+# Storages of the graphs' outputs (by data pointer): an input found there is read in place. Only a choice
+# between reading in place and copying (a pointer of a freed graph costs at most a later run as usual).
 _GRAPH_MEMORY: set = set()
 
 
