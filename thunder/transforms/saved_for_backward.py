@@ -4,19 +4,22 @@ Autodiff (``thunder.transforms.autodiff``) leaves the backward trace reading for
 transforms may then change either trace (a data-parallel transform reads forward values in the
 backward, say). Only after all of them does this pass decide what is saved: exactly the forward values
 the backward reads, except those of activation-checkpointed regions, which the backward recomputes
-(see ``thunder.driver.checkpointing``), and those an in-place update would overwrite, which are saved as
-copies (``thunder.transforms.overwritten_saves``).
+(see ``thunder.driver.checkpointing``), those an in-place update would overwrite, which are saved as
+copies (``thunder.transforms.overwritten_saves``), and small views of larger intermediates, also saved as
+copies (``thunder.transforms.compact_saves``).
 """
 from __future__ import annotations
 
 import time
 
 from thunder.core import statements
+from thunder.core.codeutils import flat_proxies
 from thunder.core.proxies import TensorProxy, NumberProxy, Var
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.transforms.autodiff import ForwardBackward, forward_return
 from thunder.transforms.dce import dce
+from thunder.transforms.compact_saves import compact_saved_views
 from thunder.transforms.overwritten_saves import protect_overwritten_saves
 
 
@@ -37,6 +40,8 @@ def save_for_backward(fb: ForwardBackward, fwd: TraceCtx, bwd: TraceCtx, recompu
     bwd = _rematerialize(forward, bwd, recomputable)
     saved_tensors, saved_others = _saved_values(forward, bwd, fb.cotangents)
     bwd, saved_tensors = protect_overwritten_saves(forward, bwd, saved_tensors)
+    returned = {p.name for p in flat_proxies(ret.args[0][0]["flat_output"])}
+    bwd, saved_tensors = compact_saved_views(forward, bwd, saved_tensors, returned)
     bwd = _unpack_backward_inputs(bwd, saved_tensors, saved_others, fb.cotangents)
     bwd.released_inputs = _intermediates(forward, ret, saved_tensors)
     bwd.set_provenance("Backward pass", start)
