@@ -6,7 +6,8 @@ matmul read, a contiguous copy it made of the view anyway. So when the saved val
 forward intermediate (through view operations, or any operation that may return an alias,
 thunder/transforms/overwritten_saves.py) are together smaller than it, and it is neither saved nor an
 output, each of them is saved as a copy made just after it is computed, and the intermediate is freed when
-the forward is done with it.
+the forward is done with it. Not with a fusion executor's rematerialization: its regions write what they
+save out as fresh values, and its cut already counts the bytes saved.
 """
 from __future__ import annotations
 

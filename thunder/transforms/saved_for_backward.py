@@ -40,8 +40,9 @@ def save_for_backward(fb: ForwardBackward, fwd: TraceCtx, bwd: TraceCtx, recompu
     bwd = _rematerialize(forward, bwd, recomputable)
     saved_tensors, saved_others = _saved_values(forward, bwd, fb.cotangents)
     bwd, saved_tensors = protect_overwritten_saves(forward, bwd, saved_tensors)
-    returned = {p.name for p in flat_proxies(ret.args[0][0]["flat_output"])}
-    bwd, saved_tensors = compact_saved_views(forward, bwd, saved_tensors, returned)
+    if recompute is None:  # with a fusion executor, regions write the values they save out fresh
+        returned = {p.name for p in flat_proxies(ret.args[0][0]["flat_output"])}
+        bwd, saved_tensors = compact_saved_views(forward, bwd, saved_tensors, returned)
     bwd = _unpack_backward_inputs(bwd, saved_tensors, saved_others, fb.cotangents)
     bwd.released_inputs = _intermediates(forward, ret, saved_tensors)
     bwd.set_provenance("Backward pass", start)
