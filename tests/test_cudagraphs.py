@@ -347,3 +347,23 @@ def test_fused_regions_replay_as_they_run_without_graphs(device):
             assert torch.equal(p.grad, q.grad), step
             p.grad = q.grad = None
     assert "InductorFusion0" in str(thunder.last_traces(jm)[-1]) and _replayed(jm) == 2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_only_live_graphs_memory_is_read_in_place(device):
+    """An input is read in place when it lies in a live graph's output; the memory of a graph that is gone
+    may hold anyone's tensors since (a fresh batch would be taken as read in place, then found moved)."""
+    import gc
+
+    from thunder.executors.cudagraphex import _GRAPH_MEMORY
+
+    model = _gpt(device)
+    jm = thunder.jit(model, executors=TORCH, transforms=[_graphs(device)])
+    for step in range(3):
+        idx = _tokens(device, step)
+        jm(idx, idx).backward()
+    ours = {ptr for ptr, t in _GRAPH_MEMORY.items() if t.device.type == device}
+    assert ours
+    del jm, model
+    gc.collect()
+    assert not ours & set(_GRAPH_MEMORY.keys())

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import time
 import warnings
+import weakref
 
 import torch
 
@@ -180,14 +181,14 @@ def _segment(members, used_later: set, returned: set, module_tensors: frozenset,
         in_place=frozenset(k for k, a in enumerate(inputs) if a.name in written or a.name in module_tensors),
         copied_out=tuple(o.name in returned for o in outputs), capture=capture)
     op = ex.register_operator(name, fn=runner)
+    del ex.opmap[name]  # one per trace, never looked up by name: its graphs go with the trace
     return BoundSymbol(op, tuple(inputs), {}, list(outputs), tuple(members))
 
 
 # -- capture and replay ---------------------------------------------------------------------------------
 
-# Storages of the graphs' outputs (by data pointer): an input found there is read in place. Only a choice
-# between reading in place and copying (a pointer of a freed graph costs at most a later run as usual).
-_GRAPH_MEMORY: set = set()
+# The live graphs' outputs, by the data pointer of their storage: an input found there is read in place.
+_GRAPH_MEMORY: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
 
 
 def _capturing() -> bool:
@@ -228,7 +229,8 @@ class _Graph:
             if not copy and t.untyped_storage().data_ptr() not in borrowed:
                 tracked.setdefault(t.untyped_storage().data_ptr(), t)
         self.tracked = [(t, _use_count(t)) for t in tracked.values()]
-        _GRAPH_MEMORY.update(t.untyped_storage().data_ptr() for t in outputs)
+        for t in outputs:
+            _GRAPH_MEMORY[t.untyped_storage().data_ptr()] = t
 
     def can_replay(self, args) -> bool:
         for i, ptr in self.in_place:
