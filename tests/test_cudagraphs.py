@@ -124,7 +124,8 @@ def emulated_capture(fn, inputs):
     outputs = fn(*[a.clone() if isinstance(a, torch.Tensor) else a for a in inputs])
     torch.set_rng_state(rng)
 
-    def replay(inputs):
+    def replay(graph, args):
+        inputs = [args[i] if static is None else static for i, static in enumerate(graph.static)]
         for static, new in zip(outputs, fn(*inputs)):
             static.copy_(new)
 

@@ -202,11 +202,11 @@ def _use_count(t) -> int:
 def capture_cuda_graph(fn, inputs: list):
     """``fn(*inputs)`` captured as a CUDA graph: (a callable replaying it, the graph's outputs). Nothing runs
     while capturing: the outputs hold their values after the first replay. The replaying callable is given
-    the inputs where the graph reads them (a real graph needs nothing: it reads the captured addresses)."""
+    the ``_Graph`` and the call's arguments (a real graph needs neither: it reads the captured addresses)."""
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, capture_error_mode="thread_local"):
         outputs = fn(*inputs)
-    return lambda inputs: graph.replay(), outputs
+    return lambda _graph, _args: graph.replay(), outputs
 
 
 class _Graph:
@@ -245,14 +245,9 @@ class _Graph:
         return True
 
     def replay(self, args):
-        static = self.static
         for i, buffer, expanded, strides in self.copied_in:
             buffer.copy_(_narrowed(args[i], expanded) if expanded else args[i])
-        if self.in_place:
-            static = list(static)
-            for i, _ in self.in_place:
-                static[i] = args[i]
-        self._replay(static)
+        self._replay(self, args)
         return tuple(t.clone() if copy else t.detach() for t, copy in zip(self.outputs, self.copied_out))
 
 
