@@ -22,12 +22,15 @@ import thunder
 class NotBitwise:
     """Why a model's gradients are not bitwise eager's, and the tolerance that holds instead.
 
-    The check is strict: when everything matches bitwise after all, it fails, so the entry is removed.
+    The check is strict: when everything matches bitwise after all, it fails, so the entry is removed; unless
+    ``depends_on_machine``: whether the kernels round alike differs from one CPU to another (say which in
+    ``reason``).
     """
 
     reason: str
     atol: float = 1e-6
     rtol: float = 1e-4
+    depends_on_machine: bool = False
 
 
 def _call(model, inputs):
@@ -142,6 +145,6 @@ def _training_parity(model, inputs, loss_of, steps, not_bitwise, lr, executors=N
         _compare_state(model, ref, not_bitwise, mismatches, what, grads=False)
         _check_bitwise(mismatches)
     assert thunder.cache_misses(jmodel) == 1, "every step after the first must hit the cache"
-    if not_bitwise is not None:
+    if not_bitwise is not None and not not_bitwise.depends_on_machine:
         assert mismatches.tolerated, f"bitwise equal to eager after all: remove the NotBitwise entry ({not_bitwise.reason})"
     return jmodel, mismatches

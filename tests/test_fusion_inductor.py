@@ -495,6 +495,40 @@ def test_saved_outputs_only_matmuls_read_are_written_contiguous():
     assert _copies(lambda: jf(x, w).sum().backward()) == []
 
 
+def _heads_read_twice(x, w, k, v):
+    B, T, C = x.shape
+    h = (x @ w).reshape(B, T, 2, C // 2).permute(0, 2, 1, 3)  # a view no matmul reads in place
+    return h @ k, h @ v
+
+
+def _heads_read_twice_and_returned(x, w, k, v):
+    B, T, C = x.shape
+    h = (x @ w).reshape(B, T, 2, C // 2).permute(0, 2, 1, 3)
+    return h @ k, h
+
+
+@requires_compiler
+def test_views_two_matmuls_would_copy_are_written_contiguous_once():
+    """Views alone are no region, unless an output goes only to matmuls that cannot read it in place: then one
+    region writes it contiguous, where each matmul would copy it (and a backward's attention does that twice
+    for each block)."""
+    torch.manual_seed(0)
+    x, w, k, v = torch.randn(2, 8, 16), torch.randn(16, 16), torch.randn(2, 2, 8, 5), torch.randn(2, 2, 8, 3)
+    jf, junfused = thunder.jit(_heads_read_twice, executors=FUSED), thunder.jit(_heads_read_twice, executors=["torch"])
+    expected = _heads_read_twice(x, w, k, v)
+    torch.testing.assert_close(jf(x, w, k, v), expected, rtol=0, atol=0)
+    assert _fused_ops(thunder.last_traces(jf)[-1]) == [["reshape", "transpose"]]
+    copies = _copies(junfused, x, w, k, v)  # a clone and its copy_ for each matmul
+    assert len(copies) == 4 and all(c[0] == [2, 2, 8, 8] for c in copies), copies
+    assert _copies(jf, x, w, k, v) == []
+    # h returned: the program sees its layout, so it stays a view and the views stay unfused
+    jr = thunder.jit(_heads_read_twice_and_returned, executors=FUSED)
+    outs, expected = jr(x, w, k, v), _heads_read_twice_and_returned(x, w, k, v)
+    torch.testing.assert_close(outs, expected, rtol=0, atol=0)
+    assert outs[1].stride() == expected[1].stride()
+    assert _fused_ops(thunder.last_traces(jr)[-1]) == []
+
+
 def _permuted(x):
     return (x * 2).sin().permute(2, 0, 1), (x + 1).transpose(0, 1)
 
@@ -600,3 +634,24 @@ def test_a_region_reuses_an_input_only_when_nothing_else_can_see_it():
         assert not reused and intact, keep
     reused, intact, _ = as_a_trace_calls(lambda: (a @ b).t().t())  # a view: its base shares the memory
     assert not reused and intact
+
+
+def test_cpu_isa_answers_are_what_inductors_probes_find():
+    """Where thunder answers inductor's instruction-set probes from ATen's CPU detection (sparing a compiled test
+    program each), the answers are the probes' own: run here for real, with the flags inductor would add."""
+    from torch._inductor.cpu_vec_isa import VecAVX512, VecAVX512VNNI
+
+    from thunder.executors import inductor_compile as ic
+
+    if not ic._cpu_isa_settings() or not ic._compiler_knows_avx512_extensions():
+        pytest.skip("thunder leaves inductor's probes to inductor on this machine")
+    bf16 = VecAVX512()
+    bf16._arch_flags = VecAVX512._arch_flags + " -mavx512bf16"
+    vnni = VecAVX512VNNI()
+    with ic._answered_probes():
+        answered = [bf16.check_build(VecAVX512._avx512_bf16_code), vnni.check_build(VecAVX512VNNI._avx512_vnni_code)]
+    # inductor asks a probe only where ATen reports the extension: compare there
+    asked = [torch.cpu._is_avx512_bf16_supported(), torch.cpu._is_vnni_supported()]
+    probed = [bf16.check_build(VecAVX512._avx512_bf16_code), vnni.check_build(VecAVX512VNNI._avx512_vnni_code)]
+    assert [a for a, q in zip(answered, asked) if q] == [p for p, q in zip(probed, asked) if q]
+    assert answered == asked

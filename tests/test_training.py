@@ -487,7 +487,7 @@ class _FusedQKVAttention(nn.Module):
 def test_a_small_view_of_a_larger_value_is_saved_compact():
     """``v``, a third of the qkv projection, is saved as a copy (as eager's matmul saves one): saving the view
     would keep the whole projection alive. Gradients as without the copy: within rounding of eager's (the
-    projection's weight gradient differs from eager's by about 1e-10 with or without it)."""
+    projection's weight gradient differs from eager's by about 1e-10 with or without it, on some CPUs)."""
     torch.manual_seed(0)
     model = _FusedQKVAttention()
     x = torch.randn(2, 16, 32)
@@ -496,6 +496,7 @@ def test_a_small_view_of_a_larger_value_is_saved_compact():
     _, eager_bytes, _ = _saved_bytes(lambda: model(x))
     _, our_bytes, _ = _saved_bytes(lambda: jm(x))
     assert our_bytes <= eager_bytes, (our_bytes, eager_bytes)
-    rounding = NotBitwise("qkv.weight's gradient rounds differently from eager's (also without compact saves)",
-                          atol=1e-8, rtol=1e-5)
+    rounding = NotBitwise("qkv.weight's gradient rounds differently from eager's (also without compact saves) on "
+                          "AMD EPYC, bitwise on Intel Xeon: the CPU's matrix kernels decide", atol=1e-8, rtol=1e-5,
+                          depends_on_machine=True)
     check_training_parity(_FusedQKVAttention(), (x,), loss_of=lambda loss: loss, not_bitwise=rounding)

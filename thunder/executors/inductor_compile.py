@@ -115,8 +115,49 @@ class _BackgroundCompiler:
 BACKGROUND = _BackgroundCompiler()
 
 
-def _isa_settings(region) -> dict:
-    return _cpu_isa_settings() if any(p.device.type == "cpu" for p in region.params) else {}
+@contextlib.contextmanager
+def _known_cpu_isa(region):
+    """Inductor's settings (``_cpu_isa_settings``) for a region with CPU inputs; where they trust the CPU, its
+    probes of the instruction extensions ATen's CPU detection has answered too (AVX512-BF16, VNNI: a test
+    program compiled and run each, about half a second apiece in a fresh cache) answer yes, when the compiler
+    is a GCC that knows them (10 or newer). Other probes run as inductor makes them."""
+    settings = _cpu_isa_settings() if any(p.device.type == "cpu" for p in region.params) else {}
+    with contextlib.ExitStack() as stack:
+        if settings:
+            import torch._inductor.config as inductor_config
+
+            stack.enter_context(inductor_config.patch(**settings))
+            if _compiler_knows_avx512_extensions():
+                stack.enter_context(_answered_probes())
+        yield
+
+
+@contextlib.contextmanager
+def _answered_probes():
+    from torch._inductor.cpu_vec_isa import VecAVX512, VecAVX512VNNI, VecISA
+
+    known = {VecAVX512._avx512_bf16_code: torch.cpu._is_avx512_bf16_supported(),
+             VecAVX512VNNI._avx512_vnni_code: torch.cpu._is_vnni_supported()}
+    original = VecISA.check_build
+
+    def check_build(self, code):
+        return known[code] if code in known else original(self, code)
+
+    VecISA.check_build = check_build
+    try:
+        yield
+    finally:
+        VecISA.check_build = original
+
+
+@functools.cache
+def _compiler_knows_avx512_extensions() -> bool:
+    try:
+        from torch._inductor.cpp_builder import _is_gcc_version_less_than, get_cpp_compiler, is_gcc
+
+        return is_gcc() and not _is_gcc_version_less_than(get_cpp_compiler(), 10)
+    except Exception:  # a private API of inductor's that moved: let inductor probe
+        return False
 
 
 @functools.cache
@@ -295,7 +336,7 @@ class CompiledRegion:
                 fakes = [torch.empty_strided(tuple(p.shape), st, dtype=p.dtype, device=p.device)
                          for p, st in zip(self.region.params, strides)]
             # fallback_random: see [Note: random numbers in fused regions]
-            with inductor_config.patch(fallback_random=True, **_isa_settings(self.region)):
+            with inductor_config.patch(fallback_random=True), _known_cpu_isa(self.region):
                 with mode:
                     gm = make_fx(self._traced_fn(), decomposition_table=_decompositions())(*fakes)
                 donated = tuple(i for i, _ in self.donate) if reuse else ()

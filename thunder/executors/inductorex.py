@@ -72,6 +72,7 @@ _MATMULS = frozenset({"matmul", "linear", "bmm", "mm", "addmm", "baddbmm"})
 # Views and creation alone are not worth a kernel: a region needs one of the others.
 _NOT_COMPUTE = frozenset({"broadcast_in_dim", "reshape", "transpose", "slice_prim", "squeeze", "shallow_copy", "full",
                           "iota"})
+_VIEWS = frozenset({"broadcast_in_dim", "reshape", "transpose", "slice_prim", "squeeze"})
 # torch's backward kernels (thunder/torch/grad_rules.py) that inductor decomposes into pointwise work and reductions.
 FUSIBLE_KERNELS = frozenset({
     "softmax_backward", "log_softmax_backward", "silu_backward", "gelu_backward", "threshold_backward",
@@ -119,6 +120,9 @@ class InductorExecutor(FusionExecutor):
 
     def worth_fusing(self, prims_: list) -> bool:
         return len(prims_) >= self.min_prims and any(p.sym.name not in _NOT_COMPUTE for p in prims_)
+
+    def worth_fusing_for_layout(self, prims_: list) -> bool:
+        return len(prims_) >= self.min_prims and all(p.sym.name in _VIEWS for p in prims_)
 
     def fusion_pass(self, trace, claimed_first=()):
         self._progress = _Progress(self.progress_after_s)

@@ -169,51 +169,41 @@ class FusionExecutor(Executor):
             return False  # draws other numbers than its decomposition: run whole, it draws as eager does
         return all(self._fusible(s) for s in bsym.subsymbols)
 
+    def worth_fusing_for_layout(self, prims_: list) -> bool:
+        """Whether a group ``worth_fusing`` turns down (views alone) is worth a region after all when one of its
+        outputs goes dense to ``wants_dense_input`` consumers: the region writes it contiguous once, where each
+        matmul reading the view would copy it."""
+        return False
+
     def fusion_pass(self, trace, claimed_first=()):
         """``trace`` with regions fused. ``claimed_first``: the operator executors listed before this one."""
         import time
 
-        from thunder.executors.regions import partition
+        from thunder.executors.regions import partition, region_interface
 
         start = time.perf_counter_ns()
         bsyms = trace.bound_symbols
         claimed_first = tuple(ex for ex in claimed_first if isinstance(ex, OperatorExecutor))
         order = partition(bsyms, lambda b: self._fusible(b, claimed_first), self.is_barrier)
-        out, regions = [], []
-        for item in order:
-            if isinstance(item, int):
-                out.append(bsyms[item])
-                continue
-            members = [bsyms[i] for i in item]
-            prims_ = [p for m in members for p in _leaf_prims(m, self)]
-            if not self.worth_fusing(prims_):
-                out += members
-                continue
-            regions.append((len(out), members, prims_))
-            out.append(None)
-        consumed_after = set()  # the names read at or after each region's position
-        region_at = {at: prims_ for at, _, prims_ in regions}
-        used_later = {}
-        readers: dict[str, list] = {}  # name -> (position, "region" / "dense" / "other") of each reader
-        for k in range(len(out) - 1, -1, -1):
-            if k in region_at:
-                used_later[k] = frozenset(consumed_after)
-            for b in region_at.get(k, None) or (out[k],):
-                consumed_after.update(a.name for a in b.flat_args)
-                kind = "region" if k in region_at else "dense" if self.wants_dense_input(b) else "other"
-                layout_free = trace.layout_free_outputs if b.sym is python_return else frozenset()
-                for a in b.flat_args:  # a value returned whose layout nothing depends on: as if a region read it
-                    readers.setdefault(a.name, []).append((k, "region" if a.name in layout_free else kind))
+        groups = [bsyms[item] if isinstance(item, int) else
+                  ([bsyms[i] for i in item], [p for i in item for p in _leaf_prims(bsyms[i], self)]) for item in order]
+        worth = {g for g, item in enumerate(groups) if isinstance(item, tuple) and self.worth_fusing(item[1])}
+        for_layout = {g for g, item in enumerate(groups)
+                      if isinstance(item, tuple) and g not in worth and self.worth_fusing_for_layout(item[1])}
+        if for_layout:  # kept only where an output goes dense (to regions and dense consumers alone)
+            out, regions = _lay_out(groups, worth | for_layout)
+            used_later, readers = _readers(trace, out, regions, self)
+            worth |= {g for at, _, prims_, g in regions if g in for_layout
+                      and _dense(at, used_later, readers) & {o.name for o in region_interface(prims_, used_later[at])[1]}}
+        out, regions = _lay_out(groups, worth)
+        used_later, readers = _readers(trace, out, regions, self)
         made_here = {o.name for b in bsyms if b.sym not in STATEMENTS for o in b.flat_outs}
-        for n, (at, members, prims_) in enumerate(regions):
-            # outputs read by consumers that want them dense (and perhaps other regions), by nothing else
-            dense = frozenset(name for name in used_later[at] if (kinds := {d for k, d in readers.get(name, ()) if k > at})
-                              and "dense" in kinds and kinds <= {"dense", "region"})
+        for n, (at, members, prims_, _) in enumerate(regions):
             # inputs that die here and that this trace made (or received released): their memory may be reused,
             # name -> whether they were received (reusable only once autograd has let them go)
             donatable = {a.name: a.name not in made_here for p in prims_ for a in p.flat_args
                          if a.name not in used_later[at] and (a.name in made_here or a.name in trace.released_inputs)}
-            out[at] = self._fuse(prims_, used_later[at], f"{self.fusion_name}{n}", dense,
+            out[at] = self._fuse(prims_, used_later[at], f"{self.fusion_name}{n}", _dense(at, used_later, readers),
                                  donatable if self.reuses_inputs else {})
         new = trace.from_trace(out)
         return new.set_provenance(f"Fusion ({self.name})", start)
@@ -233,6 +223,46 @@ class FusionExecutor(Executor):
         fn = self.compile_region(region, **hints)
         op = self.register_operator(name, fn=fn)
         return BoundSymbol(op, tuple(inputs), {}, list(outputs), tuple(prims_))
+
+
+def _lay_out(groups, fused: set) -> tuple[list, list]:
+    """The trace's bound symbols with a placeholder (None) for each group in ``fused``, and those regions as
+    (position, members, primitives, group)."""
+    out, regions = [], []
+    for g, item in enumerate(groups):
+        if not isinstance(item, tuple):
+            out.append(item)
+        elif g in fused:
+            regions.append((len(out), *item, g))
+            out.append(None)
+        else:
+            out += item[0]
+    return out, regions
+
+
+def _readers(trace, out, regions, ex) -> tuple[dict, dict]:
+    """For each region's position, the names read at or after it; for each name, (position, kind) of each
+    reader, kind "region", "dense" (``ex.wants_dense_input``) or "other"."""
+    consumed_after = set()
+    region_at = {at: prims_ for at, _, prims_, _ in regions}
+    used_later, readers = {}, {}
+    for k in range(len(out) - 1, -1, -1):
+        if k in region_at:
+            used_later[k] = frozenset(consumed_after)
+        for b in region_at.get(k, None) or (out[k],):
+            consumed_after.update(a.name for a in b.flat_args)
+            kind = "region" if k in region_at else "dense" if ex.wants_dense_input(b) else "other"
+            layout_free = trace.layout_free_outputs if b.sym is python_return else frozenset()
+            for a in b.flat_args:  # a value returned whose layout nothing depends on: as if a region read it
+                readers.setdefault(a.name, []).append((k, "region" if a.name in layout_free else kind))
+    return used_later, readers
+
+
+def _dense(at, used_later, readers) -> frozenset:
+    """The names used after the region at ``at`` (its outputs among them) that consumers want dense, read by those
+    (and perhaps by other regions) and by nothing else."""
+    return frozenset(name for name in used_later[at] if (kinds := {d for k, d in readers.get(name, ()) if k > at})
+                     and "dense" in kinds and kinds <= {"dense", "region"})
 
 
 _REDUCTIONS = frozenset({"sum", "prod", "amax", "amin", "var", "var_mean", "argmax", "argmin", "cumsum"})
