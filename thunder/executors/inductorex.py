@@ -25,7 +25,9 @@ program already, and its regions are functional), so a call costs little more th
 - Outputs keep the layout the unfused program gives them (a later ``view`` may rely on it), except
   those only matmuls read (and other regions): one a matmul cannot read in place (``q`` or ``k``
   permuted for attention) is written contiguous, which saves the matmul its copy
-  (``wants_dense_input``).
+  (``wants_dense_input``). Views alone are no region, unless such an output comes of them: a backward's
+  ``permute`` of an attention gradient that two matmuls read is written contiguous once, where each matmul
+  would copy it (``worth_fusing_for_layout``).
 - A region inductor cannot compile runs with the torch executor instead, with a warning.
 - Long compilations report progress on stderr (``progress_after_s``).
 
