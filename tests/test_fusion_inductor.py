@@ -510,8 +510,8 @@ def _heads_read_twice_and_returned(x, w, k, v):
 @requires_compiler
 def test_views_two_matmuls_would_copy_are_written_contiguous_once():
     """Views alone are no region, unless an output goes only to matmuls that cannot read it in place: then one
-    region writes it contiguous, where each matmul would copy it (and a backward's attention does that twice
-    for each block)."""
+    region (views and a copy, nothing compiled) writes it contiguous, where each matmul would copy it (a
+    backward's attention does that twice for each block)."""
     torch.manual_seed(0)
     x, w, k, v = torch.randn(2, 8, 16), torch.randn(16, 16), torch.randn(2, 2, 8, 5), torch.randn(2, 2, 8, 3)
     jf, junfused = thunder.jit(_heads_read_twice, executors=FUSED), thunder.jit(_heads_read_twice, executors=["torch"])
@@ -520,7 +520,7 @@ def test_views_two_matmuls_would_copy_are_written_contiguous_once():
     assert _fused_ops(thunder.last_traces(jf)[-1]) == [["reshape", "transpose"]]
     copies = _copies(junfused, x, w, k, v)  # a clone and its copy_ for each matmul
     assert len(copies) == 4 and all(c[0] == [2, 2, 8, 8] for c in copies), copies
-    assert _copies(jf, x, w, k, v) == []
+    assert _copies(jf, x, w, k, v) == copies[:2], "one copy, which both matmuls read"
     # h returned: the program sees its layout, so it stays a view and the views stay unfused
     jr = thunder.jit(_heads_read_twice_and_returned, executors=FUSED)
     outs, expected = jr(x, w, k, v), _heads_read_twice_and_returned(x, w, k, v)

@@ -289,6 +289,30 @@ _UNSHARED_REFS = _unshared_refs()
 _UNSHARED_STORAGE_USES = _unshared_storage_uses()
 
 
+class DenseViews:
+    """A region of views alone (``worth_fusing_for_layout``), run by the torch executor; the outputs at ``dense``
+    are copied contiguous where a matmul could not read them in place. Nothing to compile."""
+
+    def __init__(self, region, dense: tuple):
+        from thunder.executors.passes import transform_for_execution
+        from thunder.executors.torchex import ex as torch_ex
+
+        self.fn = transform_for_execution(region, (torch_ex,)).python_callable()
+        self.dense = dense
+
+    def callable(self):
+        fn, dense = self.fn, self.dense
+
+        def run(*args):
+            outs = list(fn(*args))
+            for i in dense:
+                if not _matmul_reads_in_place(outs[i]):
+                    outs[i] = outs[i].contiguous()
+            return outs
+
+        return run
+
+
 class CompiledRegion:
     """A region's inductor-compiled function, per input layout, with the torch executor's as the fallback."""
 

@@ -27,7 +27,8 @@ program already, and its regions are functional), so a call costs little more th
   permuted for attention) is written contiguous, which saves the matmul its copy
   (``wants_dense_input``). Views alone are no region, unless such an output comes of them: a backward's
   ``permute`` of an attention gradient that two matmuls read is written contiguous once, where each matmul
-  would copy it (``worth_fusing_for_layout``).
+  would copy it (``worth_fusing_for_layout``). Such a region is not compiled (a copy gains nothing from
+  inductor, and a compilation costs a second): the torch executor runs its views and copies what it must.
 - A region inductor cannot compile runs with the torch executor instead, with a warning.
 - Long compilations report progress on stderr (``progress_after_s``).
 
@@ -131,9 +132,11 @@ class InductorExecutor(FusionExecutor):
         return super().fusion_pass(trace, claimed_first)
 
     def compile_region(self, region, dense_outputs=frozenset(), donatable=None):
-        from thunder.executors.inductor_compile import CompiledRegion, region_signature
+        from thunder.executors.inductor_compile import CompiledRegion, DenseViews, region_signature
 
         dense = tuple(i for i, o in enumerate(region.bound_symbols[-1].args[0]) if o.name in dense_outputs)
+        if all(b.sym.name in _VIEWS for b in region.bound_symbols[:-1]):  # worth_fusing_for_layout: no kernel
+            return DenseViews(region, dense).callable()
         donatable = donatable or {}
         donate = tuple((i, donatable[p.name]) for i, p in enumerate(region.params) if p.name in donatable)
         key = (region_signature(region), dense, donate)
