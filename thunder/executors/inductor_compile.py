@@ -289,6 +289,19 @@ _UNSHARED_REFS = _unshared_refs()
 _UNSHARED_STORAGE_USES = _unshared_storage_uses()
 
 
+def _with_dense_outputs(fn, dense: tuple):
+    """``fn``, its outputs at ``dense`` made contiguous where a matmul could not read them in place."""
+
+    def with_dense(*args):
+        outs = list(fn(*args))
+        for i in dense:
+            if not _matmul_reads_in_place(outs[i]):
+                outs[i] = outs[i].contiguous()
+        return tuple(outs)
+
+    return with_dense
+
+
 class DenseViews:
     """A region of views alone (``worth_fusing_for_layout``), run by the torch executor; the outputs at ``dense``
     are copied contiguous where a matmul could not read them in place. Nothing to compile."""
@@ -301,16 +314,7 @@ class DenseViews:
         self.dense = dense
 
     def callable(self):
-        fn, dense = self.fn, self.dense
-
-        def run(*args):
-            outs = list(fn(*args))
-            for i in dense:
-                if not _matmul_reads_in_place(outs[i]):
-                    outs[i] = outs[i].contiguous()
-            return outs
-
-        return run
+        return _with_dense_outputs(self.fn, self.dense)
 
 
 class CompiledRegion:
@@ -376,18 +380,7 @@ class CompiledRegion:
             return self._torch_boxed
 
     def _traced_fn(self):
-        if not self.dense:
-            return self.torch_fn
-        torch_fn, dense = self.torch_fn, self.dense
-
-        def fn(*args):
-            outs = list(torch_fn(*args))
-            for i in dense:
-                if not _matmul_reads_in_place(outs[i]):
-                    outs[i] = outs[i].contiguous()
-            return tuple(outs)
-
-        return fn
+        return _with_dense_outputs(self.torch_fn, self.dense) if self.dense else self.torch_fn
 
     def _through_call_once(self, compiled, strides, table, unchecked=()):
         """Inductor's compiled graph: through its ``__call__`` once (which finishes autotuning and caching), then
