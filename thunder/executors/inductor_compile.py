@@ -302,19 +302,13 @@ def _with_dense_outputs(fn, dense: tuple):
     return with_dense
 
 
-class DenseViews:
-    """A region of views alone (``worth_fusing_for_layout``), run by the torch executor; the outputs at ``dense``
-    are copied contiguous where a matmul could not read them in place. Nothing to compile."""
+def dense_views(region, dense: tuple):
+    """A region of views alone (``worth_fusing_for_layout``), run by the torch executor, its outputs at ``dense``
+    copied contiguous where a matmul could not read them in place. Nothing to compile."""
+    from thunder.executors.passes import transform_for_execution
+    from thunder.executors.torchex import ex as torch_ex
 
-    def __init__(self, region, dense: tuple):
-        from thunder.executors.passes import transform_for_execution
-        from thunder.executors.torchex import ex as torch_ex
-
-        self.fn = transform_for_execution(region, (torch_ex,)).python_callable()
-        self.dense = dense
-
-    def callable(self):
-        return _with_dense_outputs(self.fn, self.dense)
+    return _with_dense_outputs(transform_for_execution(region, (torch_ex,)).python_callable(), dense)
 
 
 class CompiledRegion:

@@ -132,11 +132,11 @@ class InductorExecutor(FusionExecutor):
         return super().fusion_pass(trace, claimed_first)
 
     def compile_region(self, region, dense_outputs=frozenset(), donatable=None):
-        from thunder.executors.inductor_compile import CompiledRegion, DenseViews, region_signature
+        from thunder.executors.inductor_compile import CompiledRegion, dense_views, region_signature
 
         dense = tuple(i for i, o in enumerate(region.bound_symbols[-1].args[0]) if o.name in dense_outputs)
-        if all(b.sym.name in _VIEWS for b in region.bound_symbols[:-1]):  # worth_fusing_for_layout: no kernel
-            return DenseViews(region, dense).callable()
+        if not self.worth_fusing(region.bound_symbols[:-1]):  # views kept for their layout: nothing to compile
+            return dense_views(region, dense)
         donatable = donatable or {}
         donate = tuple((i, donatable[p.name]) for i, p in enumerate(region.params) if p.name in donatable)
         key = (region_signature(region), dense, donate)
