@@ -330,21 +330,41 @@ def test_random_programs_form_no_cycles(chunk):
 
 
 def test_horizontal_join_must_not_reach_a_group_through_its_consumers():
-    """Group A = {a1}; m (a matmul) reads a1; b1 reads m, so it starts group B; b2 (independent) joins B
-    horizontally. n reads b2 and a2 (in A, defined after b2): preferring a2's group would put n in A, which then
-    needs B's output while B needs m, which needs A: a cycle. Only B's dependencies (through b1, not b2's own)
-    show this."""
-    def fn(ops, x, w):
+    """Group A = {a1}; m (a matmul) reads a1; b1 reads m and a1, so it starts group B (A is upstream of m). b2
+    (reading only an input) waits for its consumers; the first, m2, is a matmul, so b2 joins B, whose outputs
+    nothing has read yet. n reads b2 and a2 (in A, defined after b2): preferring a2's group would put n in A, which
+    then needs B's output while B needs m, which needs A: a cycle. Only B's dependencies (through b1, not b2's
+    own) show this."""
+    def fn(ops, x, w, y):
         a1 = x.sin()
         m = a1 @ w
-        b1 = m.exp()
-        b2 = x.cos()
+        b1 = m.exp() * a1
+        b2 = y.cos()
+        m2 = b2 @ w
         a2 = a1 * 3
         n = b2 * a2
-        return b1, n
+        return b1, m2, n
 
-    toy, jf = _run_both(fn, [torch.randn(3, 3), torch.randn(3, 3)])
-    assert _layout(jf, toy) == [["sin", "mul"], "matmul", ["exp", "cos", "mul"]]
+    toy, jf = _run_both(fn, [torch.randn(3, 3), torch.randn(3, 3), torch.randn(3, 3)])
+    assert _layout(jf, toy) == [["sin", "mul"], "matmul", ["exp", "mul", "cos", "mul"], "matmul"]
+
+
+def test_a_value_made_from_inputs_alone_goes_with_its_consumers():
+    """A value computed from inputs alone (here ``silu(g)``, as the backward recomputes it) is fused where it is
+    used, not with the latest region before it: that region's outputs were read by a matmul already, and joining
+    it would hold the value across the matmul, and compute ``sigmoid(g)`` in two regions."""
+    def fn(ops, x, w, g, u):
+        a = (x * 2).sum(-1, keepdim=True) * x
+        m = a @ w
+        s = g * torch.sigmoid(g)
+        m2 = (s * u) @ w
+        return m2, m * s, m * u * torch.sigmoid(g)
+
+    args = [torch.randn(3, 3) for _ in range(4)]
+    toy, jf = _run_both(fn, args)
+    layout = _layout(jf, toy)
+    assert layout[1] == "matmul" and "sigmoid" not in layout[0], layout
+    assert sum(isinstance(item, list) and "sigmoid" in item for item in layout) == 1, layout
 
 
 def test_compiling_draws_no_random_numbers():

@@ -9,8 +9,17 @@ keeps the groups it depends on, up to the first group on each path; a group runs
 its members needs, so its dependencies grow as members join, and a node's upstream groups are found by
 closing over the groups' dependencies at the time it is visited. A node may join a group unless that group
 is upstream of one of its producers (other than the group's own members). It prefers the group of one of
-its producers (vertical fusion); without one it joins the most recent group it is independent of
-(horizontal fusion).
+its producers (vertical fusion); when those are all upstream of its other producers, it joins the most recent
+group it is independent of (horizontal fusion).
+
+A fusible node with no producer in any group (it reads only inputs and the outputs of unfused nodes, as the
+values a backward recomputes from saved ones do) waits, with the waiting nodes it reads, for its first consumer
+and goes where that goes: into the consumer's group when the consumer is fused. When the consumer is not fused
+(a matmul), or a barrier or the end comes first, the waiting nodes join the most recent group that reads a value
+they read or whose outputs nothing has read yet, else a group of their own. Joining the latest group instead
+would compute them early, before unfused nodes that have already read that group, away from the regions that
+use them (a backward recomputing ``silu(g)`` for a weight gradient would hold it across a matmul and compute
+``sigmoid(g)`` again in the region of silu's gradient).
 
 Barriers (statements, side effects, collectives) keep their place: no group spans one, and the trace is
 scheduled one barrier-delimited segment at a time. Random operations keep their relative order (an extra
@@ -39,11 +48,7 @@ def partition(bsyms: list, fusible: Callable, is_barrier: Callable) -> list:
     """The trace's nodes in execution order: an ``int`` (the index of a bound symbol left alone) or a ``list``
     of indices (a region, in trace order). ``fusible(bsym)``, ``is_barrier(bsym)``: see the note above."""
     producer: dict[str, int] = {}
-    group_of: list = [None] * len(bsyms)
-    deps = [0] * len(bsyms)  # groups a node reaches upstream, up to the first group on each path
-    group_deps: list[int] = []  # the same for each group, over its members
-    groups: list[list[int]] = []
-    open_groups: list[int] = []  # groups of the current segment, most recent last
+    grouping = _Grouping(bsyms)
     inputs: list[list[int]] = []  # the producers of each node (data and ordering edges)
     last_random = None
     for i, bsym in enumerate(bsyms):
@@ -53,31 +58,101 @@ def partition(bsyms: list, fusible: Callable, is_barrier: Callable) -> list:
                 prods.append(last_random)
             last_random = i
         inputs.append(prods)
-        direct = through = 0  # the producers' groups; what the node reaches through other nodes and groups
-        for p in prods:
-            g = group_of[p]
-            if g is None:
-                through |= deps[p]
-            else:
-                direct |= 1 << g
-                through |= group_deps[g]
-        deps[i] = direct | through
         if is_barrier(bsym):
-            open_groups = []
-        elif fusible(bsym):
-            blocked = _upstream(through, group_deps)
-            g = _choose(prods, group_of, open_groups, blocked)
-            if g is None:
-                g = len(groups)
-                groups.append([])
-                group_deps.append(0)
-                open_groups.append(g)
-            groups[g].append(i)
-            group_of[i] = g
-            group_deps[g] |= deps[i] & ~(1 << g)
+            grouping.settle_all()
+            grouping.visit(i, prods, fused=False)
+            grouping.open_groups = []
+        else:
+            grouping.visit(i, prods, fused=fusible(bsym))
         for n in _out_names(bsym):
             producer[n] = i
-    return _schedule(bsyms, inputs, group_of, groups, is_barrier)
+    grouping.settle_all()
+    return _schedule(bsyms, inputs, grouping.group_of, [sorted(g) for g in grouping.groups], is_barrier)
+
+
+class _Grouping:
+    """What ``partition`` knows of the groups so far (see [Note: forming regions])."""
+
+    def __init__(self, bsyms):
+        self.bsyms = bsyms
+        self.group_of: list = [None] * len(bsyms)
+        self.deps = [0] * len(bsyms)  # groups a node reaches upstream, up to the first group on each path
+        self.group_deps: list[int] = []  # the same for each group, over its members
+        self.groups: list[list[int]] = []
+        self.reads: list[set] = []  # the names each group's members read
+        self.open_groups: list[int] = []  # groups of the current segment, most recent last
+        self.consumed = 0  # groups whose outputs a node outside them has read
+        self.waiting: dict[int, list] = {}  # a node with no producer in a group -> its cluster, until placed
+
+    def visit(self, i: int, prods: list, fused: bool):
+        clusters = _distinct(self.waiting.get(p) for p in prods)
+        if not fused:  # what waits for this node runs before it
+            for cluster in clusters:
+                self._settle(cluster)
+            clusters = []
+        direct = through = 0  # the producers' groups; what the node reaches through other nodes and groups
+        for p in prods:
+            g = self.group_of[p]
+            if g is None:
+                through |= self.deps[p]
+            else:
+                direct |= 1 << g
+                through |= self.group_deps[g]
+        self.deps[i] = direct | through
+        if not fused:
+            self.consumed |= direct
+            return
+        waiting = [m for c in clusters for m in c] + [i]
+        if not direct:  # it waits for its consumers (or a barrier), to go where they go
+            for m in waiting:
+                self.waiting[m] = waiting
+            return
+        allowed = self._allowed(through)
+        g = next((self.group_of[p] for p in reversed(prods) if self.group_of[p] in allowed), None)  # vertical
+        if g is None and allowed:  # horizontal
+            g = max(allowed)
+        self._join(waiting, g)
+        self.consumed |= direct & ~(1 << self.group_of[i])
+
+    def _settle(self, cluster: list):
+        """Places a waiting cluster whose consumer is not fused: with the latest group that reads the same values
+        or whose outputs nothing has read yet, else in a group of its own."""
+        through = 0
+        names = set()
+        for m in cluster:
+            through |= self.deps[m]
+            names.update(_arg_names(self.bsyms[m]))
+        g = next((g for g in sorted(self._allowed(through), reverse=True)
+                  if not (self.consumed >> g) & 1 or not self.reads[g].isdisjoint(names)), None)
+        self._join(cluster, g)
+
+    def _allowed(self, through: int) -> set:
+        """The groups of the segment that are not upstream of what ``through`` reaches."""
+        blocked = _upstream(through, self.group_deps)
+        return {g for g in self.open_groups if not (blocked >> g) & 1}
+
+    def settle_all(self):
+        for cluster in _distinct(self.waiting.values()):
+            self._settle(cluster)
+
+    def _join(self, members: list, g: int | None):
+        if g is None:
+            g = len(self.groups)
+            self.groups.append([])
+            self.group_deps.append(0)
+            self.reads.append(set())
+            self.open_groups.append(g)
+        for m in members:
+            self.waiting.pop(m, None)
+            self.groups[g].append(m)
+            self.group_of[m] = g
+            self.group_deps[g] |= self.deps[m] & ~(1 << g)
+            self.reads[g].update(_arg_names(self.bsyms[m]))
+
+
+def _distinct(clusters) -> list:
+    """The clusters (lists) among ``clusters``, each once, None left out."""
+    return list({id(c): c for c in clusters if c is not None}.values())
 
 
 def _upstream(bits: int, group_deps: list) -> int:
@@ -96,18 +171,6 @@ def _upstream(bits: int, group_deps: list) -> int:
 
 def _has_random(bsym) -> bool:
     return any(Tag.RANDOM in s.sym.tags or _has_random(s) for s in bsym.subsymbols)
-
-
-def _choose(prods, group_of, open_groups, blocked) -> int | None:
-    allowed = [g for g in open_groups if not (blocked >> g) & 1]
-    if not allowed:
-        return None
-    allowed_set = set(allowed)
-    for p in reversed(prods):  # the latest producer's group first
-        g = group_of[p]
-        if g in allowed_set:
-            return g
-    return allowed[-1]
 
 
 def _schedule(bsyms, inputs, group_of, groups, is_barrier) -> list:
