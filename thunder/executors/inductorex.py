@@ -72,10 +72,9 @@ FUSIBLE = frozenset(prims.UNARY) | frozenset(prims.BINARY) | {
 }
 # Operations whose torch kernels copy an operand they cannot read in place (see ``wants_dense_input``).
 _MATMULS = frozenset({"matmul", "linear", "bmm", "mm", "addmm", "baddbmm"})
-# Views and creation alone are not worth a kernel: a region needs one of the others.
-_NOT_COMPUTE = frozenset({"broadcast_in_dim", "reshape", "transpose", "slice_prim", "squeeze", "shallow_copy", "full",
-                          "iota"})
 _VIEWS = frozenset({"broadcast_in_dim", "reshape", "transpose", "slice_prim", "squeeze"})
+# Views and creation alone are not worth a kernel: a region needs one of the others.
+_NOT_COMPUTE = _VIEWS | {"shallow_copy", "full", "iota"}
 # torch's backward kernels (thunder/torch/grad_rules.py) that inductor decomposes into pointwise work and reductions.
 FUSIBLE_KERNELS = frozenset({
     "softmax_backward", "log_softmax_backward", "silu_backward", "gelu_backward", "threshold_backward",
