@@ -2,6 +2,7 @@
 
     python benchmarks/fusion.py [--models llama,gpt] [--steps 10] [--rounds 3] [--threads 2]
                                 [--thunder-executors "inductor,torch;torch"] [--no-compile] [--fresh-first-call]
+                                [--pairs 100]
     python benchmarks/fusion.py --device cuda --dtype bfloat16 [--attention sdpa|manual]     # GPU mode
     python benchmarks/fusion.py --device cpu --dtype bfloat16 --gpu-model-scale tiny         # its smoke test
 
@@ -17,7 +18,8 @@ so that the same code path runs in seconds on the CPU.
 Variants: ``eager``; ``thunder`` (``thunder.jit(model)``, default executors); on CUDA,
 ``thunder+cudagraphs`` (the same with ``transforms=[thunder.CUDAGraphTransform()]``); one ``thunder[a,b]`` per
 executor list of ``--thunder-executors`` (lists separated by ``;``, names by ``,``; each is
-``thunder.jit(model, executors=[a, b])``); ``torch.compile`` (``torch.compile(model)``, default mode).
+``thunder.jit(model, executors=[a, b])``; ``"onednn,inductor,torch"`` adds oneDNN's float32 products, see
+thunder/executors/onednnex.py); ``torch.compile`` (``torch.compile(model)``, default mode).
 A variant that fails (an executor thunder does not know, a compiler missing) is reported with its
 error and the others go on.
 
@@ -26,7 +28,11 @@ weights and batch, and step ``i`` of each variant runs after ``torch.manual_seed
 after the timed steps can be compared by eye (eager and thunder draw the same dropout masks).
 Step times are taken in interleaved rounds (eager, thunder, ..., torch.compile, eager, ...), each round
 the median of ``--steps`` steps, the best round kept: other processes only ever add time. On CUDA the
-device is synchronized before each clock reading. The ratios divide a variant's step time by eager's
+device is synchronized before each clock reading. ``--pairs N`` adds paired figures for ratios close to 1,
+where the best round is at the mercy of one quiet or busy moment: N cycles of one step of every variant
+(the order rotated from cycle to cycle), each variant's step divided by the reference's step of the same
+cycle, and the median of those N ratios printed with a 95 % bootstrap confidence interval; steps taken
+a few hundred milliseconds apart share the machine's state, so its slow drifts divide out. The ratios divide a variant's step time by eager's
 and by torch.compile's (below 1: faster). First call: the first step of a fresh copy (tracing or
 compiling plus one step). Saved: the distinct storages that autograd saves for backward in one step,
 seen through ``torch.autograd.graph.saved_tensors_hooks`` (n/a for torch.compile, whose saved
@@ -53,6 +59,7 @@ import atexit
 import copy
 import os
 import platform
+import random
 import shutil
 import statistics
 import subprocess
@@ -86,6 +93,7 @@ class Prepared(NamedTuple):
 class Row(NamedTuple):
     variant: str
     step_s: float | None = None
+    pair_times: list | None = None  # --pairs: the step time of every cycle
     first_s: float | None = None
     saved_bytes: int | None = None
     peak_bytes: int | None = None
@@ -194,6 +202,28 @@ def timed(step, steps: int, device) -> float:
     return statistics.median(times)
 
 
+def paired(prepared: dict, pairs: int, device) -> dict:
+    """Step times of ``pairs`` cycles of one step of each variant, the order rotated every cycle."""
+    names = list(prepared)
+    times = {v: [] for v in names}
+    for i in range(pairs):
+        for v in names[i % len(names):] + names[:i % len(names)]:
+            sync(device)
+            t0 = time.perf_counter()
+            prepared[v].step()
+            sync(device)
+            times[v].append(time.perf_counter() - t0)
+    return times
+
+
+def median_ratio(times: list, reference: list, resamples: int = 2000) -> tuple[float, float, float]:
+    """The median of the cycle-by-cycle ratios ``times[i] / reference[i]`` and its 95 % bootstrap interval."""
+    ratios = [t / r for t, r in zip(times, reference)]
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
+    return statistics.median(ratios), medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
+
+
 def build(key: str, args):
     """The workload, its base model (on the device, in the dtype) and its batch."""
     workload = WORKLOADS[key](args.scale, args.attention)
@@ -227,6 +257,7 @@ def bench_model(key: str, variants: list[str], args) -> tuple[Workload, list[Row
     for _ in range(args.rounds):
         for v, p in prepared.items():
             best[v] = min(best[v], timed(p.step, args.steps, args.device))
+    pair_times = paired(prepared, args.pairs, args.device) if args.pairs else {}
     rows = []
     for v in variants:
         if v in errors:
@@ -238,7 +269,7 @@ def bench_model(key: str, variants: list[str], args) -> tuple[Workload, list[Row
             first, err = fresh_first_call(key, v, args)
             if err:
                 print(f"{workload.label}: {v}: {err}", flush=True)
-        rows.append(Row(v, best[v], first, p.saved_bytes, p.peak_bytes, p.losses[-1].item()))
+        rows.append(Row(v, best[v], pair_times.get(v), first, p.saved_bytes, p.peak_bytes, p.losses[-1].item()))
     return workload, rows
 
 
@@ -273,6 +304,26 @@ def table(results, cuda: bool) -> str:
     return "\n".join(lines)
 
 
+def paired_table(results) -> str:
+    """--pairs: each variant's median step ratio to eager and to torch.compile, cycle by cycle, with 95 % intervals."""
+    lines = ["| model | variant | cycles | vs eager (95 % interval) | vs torch.compile (95 % interval) |",
+             "|---|---|---|---|---|"]
+    for workload, rows in results:
+        ref = {r.variant: r.pair_times for r in rows if r.pair_times}
+        for r in rows:
+            if not r.pair_times:
+                continue
+            cells = []
+            for name in ("eager", "torch.compile"):
+                if name not in ref or name == r.variant:
+                    cells.append("n/a")
+                    continue
+                m, lo, hi = median_ratio(r.pair_times, ref[name])
+                cells.append(f"{m:.3f} ({lo:.3f} to {hi:.3f})")
+            lines.append(f"| {workload.label} | {r.variant} | {len(r.pair_times)} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)
+
+
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
@@ -302,6 +353,7 @@ def parse_args(argv=None):
     p.add_argument("--models", default=None, help="comma-separated: llama,gpt (default: both; GPU mode: llama)")
     p.add_argument("--steps", type=int, default=10, help="steps per round, of which the median is taken")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds, of which the best is kept")
+    p.add_argument("--pairs", type=int, default=0, help="cycles of one step per variant for paired ratios (0: none)")
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     p.add_argument("--thunder-executors", default="", help='executor lists, e.g. "inductor,torch;torch"')
     p.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
@@ -348,6 +400,9 @@ def main(argv=None):
     print(machine_line(args))
     print()
     print(table(results, args.device.type == "cuda"))
+    if args.pairs:
+        print()
+        print(paired_table(results))
     for workload, rows in results:
         for r in rows:
             if r.error is not None:

@@ -21,14 +21,23 @@ def run_fusion(*args: str) -> str:
     return proc.stdout
 
 
-def table_rows(out: str) -> dict:
-    """{(first word of the model's label, variant): the row's cells} of the markdown table."""
-    rows = {}
+def table_rows(out: str, which: int = 0) -> dict:
+    """{(first word of the model's label, variant): the row's cells} of the output's markdown table ``which``
+    (0: the step times; 1: with --pairs, the paired ratios)."""
+    tables, rows = [], None
     for line in out.splitlines():
+        if line.startswith("|-"):  # under the header
+            continue
+        if not line.startswith("| "):
+            rows = None
+            continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("| ") and cells[0] != "model":
+        if cells[0] == "model":
+            rows = {}
+            tables.append(rows)
+        elif rows is not None:
             rows[cells[0].split()[0], cells[1]] = cells
-    return rows
+    return tables[which]
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -50,3 +59,13 @@ def test_fusion_benchmark_first_call_only():
     out = run_fusion("--first-call-only", "--model", "llama", "--variant", "thunder[torch]", "--gpu-model-scale", "tiny")
     label, seconds = out.strip().splitlines()[-1].split()
     assert label == "first_call_s" and float(seconds) > 0
+
+
+def test_fusion_benchmark_pairs():
+    out = run_fusion("--gpu-model-scale", "tiny", "--no-compile", "--steps", "1", "--rounds", "1", "--models", "llama",
+                     "--pairs", "5")
+    rows = table_rows(out, 1)
+    assert rows["Llama", "eager"][2:] == ["5", "n/a", "n/a"]  # cycles; no torch.compile to divide by
+    median, low, high = (float(x.strip("()")) for x in rows["Llama", "thunder"][3].split(" to ")[0].split()
+                         + [rows["Llama", "thunder"][3].split(" to ")[1]])
+    assert 0 < low <= median <= high

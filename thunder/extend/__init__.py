@@ -352,4 +352,5 @@ def _load_builtin_executors():
     import thunder.executors.torchex  # noqa: F401
     import thunder.executors.pythonex  # noqa: F401
     import thunder.executors.inductorex  # noqa: F401
+    import thunder.executors.onednnex  # noqa: F401  (registered only where torch has oneDNN)
     import thunder.executors.nvfuserex  # noqa: F401  (registered only where nvFuser can run)
