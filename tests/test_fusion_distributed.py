@@ -1,6 +1,7 @@
 """Fusion composes with the distributed transforms (2 gloo ranks): collectives are never fused, regions
 neither delay a collective's issue nor move its wait, and training matches torch DDP / unfused FSDP within
-float tolerance. Regions run with the toy fusion executor of test_rematerialization (no C++ compiler)."""
+float tolerance. Regions run with the toy fusion executor of test_rematerialization (no C++ compiler), and the
+matrix products with the oneDNN executor where this torch has oneDNN."""
 from __future__ import annotations
 
 import copy
@@ -13,6 +14,7 @@ import torch.nn as nn
 import thunder
 from thunder.core.symbol import Tag
 from thunder.distributed import ddp, fsdp
+from thunder.executors.onednnex import OneDNNExecutor, onednn_available
 from tests.distributed import run_ranks
 from tests.models import GPT, GPTConfig
 from tests.test_rematerialization import ToyFusion
@@ -45,12 +47,17 @@ def _structure(trace) -> dict:
     return dict(names=names, collective_in_region=collective_in_region)
 
 
+def _fused_executors() -> list:
+    products = [OneDNNExecutor("onednn_every_product", min_multiply_adds=0)] if onednn_available() else []
+    return [*products, ToyFusion(True), "torch"]
+
+
 def _worker(rank, world_size):
     out = {}
     torch.manual_seed(rank)
     model = _gpt()
     reference = copy.deepcopy(model)
-    fused = thunder.jit(ddp(model, bucket_size_in_mb=0.002), executors=[ToyFusion(True), "torch"])
+    fused = thunder.jit(ddp(model, bucket_size_in_mb=0.002), executors=_fused_executors())
     tddp = nn.parallel.DistributedDataParallel(reference, bucket_cap_mb=0.002)
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, reference)]
     worst = 0.0
@@ -68,7 +75,7 @@ def _worker(rank, world_size):
     del tddp
 
     losses = {}
-    for name, executors in (("fused", [ToyFusion(True), "torch"]), ("torch", ["torch"])):
+    for name, executors in (("fused", _fused_executors()), ("torch", ["torch"])):
         torch.manual_seed(0)
         jm = thunder.jit(fsdp(_gpt()), executors=executors)
         opt = torch.optim.SGD(jm.parameters(), lr=0.1)
@@ -102,6 +109,7 @@ def test_collectives_are_never_fused_and_keep_their_place():
             s = r[key]
             assert "region" in s["names"], key
             assert not s["collective_in_region"], key
+            assert ("onednn_matmul" in s["names"] or "onednn_linear" in s["names"]) == onednn_available(), key
         names = [n for n in r["ddp_bwd"]["names"] if n != "python_del"]
         # each bucket's all-reduce is issued right after it is packed (no region in between) ...
         for i, n in enumerate(names):
