@@ -48,6 +48,8 @@ PRODUCTS = {
     "linear": (lambda x, w: F.linear(x, w), lambda: (_randn(M, K), _randn(N, K, seed=1))),
     "linear_bias": (lambda x, w, b: F.linear(x, w, b), lambda: (_randn(M, K), _randn(N, K, seed=1), _randn(N, seed=2))),
     "linear_3d": (lambda x, w: F.linear(x, w), lambda: (_randn(4, M // 4, K), _randn(N, K, seed=1))),
+    "linear_3d_every_other_row": (lambda x, w: F.linear(x[:, ::2], w), lambda: (_randn(4, M // 2, K), _randn(N, K, seed=1))),
+    "linear_3d_transposed": (lambda x, w: F.linear(x.transpose(0, 1), w), lambda: (_randn(M // 4, 4, K), _randn(N, K, seed=1))),
     "linear_transposed_weight": (lambda x, w: F.linear(x, w.t()), lambda: (_randn(M, K), _randn(K, N, seed=1))),
     "linear_strided_weight": (lambda x, w: F.linear(x, w[:, ::2]), lambda: (_randn(M, K), _randn(N, 2 * K, seed=1))),
     "linear_transposed_input": (lambda x, w: F.linear(x.t(), w), lambda: (_randn(K, M), _randn(N, K, seed=1))),
