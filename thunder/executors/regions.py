@@ -14,7 +14,8 @@ group it is independent of (horizontal fusion).
 
 A fusible node with no producer in any group (it reads only inputs and the outputs of unfused nodes, as the
 values a backward recomputes from saved ones do) waits, with the waiting nodes it reads, for its first consumer
-and goes where that goes: into the consumer's group when the consumer is fused. When the consumer is not fused
+and goes where that goes: into the consumer's group when the consumer is fused (a group none of the waiting
+nodes reaches, though the consumer may read only one of them). When the consumer is not fused
 (a matmul), or a barrier or the end comes first, the waiting nodes join the most recent group that reads a value
 they read or whose outputs nothing has read yet, else a group of their own. Joining the latest group instead
 would compute them early, before unfused nodes that have already read that group, away from the regions that
@@ -107,6 +108,8 @@ class _Grouping:
             for m in waiting:
                 self.waiting[m] = waiting
             return
+        for m in waiting[:-1]:  # they join with it: what any of them reaches counts, read by this node or not
+            through |= self.deps[m]
         allowed = self._allowed(through)
         g = next((self.group_of[p] for p in reversed(prods) if self.group_of[p] in allowed), None)  # vertical
         if g is None and allowed:  # horizontal
