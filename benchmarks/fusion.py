@@ -32,11 +32,11 @@ device is synchronized before each clock reading. ``--pairs N`` adds paired figu
 where the best round is at the mercy of one quiet or busy moment: N cycles of one step of every variant
 (the order rotated from cycle to cycle), each variant's step divided by the reference's step of the same
 cycle, and the median of those N ratios printed with a 95 % bootstrap confidence interval; steps taken
-a few hundred milliseconds apart share the machine's state, so its slow drifts divide out. The ratios divide a variant's step time by eager's
-and by torch.compile's (below 1: faster). First call: the first step of a fresh copy (tracing or
-compiling plus one step). Saved: the distinct storages that autograd saves for backward in one step,
-seen through ``torch.autograd.graph.saved_tensors_hooks`` (n/a for torch.compile, whose saved
-tensors live inside its compiled function). Peak (CUDA only): the peak memory a step allocates above
+a few hundred milliseconds apart share the machine's state, so its slow drifts divide out. The ratios
+divide a variant's step time by eager's and by torch.compile's (below 1: faster). First call: the first step
+of a fresh copy (tracing or compiling plus one step). Saved: the distinct storages that autograd saves for
+backward in one step, seen through ``torch.autograd.graph.saved_tensors_hooks`` (n/a for torch.compile, whose
+saved tensors live inside its compiled function). Peak (CUDA only): the peak memory a step allocates above
 what was allocated before it (``torch.cuda.max_memory_allocated``, reset before the step), plus the
 variant's own parameters, buffers and optimizer state; the variants' models stay resident side by
 side, so this is what the variant would peak at alone.

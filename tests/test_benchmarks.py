@@ -4,6 +4,7 @@ thunder's final loss is eager's."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -66,6 +67,6 @@ def test_fusion_benchmark_pairs():
                      "--pairs", "5")
     rows = table_rows(out, 1)
     assert rows["Llama", "eager"][2:] == ["5", "n/a", "n/a"]  # cycles; no torch.compile to divide by
-    median, low, high = (float(x.strip("()")) for x in rows["Llama", "thunder"][3].split(" to ")[0].split()
-                         + [rows["Llama", "thunder"][3].split(" to ")[1]])
+    interval = re.fullmatch(r"([\d.]+) \(([\d.]+) to ([\d.]+)\)", rows["Llama", "thunder"][3])
+    median, low, high = map(float, interval.groups())
     assert 0 < low <= median <= high

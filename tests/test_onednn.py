@@ -6,6 +6,8 @@ not with each entry). What the executor does not claim runs with torch's kernels
 """
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -48,8 +50,10 @@ PRODUCTS = {
     "linear": (lambda x, w: F.linear(x, w), lambda: (_randn(M, K), _randn(N, K, seed=1))),
     "linear_bias": (lambda x, w, b: F.linear(x, w, b), lambda: (_randn(M, K), _randn(N, K, seed=1), _randn(N, seed=2))),
     "linear_3d": (lambda x, w: F.linear(x, w), lambda: (_randn(4, M // 4, K), _randn(N, K, seed=1))),
-    "linear_3d_every_other_row": (lambda x, w: F.linear(x[:, ::2], w), lambda: (_randn(4, M // 2, K), _randn(N, K, seed=1))),
-    "linear_3d_transposed": (lambda x, w: F.linear(x.transpose(0, 1), w), lambda: (_randn(M // 4, 4, K), _randn(N, K, seed=1))),
+    "linear_3d_every_other_row": (lambda x, w: F.linear(x[:, ::2], w),
+                                  lambda: (_randn(4, M // 2, K), _randn(N, K, seed=1))),
+    "linear_3d_transposed": (lambda x, w: F.linear(x.transpose(0, 1), w),
+                             lambda: (_randn(M // 4, 4, K), _randn(N, K, seed=1))),
     "linear_transposed_weight": (lambda x, w: F.linear(x, w.t()), lambda: (_randn(M, K), _randn(K, N, seed=1))),
     "linear_strided_weight": (lambda x, w: F.linear(x, w[:, ::2]), lambda: (_randn(M, K), _randn(N, 2 * K, seed=1))),
     "linear_transposed_input": (lambda x, w: F.linear(x.t(), w), lambda: (_randn(K, M), _randn(N, K, seed=1))),
@@ -147,7 +151,8 @@ def _bench_llama():
 _MODELS = {"gpt": (_gpt, lambda out: out[0].square().mean()), "llama_manual_attention": (_bench_llama, lambda out: out)}
 
 
-@pytest.mark.parametrize("fused", [False, pytest.param(True, marks=requires_compiler)], ids=["onednn", "onednn+inductor"])
+@pytest.mark.parametrize("fused", [False, pytest.param(True, marks=requires_compiler)],
+                         ids=["onednn", "onednn+inductor"])
 @pytest.mark.parametrize("name", list(_MODELS))
 def test_models_train_as_eager(name, fused):
     make, loss_of = _MODELS[name]
@@ -163,14 +168,7 @@ def _assert_products_by_onednn(jm):
     assert "onednn_matmul(" in str(thunder.last_backward_traces(jm)[-1])
 
 
-transformers = None
-try:
-    import transformers  # noqa: F811
-except ImportError:
-    pass
-
-
-@pytest.mark.skipif(transformers is None, reason="transformers is not installed")
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")
 @pytest.mark.parametrize("name", ["llama", "qwen3", "gpt2", "bert", "t5", "mixtral"])
 def test_hf_models_train_as_eager(name):
     from tests.test_hf_models import CASES, make_inputs, make_model

@@ -54,7 +54,8 @@ def _dense(w: torch.Tensor) -> torch.Tensor:
     return w if w.is_contiguous() or w.t().is_contiguous() else w.contiguous()
 
 
-def _linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+def onednn_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(x, w, bias)`` by oneDNN."""
     if x.ndim == 2:
         return torch.ops.mkldnn._linear_pointwise(x, _dense(w), bias, "none", [None], "")
     # oneDNN's operator returns a view of a matrix for more dimensions; a view keeps the inductor executor from
@@ -64,19 +65,14 @@ def _linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) 
     return torch.ops.aten._unsafe_view(out, (*x.shape[:-1], w.shape[0]))
 
 
-def onednn_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, w, bias)`` by oneDNN."""
-    return _linear(x, w, bias)
-
-
 def onednn_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``torch.matmul(a, b)`` by oneDNN, for a 2-D ``b`` and an ``a`` of at least 2 dimensions."""
     if a.ndim == 2 and not a.is_contiguous():
         # (B.T @ A.T).T reads A in place; it copies B.T unless that is contiguous, and the result back
         copied = (0 if b.t().is_contiguous() else b.numel()) + a.shape[0] * b.shape[1]
         if copied < a.numel():
-            return _linear(b.t(), a).t().contiguous()
-    return _linear(a, b.t())
+            return onednn_linear(b.t(), a).t().contiguous()
+    return onednn_linear(a, b.t())
 
 
 def _float32_cpu_static(*tensors) -> bool:

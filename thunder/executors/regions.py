@@ -108,9 +108,8 @@ class _Grouping:
             for m in waiting:
                 self.waiting[m] = waiting
             return
-        for m in waiting[:-1]:  # they join with it: what any of them reaches counts, read by this node or not
-            through |= self.deps[m]
-        allowed = self._allowed(through)
+        # they join with it: what any of them reaches counts, read by this node or not
+        allowed = self._allowed(through | self._reached(waiting[:-1]))
         g = next((self.group_of[p] for p in reversed(prods) if self.group_of[p] in allowed), None)  # vertical
         if g is None and allowed:  # horizontal
             g = max(allowed)
@@ -120,14 +119,17 @@ class _Grouping:
     def _settle(self, cluster: list):
         """Places a waiting cluster whose consumer is not fused: with the latest group that reads the same values
         or whose outputs nothing has read yet, else in a group of its own."""
-        through = 0
-        names = set()
-        for m in cluster:
-            through |= self.deps[m]
-            names.update(_arg_names(self.bsyms[m]))
-        g = next((g for g in sorted(self._allowed(through), reverse=True)
+        names = {n for m in cluster for n in _arg_names(self.bsyms[m])}
+        g = next((g for g in sorted(self._allowed(self._reached(cluster)), reverse=True)
                   if not (self.consumed >> g) & 1 or not self.reads[g].isdisjoint(names)), None)
         self._join(cluster, g)
+
+    def _reached(self, nodes: list) -> int:
+        """The groups ``nodes`` reach upstream (up to the first group on each path)."""
+        reached = 0
+        for m in nodes:
+            reached |= self.deps[m]
+        return reached
 
     def _allowed(self, through: int) -> set:
         """The groups of the segment that are not upstream of what ``through`` reaches."""
