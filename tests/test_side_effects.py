@@ -225,6 +225,76 @@ def test_storing_a_computed_tensor_on_an_object_is_refused_and_undone():
     assert h.t == "before"
 
 
+
+HISTORY: list = []
+TABLE: dict = {}
+
+
+class BiasCache(nn.Module):
+    """timm's LeViT, EfficientFormerV2 and TinyViT attention in eval mode: a bias gathered from a parameter once per
+    device, kept in a dict on the module (``attention_bias_cache``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.biases = nn.Parameter(torch.randn(2, 5))
+        self.register_buffer("idxs", torch.tensor([[0, 1], [4, 2]]), persistent=False)
+        self.cache = {}
+
+    def forward(self, x):
+        key = str(x.device)
+        if key not in self.cache:
+            self.cache[key] = self.biases[:, self.idxs]
+        return x + self.cache[key]
+
+
+class Appends(nn.Module):
+    def __init__(self, where):
+        super().__init__()
+        self.where = where
+        self.history, self.seen = [], set()
+
+    def forward(self, x):
+        y = x * 2
+        if self.where == "module list":
+            self.history.append(y)
+        elif self.where == "module set":
+            self.seen.add(y)
+        elif self.where == "global list":
+            HISTORY.append(y)
+        elif self.where == "global dict, nested":
+            TABLE["last"] = [y, "label"]
+        return y + 1
+
+
+@pytest.mark.parametrize("make,label,state", [
+    (BiasCache, r"module.cache \(a dict\)", lambda m: m.cache),
+    (lambda: Appends("module list"), r"module.history \(a list\)", lambda m: m.history),
+    (lambda: Appends("module set"), r"module.seen \(a set\)", lambda m: m.seen),
+    (lambda: Appends("global list"), r"the global HISTORY \(a list\)", lambda m: HISTORY),
+    (lambda: Appends("global dict, nested"), r"the global TABLE \(a dict\)", lambda m: TABLE),
+], ids=["module dict (a cache)", "module list", "module set", "global list", "global dict, nested"])
+def test_storing_a_computed_tensor_in_a_container_is_refused_and_undone(make, label, state):
+    """A container the program reads and fills with a tensor it computes would keep a traced value (the next call
+    then ran a trace naming a variable of another trace: UnboundLocalError); it is refused, and emptied again."""
+    m = make()
+    with pytest.raises(NotImplementedError, match="stores a tensor it computes in " + label):
+        thunder.jit(m.eval())(torch.randn(2, 2))
+    assert not state(m)  # no traced value left behind
+    with pytest.raises(NotImplementedError, match=label):  # and so on every call, not only the first
+        thunder.jit(m)(torch.randn(2, 2))
+
+
+def test_a_container_given_only_the_programs_inputs_holds_the_real_tensors():
+    m = Appends("module list")
+    x = torch.randn(2)
+
+    def f(x):
+        m.history.append(x)
+        return x + 1
+
+    assert torch.equal(thunder.jit(f)(x), x + 1)
+    assert len(m.history) == 1 and m.history[0] is x
+
 def test_inference_mode_and_no_grad_are_different_specializations():
     def f(x):
         with torch.enable_grad():

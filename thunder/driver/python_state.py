@@ -346,6 +346,7 @@ class StateRecorder:
         self.codes: dict = {}  # code objects that ran -> True when it is user code
         self.problems: dict[str, None] = {}
         self.writes: dict[tuple, tuple] = {}  # (id(obj), name) -> (obj, name, value before the first write, label)
+        self.containers: dict[int, tuple] = {}  # id -> (list, dict or set the program read, label, its first contents)
         self.busy = False
         self.internal = 0  # > 0 while thunder handles a torch call: the code running then is not the program's
         self._prev_trace = None
@@ -555,6 +556,8 @@ class StateRecorder:
             self.discover(value)
             return value
         if type(value) in (list, dict, set, frozenset, tuple) or type(value).__name__ == "OrderedDict":
+            if isinstance(value, (list, dict, set)) and id(value) not in self.containers:
+                self.containers[id(value)] = (value, label, value.copy())
             return self._contents(value, label, depth)
         if isinstance(value, torch.nn.Module):
             self.watch(value, label)
@@ -665,20 +668,21 @@ class StateRecorder:
         return [code for code in ran if set(code.co_freevars) - {"__class__"} and code not in known and code not in nested]
 
     def restore_traced_tensors(self):
-        """Attributes the program set to values holding traced tensors: set back to what they were, then refused.
+        """Attributes the program set, and lists, dicts and sets it read and changed, that now hold traced tensors: set
+        back to what they were, then refused.
 
-        A traced tensor stored on a module or an argument object would outlive the trace as a meaningless value,
-        and later calls, which run the recorded tensor operations, would not store anything there.
+        A traced tensor stored on a module, an argument object or in a container (a cache such as
+        ``self.cache[key] = self.table[:, idx]``) would outlive the trace as a meaningless value, and later calls,
+        which run the recorded tensor operations, would not store anything there.
         """
         leaked = []
         real = self.tracer.real_inputs
         for obj, name, old, label in self.writes.values():
             value = getattr(obj, name, MISSING)
-            proxies = _proxies_in(value) if value is not MISSING else []
-            if not proxies:
+            state = self._traced_state(value) if value is not MISSING else None
+            if state is None:
                 continue
-            if all(p.name in real and p.name not in self.tracer.aliases.current for p in proxies):
-                # only inputs (RNN's _flat_weights lists its parameters): the attribute holds them, as in eager
+            if state == "inputs":  # only inputs (RNN's _flat_weights lists its parameters): held, as in eager
                 setattr(obj, name, _with_real_tensors(value, real))
                 continue
             leaked.append(f"{label}.{name}")
@@ -686,12 +690,30 @@ class StateRecorder:
                 delattr(obj, name)
             else:
                 setattr(obj, name, old)
+        for container, label, first in self.containers.values():
+            state = self._traced_state(container)
+            if state is None:
+                continue
+            if state == "inputs":
+                _refill(container, _with_real_tensors(container.copy(), real))
+                continue
+            leaked.append(f"{label} (a {type(container).__name__})")
+            _refill(container, first)
         if leaked:
             raise NotImplementedError(
                 f"The program stores a tensor it computes in {', '.join(leaked)} while thunder traces it. thunder repeats "
-                "only the program's tensor operations on later calls, not assignments to Python attributes, so that "
-                "attribute would hold a traced value. Return the tensor from the jitted function instead (and keep the "
-                "state outside it), or update an existing tensor in place (`self.buf.copy_(value)`).")
+                "only the program's tensor operations on later calls, not assignments to Python attributes or changes "
+                "to Python containers, so it would hold a traced value. Return the tensor from the jitted function "
+                "instead (and keep the state outside it), or update an existing tensor in place "
+                "(`self.buf.copy_(value)`).")
+
+    def _traced_state(self, value) -> str | None:
+        """None: ``value`` holds no traced tensor; "inputs": only the program's inputs; "computed": others too."""
+        proxies = _proxies_in(value)
+        if not proxies:
+            return None
+        real, aliases = self.tracer.real_inputs, self.tracer.aliases.current
+        return "inputs" if all(p.name in real and p.name not in aliases for p in proxies) else "computed"
 
     def report(self):
         """Reports what thunder cannot check, as ``sharp_edges`` asks."""
@@ -715,14 +737,23 @@ def _proxies_in(value, depth=0) -> list:
         return [value]
     if depth > 3:
         return []
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, (list, tuple, set, frozenset)):
         return [p for v in value for p in _proxies_in(v, depth + 1)]
     if isinstance(value, dict):
-        return [p for v in value.values() for p in _proxies_in(v, depth + 1)]
+        return [p for kv in value.items() for v in kv for p in _proxies_in(v, depth + 1)]
     d = getattr(value, "__dict__", None)
     if isinstance(d, dict) and not isinstance(value, (type, types.ModuleType, torch.nn.Module)):
         return [p for v in list(d.values()) for p in _proxies_in(v, depth + 1)]
     return []
+
+
+def _refill(container, contents):
+    """Gives a list, dict or set the contents ``contents`` in place."""
+    container.clear()
+    if isinstance(container, list):
+        container.extend(contents)
+    else:
+        container.update(contents)
 
 
 def _with_real_tensors(value, real: dict):
