@@ -162,3 +162,40 @@ def test_efficientnet_three_sgd_steps_bitwise():
             assert_bitwise(q.detach(), p.detach(), f"step {step}: {name}")
         for (name, b), c in zip(model.named_buffers(), jmodel.buffers()):
             assert torch.equal(b, c), f"step {step}: buffer {name}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Norms of inputs in other layouts than the standard contiguous one
+# ---------------------------------------------------------------------------------------------
+
+LAYOUTS = {
+    "contiguous": lambda base: base[:, :6].contiguous(),
+    "channel slice": lambda base: base[:, 2:8],  # timm's SHViT: a group norm of a split's first part
+    "channels_last": lambda base: base[:, :6].contiguous(memory_format=torch.channels_last),
+    "channels_last slice": lambda base: base.contiguous(memory_format=torch.channels_last)[:, 2:8],
+    "transposed": lambda base: base[:, :6].transpose(2, 3),
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_group_norm_of_any_layout_is_bitwise(layout):
+    """eager's group norm hands its kernels the input and the gradient contiguous in the input's suggested memory
+    format; the kernels refuse others (a channel slice raised) and round by layout."""
+    layout_of = LAYOUTS[layout]
+    base = torch.randn(2, 10, 5, 6, generator=torch.Generator().manual_seed(0))
+    w, b = torch.linspace(0.5, 2, 6), torch.linspace(-1, 1, 6)
+
+    def f(base, w, b):
+        return F.group_norm(layout_of(base), 3, w, b)
+
+    def run(fn):
+        args = [t.clone().requires_grad_() for t in (base, w, b)]
+        out = fn(*args)
+        ct = torch.linspace(-1, 1, out.numel()).reshape(out.shape)
+        return out, torch.autograd.grad(out, args, ct)
+
+    (out, grads), (expected_out, expected_grads) = run(thunder.jit(f)), run(f)
+    assert_bitwise(out, expected_out, "output")
+    assert out.stride() == expected_out.stride()
+    for what, g, e in zip(("input", "weight", "bias"), grads, expected_grads):
+        assert_bitwise(g, e, f"gradient of the {what}")

@@ -896,3 +896,15 @@ def test_sharp_edges_option_for_tensors_outside_the_arguments(mode):
         warnings.simplefilter("always")
         assert torch.equal(jf(x), x + G)
     assert any("Sharp edge" in str(m.message) for m in w) == (mode == "warn")
+
+
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last],
+                         ids=str)
+def test_contiguous_in_a_memory_format(memory_format):
+    """``Tensor.contiguous`` takes its memory format by keyword only (the trace once passed it positionally)."""
+    def f(x):
+        return x.contiguous(memory_format=memory_format) + 1
+
+    x = torch.randn(2, 3, 4, 5).transpose(1, 3)
+    out, expected = thunder.jit(f)(x), f(x)
+    assert torch.equal(out, expected) and out.stride() == expected.stride()

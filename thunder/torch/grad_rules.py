@@ -127,12 +127,32 @@ def native_batch_norm_rule(a, weight, bias, running_mean, running_var, training,
     return (out, save_mean, save_invstd, new_rm, new_rv), backward
 
 
+from torch._prims_common import suggest_memory_format as _suggest_memory_format  # noqa: E402 - ATen's, in Python
+
+
+def _laid_out_as_eager(t):
+    """``at::group_norm`` hands its kernels the input (and the backward the gradient) contiguous: on the CPU in the
+    input's suggested memory format (channels-last stays channels-last), elsewhere in the standard one. The kernels
+    require it (a channel slice of a larger tensor is refused)."""
+    return t.contiguous(memory_format=_suggest_memory_format(t) if t.is_cpu else torch.contiguous_format)
+
+
+def _group_norm_kernel(a, w, b, n, c, hxw, group, eps):
+    return aten.native_group_norm.default(_laid_out_as_eager(a), w, b, n, c, hxw, group, eps)
+
+
+def _group_norm_backward_kernel(g, a, mean, rstd, w, n, c, hxw, group, mask):
+    a = _laid_out_as_eager(a)
+    g = g.contiguous(memory_format=_suggest_memory_format(a) if a.is_cpu else torch.contiguous_format)
+    return aten.native_group_norm_backward.default(g, a, mean, rstd, w, n, c, hxw, group, mask)
+
+
 native_group_norm = _aten_symbol(
-    aten.native_group_norm.default, "native_group_norm",
+    _group_norm_kernel, "native_group_norm",
     lambda a, w, b, n, c, hxw, group, eps: [_like(a), ((n, group), a.dtype, a.device), ((n, group), a.dtype, a.device)],
     differentiable=True)
 native_group_norm_backward = _aten_symbol(
-    aten.native_group_norm_backward.default, "native_group_norm_backward",
+    _group_norm_backward_kernel, "native_group_norm_backward",
     lambda g, a, mean, rstd, w, n, c, hxw, group, mask: [_like(a) if mask[0] else None,
                                                           _like(w) if mask[1] else None, _like(w) if mask[2] else None])
 

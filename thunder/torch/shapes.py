@@ -626,7 +626,7 @@ def cuda(a, device=None, non_blocking=False, memory_format=None):
 
 
 @torchsymbol(methods=("contiguous",), torch_impl=torch.Tensor.contiguous)
-def contiguous(a, memory_format=torch.contiguous_format):
+def contiguous(a, *, memory_format=torch.contiguous_format):
     # A fresh value, not the identity: the torch executor runs Tensor.contiguous, and a later
     # Tensor.view relies on its memory layout.
     return prims.shallow_copy(a)
