@@ -443,3 +443,4 @@ def test_nn_module(name, mode):
         for what, a, e in zip(("outputs", "gradients", "buffers"), actual, expected):
             _compare(a, e, name, f"call {call}: {what}", tol)
         expected = _run(eager, case, eager)  # the buffers (running statistics) move on
+    assert thunder.cache_misses(jitted) == 1, f"{name}: the second call traced again instead of hitting the cache"

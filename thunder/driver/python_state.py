@@ -735,6 +735,8 @@ def _proxies_in(value, depth=0) -> list:
     """The traced tensors in ``value`` and the lists, tuples, dicts and plain objects it holds (a few levels deep)."""
     if isinstance(value, frontend.TensorProxy):
         return [value]
+    if type(value) is weakref.ref:
+        return _proxies_in(value(), depth)
     if depth > 3:
         return []
     if isinstance(value, (list, tuple, set, frozenset)):
@@ -757,7 +759,14 @@ def _refill(container, contents):
 
 
 def _with_real_tensors(value, real: dict):
-    return pytree.tree_map(lambda x: real[x.name] if isinstance(x, frontend.TensorProxy) else x, value)
+    def real_of(x):
+        if isinstance(x, frontend.TensorProxy):
+            return real[x.name]
+        if type(x) is weakref.ref and isinstance(x(), frontend.TensorProxy):
+            return weakref.ref(real[x().name])  # (nn.LSTM's _flat_weight_refs)
+        return x
+
+    return pytree.tree_map(real_of, value)
 
 
 def watch_program(state: StateRecorder, fn, modules: list, objects: list):

@@ -8,6 +8,7 @@ themselves.
 from __future__ import annotations
 
 from math import copysign as _copysign
+import weakref as _weakref
 
 import torch
 from torch.nn.modules import module as _module_module
@@ -205,7 +206,8 @@ def same_value(x, v) -> bool:
     """Whether ``x`` (read now) is the value the trace saw as ``v`` (callers test ``x is v`` first).
 
     Value-like values match by type and value (NaN matches NaN of the same sign, 0.0 does not match -0.0,
-    so a trace never mixes them up); ``Contents`` and ``MethodOf`` by what they describe; anything else only by identity.
+    so a trace never mixes them up); ``Contents`` and ``MethodOf`` by what they describe; weak references by the
+    living object they refer to; anything else only by identity.
     """
     t = type(v)
     if t in _SNAPSHOT_TYPES:
@@ -226,6 +228,9 @@ def same_value(x, v) -> bool:
         return x == v
     if t is slice:
         return same_value((x.start, x.stop, x.step), (v.start, v.stop, v.step))
+    if t is _weakref.ReferenceType:  # nn.LSTM's _flat_weight_refs, remade when it sees other weights
+        referent = v()
+        return referent is not None and x() is referent
     return False
 
 
