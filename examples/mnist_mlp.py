@@ -22,7 +22,7 @@ def mlp(in_channels: int, hidden_channels: list[int], dropout: float) -> nn.Sequ
         import torchvision
 
         return torchvision.ops.MLP(in_channels=in_channels, hidden_channels=hidden_channels, bias=True, dropout=dropout)
-    except ImportError:
+    except (ImportError, RuntimeError):  # not installed, or a build for another torch (its extension fails to load)
         layers, dim = [], in_channels
         for h in hidden_channels[:-1]:
             layers += [nn.Linear(dim, h, bias=True), nn.ReLU(), nn.Dropout(dropout)]

@@ -9,7 +9,6 @@ fused regions] in thunder/executors/inductorex.py).
 from __future__ import annotations
 
 import copy
-import importlib
 
 import pytest
 import torch
@@ -17,6 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import thunder
+from tests.libraries import import_library
 from tests.models import GPT, GPTConfig, LMLoss
 from tests.parity import NotBitwise, check_training_parity
 
@@ -116,16 +116,9 @@ def test_data_dependent_shapes_on_cuda():
         torch.testing.assert_close(jf(x), f(x))
 
 
-def _library(name):
-    try:
-        return importlib.import_module(name)
-    except Exception as e:  # noqa: BLE001 - a CPU-only machine, or a torchvision built for another torch
-        pytest.skip(f"{name} does not import here ({type(e).__name__}: {e})")
-
-
 @pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small", "efficientnet_b0"])
 def test_torchvision_training_parity_on_cuda(name):
-    tv = _library("torchvision")
+    tv = import_library("torchvision")
     torch.manual_seed(0)
     model = getattr(tv.models, name)(num_classes=10).cuda()
 
