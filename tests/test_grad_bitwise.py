@@ -199,3 +199,31 @@ def test_group_norm_of_any_layout_is_bitwise(layout):
     assert out.stride() == expected_out.stride()
     for what, g, e in zip(("input", "weight", "bias"), grads, expected_grads):
         assert_bitwise(g, e, f"gradient of the {what}")
+
+
+@pytest.mark.parametrize("norm", ["rms_norm", "rms_norm-weight", "layer_norm", "mean-square"])
+def test_a_residual_around_a_decomposed_norm_sums_gradients_as_eager(norm):
+    """``x + f(norm(x))``: eager's engine adds the gradient parts of ``x`` as they arrive, the residual's first and
+    then those of the pieces of a composite (``F.rms_norm`` is ``x * rsqrt(mean(x**2))``: two uses of ``x``). thunder
+    differentiates ``F.rms_norm`` through its decomposition: its parts are added to the residual's one by one, as
+    eager does, not summed apart first (timm's ViTs with RMSNorm were not bitwise)."""
+    g = torch.Generator().manual_seed(0)
+    x, w, lin = torch.randn(2, 17, 96, generator=g), torch.randn(96, generator=g), torch.randn(96, 96, generator=g)
+    norms = {
+        "rms_norm": lambda x, w: F.rms_norm(x, (96,), eps=1e-6),
+        "rms_norm-weight": lambda x, w: F.rms_norm(x, (96,), w, 1e-6),
+        "layer_norm": lambda x, w: F.layer_norm(x, (96,), w),
+        "mean-square": lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w,
+    }
+
+    def f(x, w):
+        return x + norms[norm](x, w) @ lin
+
+    def run(fn):
+        args = [t.clone().requires_grad_() for t in (x, w)]
+        out = fn(*args)
+        ct = torch.linspace(-1, 1, out.numel()).reshape(out.shape)
+        return torch.autograd.grad(out, args, ct, allow_unused=True, materialize_grads=True)
+
+    for what, a, e in zip(("input", "weight"), run(thunder.jit(f)), run(f)):
+        assert_bitwise(a, e, f"gradient of the {what}")

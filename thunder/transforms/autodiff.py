@@ -34,6 +34,7 @@ class _TapeEntry:
     backward: callable
     n_outputs: int
     kwargs: dict = dataclasses.field(default_factory=dict)  # the rule's keyword arguments
+    continues_sums: bool = False  # backward(*cotangents, sums=...) goes on with the inputs' sums: see below
 
 
 def _rule_for(sym):
@@ -120,7 +121,7 @@ class _ForwardBuilder:
                 self.recomputable.update(o.name for o in new.flat_outs)
             inputs = tuple({a.name: a for a in new.flat_args if isinstance(a, TensorProxy)}.values())
             self.tape.append(_TapeEntry(inputs, list(new.flat_outs), _decomposition_backward(new, inputs),
-                                        len(new.flat_outs)))
+                                        len(new.flat_outs), continues_sums=True))
             return
         if rule is None:
             if not bsym.subsymbols:
@@ -141,10 +142,21 @@ class _ForwardBuilder:
         self.tape.append(_TapeEntry(args, outs, backward, len(outs), kwargs))
 
 
-def _decomposition_backward(bsym, inputs):
-    """Backward of ``bsym`` through its decomposition, traced into the current (backward) trace."""
+# [Note: the order of a gradient's sum]
+# Floating-point addition is not associative, so a value used several times gets eager's gradient bit for bit only
+# if its parts are added in eager's order. Eager's autograd engine adds each part to the sum as it arrives, the
+# parts of later uses first; the tape is run in reverse, so each gradient here is summed in that order too. An op
+# differentiated through its decomposition (``F.rms_norm``) is a single use to the tape but several to eager's
+# engine, which sees its pieces: its backward therefore goes on with the sums its inputs have so far
+# (``continues_sums``), adding its pieces' parts to them one by one, rather than adding their total at the end
+# (``x + h(rms_norm(x))``: ((residual + mul) + pow) as eager, not residual + (mul + pow)).
 
-    def backward(*cotangents):
+
+def _decomposition_backward(bsym, inputs):
+    """Backward of ``bsym`` through its decomposition, traced into the current (backward) trace: the inputs'
+    gradients, ``sums`` (their sums so far, by name) included."""
+
+    def backward(*cotangents, sums: dict):
         from thunder.core.trace import get_tracectx
 
         trace = get_tracectx()
@@ -153,7 +165,7 @@ def _decomposition_backward(bsym, inputs):
         builder = _ForwardBuilder(trace)
         for sub in bsym.subsymbols:
             builder.process(sub)
-        grads: dict = {}
+        grads: dict = dict(sums)
         for o, ct in zip(bsym.flat_outs, cotangents):
             if ct is not None and isinstance(o, TensorProxy):
                 _accumulate(grads, builder.env.get(o.name, o), ct, trace)
@@ -176,6 +188,13 @@ def _run_tape(tape, grads: dict, trace):
     for entry in reversed(tape):
         cts = [grads.get(o.name) if isinstance(o, TensorProxy) else None for o in entry.outs]
         if all(c is None for c in cts):
+            continue
+        if entry.continues_sums:  # see [Note: the order of a gradient's sum]
+            totals = entry.backward(*cts, sums={a.name: grads[a.name] for a in entry.args if a.name in grads})
+            for arg, g in zip(entry.args, totals):
+                if g is not None:
+                    grads.pop(arg.name, None)
+                    _accumulate(grads, arg, g, trace)
             continue
         in_grads = entry.backward(*cts)
         if isinstance(in_grads, ArgGrads):
