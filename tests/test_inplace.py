@@ -594,3 +594,29 @@ def test_inputs_sharing_memory_are_fine_when_nothing_is_updated():
 
     x = torch.randn(4)
     assert torch.equal(thunder.jit(f)(x, x[1:]), f(x, x[1:]))
+
+
+@pytest.mark.parametrize("update", ["silu_", "relu_", "hardswish_", "mul_"])
+def test_an_in_place_update_of_a_view_gets_its_gradient_as_eager(update):
+    """timm's ``LayerNormAct2d``: a LayerNorm of a permuted input, permuted back, then an in-place activation, then a
+    convolution. Eager's autograd (``CopySlices``) hands the activation's backward a contiguous gradient, not the
+    convolution's channels-last one; kernels round by layout, so thunder does the same to be bitwise."""
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(2, 24, 5, 7, generator=g), torch.randn(24, generator=g), torch.randn(24, generator=g)
+    cw = torch.randn(24, 24, 1, 1, generator=g)
+    act = {"silu_": lambda y: F.silu(y, inplace=True), "relu_": lambda y: y.relu_(),
+           "hardswish_": lambda y: F.hardswish(y, inplace=True), "mul_": lambda y: y.mul_(y.detach().sigmoid())}[update]
+
+    def f(x, w, b, cw):
+        y = F.layer_norm(x.permute(0, 2, 3, 1), (24,), w, b).permute(0, 3, 1, 2)
+        return F.conv2d(act(y), cw)
+
+    def run(fn):
+        args = [t.clone().requires_grad_() for t in (x, w, b, cw)]
+        out = fn(*args)
+        return out, torch.autograd.grad(out, args, torch.linspace(-1, 1, out.numel()).reshape(out.shape))
+
+    (out, grads), (expected_out, expected_grads) = run(thunder.jit(f)), run(f)
+    assert torch.equal(out, expected_out)
+    for what, a, e in zip(("x", "weight", "bias", "conv weight"), grads, expected_grads):
+        assert torch.equal(a, e), f"gradient of {what}: differs by up to {(a - e).abs().max()}"

@@ -96,10 +96,6 @@ LIBRARY_MODELS = {
 }
 LIBRARY_XFAIL = {}
 LIBRARY_NOT_BITWISE = {
-    "test_efficientnet_ln": NotBitwise(
-        "an in-place SiLU on the permuted output of a channels-last LayerNorm: eager's autograd (CopySlices, for an "
-        "in-place update of a view) hands SiLU's backward kernel the gradient made contiguous, thunder the "
-        "convolution's gradient as it is, and the kernel rounds by layout", atol=1e-6, rtol=1e-4),
     "test_mambaout": NotBitwise("not yet explained; equal to eager within 1e-10 in float64", atol=1e-6, rtol=1e-4),
 }
 @pytest.mark.parametrize("name,train", _params(LIBRARY_MODELS, LIBRARY_XFAIL))

@@ -235,6 +235,10 @@ class Aliases:
             self.current[key] = value
             self.key_of[value.name] = key
             return
+        if value.requires_grad and all(step.kind == "view" for step in view.steps):
+            from thunder.torch.inplace import view_update
+
+            value = view_update(value)
         root_value = self.root_value(view.root)
         bases = [root_value]
         for step in view.steps[:-1]:

@@ -100,6 +100,33 @@ def _register_detached_update_rule():
 _register_detached_update_rule()
 
 
+def _view_update_impl(new):
+    return new
+
+
+@torchsymbol(name="view_update", torch_impl=_view_update_impl)
+def view_update(new):
+    """The new value an in-place operation gives a view of another tensor, in the autograd graph
+    (``y = x.permute(0, 2, 3, 1); y.relu_()``): ``new`` itself, whose gradient is made contiguous. Eager's autograd
+    (``CopySlices``) hands the operation's backward the view's part of the gradient as a contiguous copy, and
+    kernels round by memory layout."""
+    from thunder.core import prims
+
+    return prims.shallow_copy(new)
+
+
+def _register_view_update_rule():
+    from thunder.torch.shapes import contiguous
+    from thunder.transforms.grad_rules import register_vjp
+
+    @register_vjp(view_update)
+    def rule(new):
+        return view_update(new), lambda g: (contiguous(g),)
+
+
+_register_view_update_rule()
+
+
 def _float_power_check(a, new):
     check(a.dtype is torch.float64 or a.dtype is torch.complex128,
           lambda: f"the base given to float_power_ has dtype {_dtype_name(a.dtype)} but the operation's result requires dtype "
