@@ -227,3 +227,26 @@ def test_a_residual_around_a_decomposed_norm_sums_gradients_as_eager(norm):
 
     for what, a, e in zip(("input", "weight"), run(thunder.jit(f)), run(f)):
         assert_bitwise(a, e, f"gradient of the {what}")
+
+
+@pytest.mark.parametrize("scale", ["addcmul", "mul", "layer_norm"])
+def test_the_gradient_of_a_mean_is_a_full_tensor_as_eager(scale):
+    """Eager differentiates a mean by expanding the cotangent and dividing it: a full tensor. A broadcast scale's
+    gradient sums ``g * x`` over the other dims, and that sum rounds by the layout of ``g`` (timm's ResMLP: an
+    affine ``addcmul`` before a mean over the tokens). Dividing first and expanding after gave a stride-0 ``g``."""
+    g = torch.Generator().manual_seed(0)
+    alpha, beta = torch.randn(96, generator=g), torch.randn(96, generator=g)
+    x, lin = torch.randn(2, 17, 96, generator=g), torch.randn(96, 10, generator=g)
+    scales = {"addcmul": lambda a, b, x: torch.addcmul(b, a, x), "mul": lambda a, b, x: x * a + b,
+              "layer_norm": lambda a, b, x: F.layer_norm(x, (96,), a, b)}
+
+    def f(a, b, x):
+        return scales[scale](a, b, x).mean(dim=1) @ lin
+
+    def run(fn):
+        args = [t.clone().requires_grad_() for t in (alpha, beta, x)]
+        out = fn(*args)
+        return torch.autograd.grad(out, args, torch.linspace(-1, 1, out.numel()).reshape(out.shape))
+
+    for what, a, e in zip(("scale", "shift", "input"), run(thunder.jit(f)), run(f)):
+        assert_bitwise(a, e, f"gradient of the {what}")

@@ -554,3 +554,29 @@ def nll_loss_rule(input, target, weight=None, size_average=None, ignore_index=-1
         return (nll_loss_backward(g, input, target, weight, r, ignore_index, total_weight),)
 
     return out, backward
+
+
+# ---------------------------------------------------------------------------------------------
+# Means: eager's gradient, the cotangent expanded to the input's shape and then divided by the count. The result
+# is a full tensor: reductions of it (the gradient of a broadcast scale, ``alpha * x`` after a mean over tokens)
+# round as eager's do. Through the decomposition the division came first and the expansion after, a stride-0
+# gradient, which reductions sum in another order.
+# ---------------------------------------------------------------------------------------------
+
+from thunder.torch import reductions as _reductions  # noqa: E402
+
+
+@register_vjp(_reductions.mean)
+def mean_rule(a, dim=None, keepdim=False, *, dtype=None):
+    out = _reductions.mean(a, dim, keepdim, dtype=dtype)
+    dims = _reductions._dims(a, dim)
+    n = _reductions.extent_prod(a.shape[d] for d in dims)
+
+    def backward(g):
+        kept = tuple(i for i in range(a.ndim) if i not in set(dims))
+        if keepdim:
+            g = prims.reshape(g, tuple(a.shape[i] for i in kept))
+        expanded = prims.broadcast_in_dim(g, tuple(a.shape), kept)
+        return (prims.div(expanded, n if _reductions.is_runtime(n) else float(n)),)
+
+    return out, backward
