@@ -250,3 +250,32 @@ def test_the_gradient_of_a_mean_is_a_full_tensor_as_eager(scale):
 
     for what, a, e in zip(("scale", "shift", "input"), run(thunder.jit(f)), run(f)):
         assert_bitwise(a, e, f"gradient of the {what}")
+
+
+@pytest.mark.parametrize("case", ["attention scores", "attention values", "broadcast batch", "broadcast heads"])
+def test_batched_matmul_gradients_are_eager_products(case):
+    """torch's matmul folds batched operands to 3-D (copying a transposed, head-split ``k`` it cannot view) and its
+    gradients are ``bmm``s of those copies; BLAS rounds by layout, so thunder's gradients use the same folded
+    operands (timm's window attention at 2x2 windows, head size 32, was not bitwise)."""
+    g = torch.Generator().manual_seed(0)
+    qkv = torch.randn(2, 4, 3, 3, 32, generator=g)  # (batch, tokens, q/k/v, heads, head size), as timm splits it
+    operands = {
+        "attention scores": lambda t: (t.permute(2, 0, 3, 1, 4)[0] * 0.1, t.permute(2, 0, 3, 1, 4)[1].transpose(-2, -1)),
+        "attention values": lambda t: (t[:, :, 0, :, :4].permute(0, 2, 1, 3).softmax(-1), t.permute(2, 0, 3, 1, 4)[2]),
+        "broadcast batch": lambda t: (t[:, :, 0], t[0, :, 1].transpose(-2, -1)),
+        "broadcast heads": lambda t: (t[:, :, 0].transpose(1, 2), t[:1, :, 1, :1].permute(0, 2, 3, 1)),
+    }
+
+    def f(t):
+        a, b = operands[case](t)
+        return a @ b
+
+    def run(fn):
+        t = qkv.clone().requires_grad_()
+        out = fn(t)
+        (grad,) = torch.autograd.grad(out, t, torch.linspace(-1, 1, out.numel()).reshape(out.shape))
+        return out, grad
+
+    (out, grad), (expected_out, expected_grad) = run(thunder.jit(f)), run(f)
+    assert_bitwise(out, expected_out, "output")
+    assert_bitwise(grad, expected_grad, "gradient")

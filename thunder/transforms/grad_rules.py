@@ -474,7 +474,7 @@ def matmul_rule(a, b):
 
 def matmul_backward(a, b):
     def backward(g):
-        from thunder.torch import matmul, reshape, unsqueeze, transpose
+        from thunder.torch import unsqueeze
 
         if a.ndim == 1 and b.ndim == 1:  # dot product: g is a scalar
             return prims.mul(prims.broadcast_in_dim(g, tuple(b.shape), ()), b), prims.mul(
@@ -483,12 +483,10 @@ def matmul_backward(a, b):
         b2 = unsqueeze(b, 1) if b.ndim == 1 else b
         g2 = unsqueeze(g, -2) if a.ndim == 1 else g
         g2 = unsqueeze(g2, -1) if b.ndim == 1 else g2
-        ga = _reduce_to(matmul(g2, transpose(b2, -1, -2)), a2.shape)
-        if b2.ndim == 2 and a2.ndim > 2:  # as torch's matmul: the batch folded into the rows, one matrix product
-            k, n = b2.shape
-            gb = matmul(transpose(reshape(a2, (-1, k)), 0, 1), reshape(g2, (-1, n)))
+        if a2.ndim >= 3 and b2.ndim >= 3:
+            ga, gb = _batched_matmul_backward(g2, a2, b2)
         else:
-            gb = _reduce_to(matmul(transpose(a2, -1, -2), g2), b2.shape)
+            ga, gb = _matmul_backward(g2, a2, b2)
         if a.ndim == 1:
             ga = prims.reshape(ga, tuple(a.shape))
         if b.ndim == 1:
@@ -496,6 +494,34 @@ def matmul_backward(a, b):
         return ga, gb
 
     return _holomorphic(backward, a, b)
+
+
+def _batched_matmul_backward(g, a, b):
+    """As eager: torch's matmul expands both operands to the common batch and folds them to 3-D (copying those a
+    view cannot fold, such as ``k.transpose(-2, -1)`` of a head-split ``k``), then runs one ``bmm``, whose gradients
+    are ``bmm``s of those folded operands. The same layouts give the same products: BLAS rounds by layout."""
+    from thunder.torch import expand, matmul, reshape, transpose
+
+    batch = prims.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
+    (n, m), p = a.shape[-2:], b.shape[-1]
+    a3 = reshape(expand(a, batch + (n, m)), (-1, n, m))
+    b3 = reshape(expand(b, batch + (m, p)), (-1, m, p))
+    g3 = reshape(g, (-1, n, p))
+    ga = _reduce_to(reshape(matmul(g3, transpose(b3, 1, 2)), batch + (n, m)), a.shape)
+    gb = _reduce_to(reshape(matmul(transpose(a3, 1, 2), g3), batch + (m, p)), b.shape)
+    return ga, gb
+
+
+def _matmul_backward(g2, a2, b2):
+    from thunder.torch import matmul, reshape, transpose
+
+    ga = _reduce_to(matmul(g2, transpose(b2, -1, -2)), a2.shape)
+    if b2.ndim == 2 and a2.ndim > 2:  # as torch's matmul: the batch folded into the rows, one matrix product
+        k, n = b2.shape
+        gb = matmul(transpose(reshape(a2, (-1, k)), 0, 1), reshape(g2, (-1, n)))
+    else:
+        gb = _reduce_to(matmul(transpose(a2, -1, -2), g2), b2.shape)
+    return ga, gb
 
 
 @register_vjp(prims.linear)
