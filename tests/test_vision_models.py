@@ -93,6 +93,11 @@ LIBRARY_MODELS = {
     "timm_vit_tiny": _timm("vit_tiny_patch16_224", img_size=64, patch_size=16),
     "timm_convnext_atto": _timm("convnext_atto"),
     "timm_shvit_s1": _timm("shvit_s1"),  # group norm of a channel slice
+    # window attention (2x2 windows at 64x64: head-split k transposed), relative position biases, ResMLP's affine
+    # before a mean over tokens, focal modulation, conv-attention hybrids
+    **{f"timm_{name}": _timm(name, img_size=64) for name in (
+        "swin_tiny_patch4_window7_224", "resmlp_12_224", "coat_lite_mini", "tnt_s_patch16_224", "gcvit_xxtiny")},
+    **{f"timm_{name}": _timm(name) for name in ("edgenext_xx_small", "focalnet_tiny_srf", "swiftformer_xs")},
 }
 LIBRARY_XFAIL = {}
 LIBRARY_NOT_BITWISE = {
