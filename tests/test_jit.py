@@ -908,3 +908,40 @@ def test_contiguous_in_a_memory_format(memory_format):
     x = torch.randn(2, 3, 4, 5).transpose(1, 3)
     out, expected = thunder.jit(f)(x), f(x)
     assert torch.equal(out, expected) and out.stride() == expected.stride()
+
+
+KEYWORD_SPELLINGS = {
+    "torch.zeros(size=)": lambda x: torch.zeros(size=(2, 3)) + x,  # Hugging Face's BEiT
+    "torch.ones(size=, dtype=)": lambda x: torch.ones(size=(2, 3), dtype=torch.float64) + x,
+    "torch.empty(size=)": lambda x: torch.empty(size=(2, 3)).fill_(1) + x,
+    "torch.rand(size=)": lambda x: torch.rand(size=(2, 3)) + x,
+    "torch.randn(size=)": lambda x: torch.randn(size=(2, 3)) + x,
+    "torch.randint(size=)": lambda x: torch.randint(0, 5, size=(2, 3)) + x,
+    "Tensor.new_zeros(size=)": lambda x: x.new_zeros(size=(2, 3)) + x,
+    "Tensor.new_empty(size=)": lambda x: x.new_empty(size=(2, 3)).fill_(0) + x,
+    "Tensor.view(size=)": lambda x: x.view(size=(3, 2)),
+    "Tensor.reshape(shape=)": lambda x: x.reshape(shape=(3, 2)),
+    "Tensor.expand(size=)": lambda x: x[:1].expand(size=(4, 3)),
+    "Tensor.permute(dims=)": lambda x: x.permute(dims=(1, 0)),
+    "torch.zeros_like(input=)": lambda x: torch.zeros_like(input=x) + x,
+    "torch.sum(input=, dim=)": lambda x: torch.sum(input=x, dim=0),
+    "torch.mean(input=, dim=)": lambda x: torch.mean(input=x, dim=1),
+    "F.softmax(input=, dim=)": lambda x: F.softmax(input=x, dim=-1),
+    "torch.mul(input=, other=)": lambda x: torch.mul(input=x, other=x),
+    "torch.add(input=, other=, alpha=)": lambda x: torch.add(input=x, other=x, alpha=2),
+    "Tensor.add(other=)": lambda x: x.add(other=x),
+    "torch.transpose(input=, dim0=, dim1=)": lambda x: torch.transpose(input=x, dim0=0, dim1=1),
+    "torch.where(condition=, input=, other=)": lambda x: torch.where(condition=x > 0, input=x, other=-x),
+}
+
+
+@pytest.mark.parametrize("name", list(KEYWORD_SPELLINGS))
+def test_torch_keyword_spellings(name):
+    """Arguments passed by torch's keywords, where thunder's definitions take them by position or by other names."""
+    f = KEYWORD_SPELLINGS[name]
+    x = torch.randn(2, 3)
+    torch.manual_seed(0)
+    expected = f(x)
+    torch.manual_seed(0)
+    out = thunder.jit(f)(x)
+    assert out.dtype == expected.dtype and torch.equal(out, expected)

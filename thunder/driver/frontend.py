@@ -225,6 +225,38 @@ class _CompilingFlag:
 _compiling_flag = _CompilingFlag()
 
 
+
+_FIRST_ARGUMENT = ("input", "self")
+_SIZES = ("size", "shape", "dims", "sizes")
+
+
+def torch_keywords(sym, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """torch's keyword spellings of arguments that thunder's definitions take by position: ``input=`` (or
+    ``self=``) for the tensor (``torch.sum(input=x, dim=0)``, ``torch.zeros_like(input=x)``), ``other=`` for the
+    second operand (``torch.mul(x, other=y)``), and ``size=``,
+    ``shape=``, ``dims=`` for the sizes torch also takes one by one (``torch.zeros(size=(2, 3))``, as Hugging Face's
+    BEiT writes it; ``x.view(size=...)``, ``x.permute(dims=...)``)."""
+    params = sym.signature.parameters if getattr(sym, "signature", None) is not None else None
+    if not params:
+        return args, kwargs
+    kwargs = dict(kwargs)
+    first = next(iter(params.values()))
+    if not args and first.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
+        name = next((n for n in _FIRST_ARGUMENT if n in kwargs and n not in params), None)
+        if name is not None:
+            args = (kwargs.pop(name),)
+    positional = [p for p in params.values()
+                  if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    if len(args) == 1 and len(positional) > 1 and "other" in kwargs and "other" not in params:
+        args = (args[0], kwargs.pop("other"))  # the second operand of a binary op (``torch.add(x, other=y)``)
+    var = next((p for p in params.values() if p.kind is inspect.Parameter.VAR_POSITIONAL), None)
+    if var is not None:
+        name = next((n for n in (var.name,) + _SIZES if n in kwargs and (n == var.name or n not in params)), None)
+        if name is not None:
+            args = tuple(args) + (kwargs.pop(name),)
+    return args, kwargs
+
+
 class Tracer:
     """Records one trace of ``fn``. Create one per cache miss."""
 
@@ -361,6 +393,9 @@ class Tracer:
         sym = TORCH_TO_SYMBOL.get(key)
         if sym is None:
             return self._unknown(func, first, args, kwargs)
+        if kwargs:
+            args, kwargs = torch_keywords(sym, args, kwargs)
+            first = first if first is not None or not args else args[0]
         out = self.call(sym, args, kwargs, fn=func)
         if isinstance(out, Updates):  # F.batch_norm: running statistics updated as autograd does not record
             for t, v in out.updates:
