@@ -116,18 +116,104 @@ def test_library_training_parity(name, train):
                           lr=0.01, not_bitwise=LIBRARY_NOT_BITWISE.get(name))
 
 
-@pytest.mark.parametrize("name", ["levit_128s", "efficientformerv2_s0"])
-def test_library_attention_bias_cache_is_refused(name):
-    """timm's LeViT and EfficientFormerV2 attention keep, in eval mode, a bias gathered from a parameter in a dict on
-    the module (``attention_bias_cache``): a tensor the program computes, stored in Python state. thunder refuses it
-    (tests/test_side_effects.py) and leaves the dict as it was; before, the next call ran a trace that named a
-    variable of another trace."""
-    timm = import_library("timm")
+
+
+# ---------------------------------------------------------------------------------------------
+# Hugging Face transformers' vision models (small configurations, random weights)
+# ---------------------------------------------------------------------------------------------
+
+
+def _hf(model_cls: str, config_cls: str, **config):
+    def make(transformers):
+        return getattr(transformers, model_cls)(getattr(transformers, config_cls)(num_labels=10, **config))
+
+    return make
+
+
+_HF_VIT = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, image_size=32,
+               patch_size=8)
+_HF_STAGES = dict(hidden_sizes=[16, 32, 32, 64], depths=[1, 1, 1, 1])
+HF_VISION_MODELS = {
+    "vit": _hf("ViTForImageClassification", "ViTConfig", **_HF_VIT),
+    "deit": _hf("DeiTForImageClassification", "DeiTConfig", **_HF_VIT),
+    "beit": _hf("BeitForImageClassification", "BeitConfig", use_relative_position_bias=True, **_HF_VIT),
+    "data2vec_vision": _hf("Data2VecVisionForImageClassification", "Data2VecVisionConfig",
+                           use_relative_position_bias=True, **_HF_VIT),
+    "dinov2": _hf("Dinov2ForImageClassification", "Dinov2Config", hidden_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, mlp_ratio=2, image_size=32, patch_size=8),
+    "swin": _hf("SwinForImageClassification", "SwinConfig", image_size=32, patch_size=2, embed_dim=16,
+                depths=[1, 1], num_heads=[2, 2], window_size=4),
+    "swinv2": _hf("Swinv2ForImageClassification", "Swinv2Config", image_size=32, patch_size=2, embed_dim=16,
+                  depths=[1, 1], num_heads=[2, 2], window_size=4),
+    "hiera": _hf("HieraForImageClassification", "HieraConfig", image_size=[32, 32], patch_size=[3, 3],
+                 patch_stride=[2, 2], patch_padding=[1, 1], embed_dim=16, num_heads=[1, 2], depths=[1, 1],
+                 embed_dim_multiplier=2.0, num_query_pool=1, masked_unit_size=[4, 4]),
+    "convnext": _hf("ConvNextForImageClassification", "ConvNextConfig", num_stages=2, hidden_sizes=[16, 32],
+                    depths=[1, 1]),
+    "convnextv2": _hf("ConvNextV2ForImageClassification", "ConvNextV2Config", num_stages=2, hidden_sizes=[16, 32],
+                      depths=[1, 1]),
+    "resnet": _hf("ResNetForImageClassification", "ResNetConfig", embedding_size=16, hidden_sizes=[16, 32],
+                  depths=[1, 1]),
+    "regnet": _hf("RegNetForImageClassification", "RegNetConfig", embedding_size=16, hidden_sizes=[16, 32],
+                  depths=[1, 1], groups_width=8),
+    "efficientnet": _hf("EfficientNetForImageClassification", "EfficientNetConfig", image_size=32,
+                        width_coefficient=0.25, depth_coefficient=0.25, hidden_dim=320),
+    "mobilenet_v2": _hf("MobileNetV2ForImageClassification", "MobileNetV2Config", image_size=32, depth_multiplier=0.35),
+    "mobilevit": _hf("MobileViTForImageClassification", "MobileViTConfig", image_size=32, hidden_sizes=[32, 32, 32],
+                     neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64]),
+    "poolformer": _hf("PoolFormerForImageClassification", "PoolFormerConfig", **_HF_STAGES),
+    "segformer": _hf("SegformerForImageClassification", "SegformerConfig", num_attention_heads=[1, 1, 2, 2],
+                     **_HF_STAGES),
+    "pvt": _hf("PvtForImageClassification", "PvtConfig", image_size=32, num_attention_heads=[1, 1, 2, 2],
+               **_HF_STAGES),
+    "focalnet": _hf("FocalNetForImageClassification", "FocalNetConfig", image_size=32, patch_size=2, embed_dim=16,
+                    depths=[1, 1]),
+}
+# LeViT keeps its attention biases in a dict in eval mode, as timm's (see test_library_attention_bias_cache_is_refused)
+HF_VISION_TRAIN_ONLY = {
+    "levit": _hf("LevitForImageClassification", "LevitConfig", image_size=32, hidden_sizes=[32, 48, 64],
+                 num_attention_heads=[1, 2, 2], depths=[1, 1, 1], key_dim=[8, 8, 8]),
+}
+
+
+class _Logits(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values):
+        return self.model(pixel_values=pixel_values).logits
+
+
+@pytest.mark.parametrize("name,train", [(n, t) for n in HF_VISION_MODELS for t in (True, False)] +
+                         [(n, True) for n in HF_VISION_TRAIN_ONLY],
+                         ids=lambda v: v if isinstance(v, str) else ("train" if v else "eval"))
+def test_hugging_face_vision_training_parity(name, train):
+    transformers = import_library("transformers")
     torch.manual_seed(0)
-    model = timm.create_model(name, pretrained=False, num_classes=10, img_size=64).eval()
-    jmodel = thunder.jit(model)
+    model = {**HF_VISION_MODELS, **HF_VISION_TRAIN_ONLY}[name](transformers)
+    g = torch.Generator().manual_seed(1)
+    images, targets = torch.randn(2, 3, 32, 32, generator=g), torch.randint(0, 10, (2,), generator=g)
+    check_training_parity(ClassifierWithLoss(_Logits(model)).train(train), (images, targets),
+                          loss_of=lambda loss: loss, lr=0.01)
+
+
+@pytest.mark.parametrize("library,name", [("timm", "levit_128s"), ("timm", "efficientformerv2_s0"),
+                                          ("transformers", "levit")])
+def test_library_attention_bias_cache_is_refused(library, name):
+    """timm's LeViT and EfficientFormerV2 attention (and Hugging Face's LeViT) keep, in eval mode, a bias gathered from
+    a parameter in a dict on the module (``attention_bias_cache``): a tensor the program computes, stored in Python
+    state. thunder refuses it (tests/test_side_effects.py) and leaves the dict as it was; before, the next call ran a
+    trace that named a variable of another trace."""
+    module = import_library(library)
+    torch.manual_seed(0)
+    if library == "timm":
+        model, size = module.create_model(name, pretrained=False, num_classes=10, img_size=64), 64
+    else:
+        model, size = _Logits(HF_VISION_TRAIN_ONLY[name](module)), 32
+    jmodel = thunder.jit(model.eval())
     for _ in range(2):
         with pytest.raises(NotImplementedError, match=r"stores a tensor it computes in .*attention_bias_cache"):
-            jmodel(torch.randn(2, 3, 64, 64))
+            jmodel(torch.randn(2, 3, size, size))
     caches = [m.attention_bias_cache for m in model.modules() if hasattr(m, "attention_bias_cache")]
     assert caches and not any(caches)
