@@ -23,6 +23,8 @@ VOCAB, BATCH, SEQ = 128, 2, 16
 _DECODER = dict(hidden_size=64, num_hidden_layers=2, vocab_size=VOCAB, num_attention_heads=4, num_key_value_heads=2,
                 intermediate_size=128, max_position_embeddings=64, attention_dropout=0.1)
 _MOE = dict(num_experts_per_tok=2)
+_ENCODER = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                max_position_embeddings=64, vocab_size=VOCAB)
 _ENC_DEC = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
                 encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=VOCAB)
 
@@ -75,6 +77,39 @@ CASES = {
                                       pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1,
                                       suppress_tokens=None, begin_suppress_tokens=None, dropout=0.1),
                       auto="AutoModelForSpeechSeq2Seq", inputs="audio"),
+    # More decoders, encoders and encoder-decoders, each with its own attention, norm, position embedding or MoE code
+    "phi": HFCase("phi", _DECODER),
+    "opt": HFCase("opt", dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, ffn_dim=128, vocab_size=VOCAB,
+                              max_position_embeddings=64, word_embed_proj_dim=64)),
+    "gptj": HFCase("gptj", dict(n_embd=64, n_layer=2, n_head=4, vocab_size=VOCAB, n_positions=64, rotary_dim=8)),
+    "codegen": HFCase("codegen", dict(n_embd=64, n_layer=2, n_head=4, vocab_size=VOCAB, n_positions=64, n_ctx=64,
+                                      rotary_dim=8)),
+    "gpt_neo": HFCase("gpt_neo", dict(hidden_size=64, num_layers=2, num_heads=4, vocab_size=VOCAB,
+                                      max_position_embeddings=64, attention_types=[[["global", "local"], 1]],
+                                      window_size=8)),
+    "gpt_bigcode": HFCase("gpt_bigcode", dict(n_embd=64, n_layer=2, n_head=4, vocab_size=VOCAB, n_positions=64)),
+    **{name: HFCase(name, _DECODER) for name in ("starcoder2", "olmo", "olmo2", "cohere", "stablelm", "persimmon",
+                                                   "granite")},
+    "glm": HFCase("glm", dict(_DECODER, head_dim=16, pad_token_id=0)),
+    "helium": HFCase("helium", dict(_DECODER, head_dim=16)),
+    "smollm3": HFCase("smollm3", dict(_DECODER, pad_token_id=0)),
+    "olmoe": HFCase("olmoe", dict(_DECODER, num_experts=4, num_experts_per_tok=2)),
+    "xglm": HFCase("xglm", dict(d_model=64, num_layers=2, attention_heads=4, ffn_dim=128, vocab_size=VOCAB,
+                                max_position_embeddings=64)),
+    "mpt": HFCase("mpt", dict(d_model=64, n_layers=2, n_heads=4, vocab_size=VOCAB, max_seq_len=64)),
+    "distilbert": HFCase("distilbert", dict(dim=64, n_layers=2, n_heads=4, hidden_dim=128, vocab_size=VOCAB,
+                                            max_position_embeddings=64), auto="AutoModelForMaskedLM"),
+    **{name.replace("-", "_"): HFCase(name, dict(_ENCODER, **extra), auto="AutoModelForMaskedLM") for name, extra in (
+        ("albert", dict(embedding_size=32)), ("electra", dict(embedding_size=32)), ("deberta", {}), ("deberta-v2", {}),
+        ("mpnet", {}), ("xlm-roberta", {}), ("camembert", {}),
+        ("modernbert", dict(global_attn_every_n_layers=2, local_attention=8, pad_token_id=0, bos_token_id=1,
+                            eos_token_id=2, cls_token_id=1, sep_token_id=2)))},
+    **{name.replace("-", "_"): HFCase(name, dict(_ENC_DEC, max_position_embeddings=64), auto="AutoModelForSeq2SeqLM")
+       for name in ("mbart", "pegasus", "blenderbot-small", "plbart")},
+    "marian": HFCase("marian", dict(_ENC_DEC, max_position_embeddings=64, decoder_start_token_id=0, pad_token_id=0),
+                     auto="AutoModelForSeq2SeqLM"),
+    "umt5": HFCase("umt5", dict(d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, vocab_size=VOCAB,
+                                decoder_start_token_id=0), auto="AutoModelForSeq2SeqLM"),
 }
 
 # Every case is bitwise: forward, loss, gradients, buffers and parameters after the optimizer steps.
@@ -82,7 +117,8 @@ NOT_BITWISE = {}
 
 # Causal LMs run with and without an attention mask (HF builds the mask differently for each);
 # encoders and encoder-decoders are given one, Whisper's encoder takes none.
-_MASK_ONLY = {"bert", "roberta", "t5", "bart"}
+_MASK_ONLY = {"bert", "roberta", "t5", "bart", "distilbert", "albert", "electra", "deberta", "deberta_v2", "mpnet",
+              "xlm_roberta", "camembert", "modernbert", "mbart", "pegasus", "blenderbot_small", "plbart", "marian", "umt5"}
 _NO_MASK = {"whisper"}
 
 
