@@ -945,3 +945,16 @@ def test_torch_keyword_spellings(name):
     torch.manual_seed(0)
     out = thunder.jit(f)(x)
     assert out.dtype == expected.dtype and torch.equal(out, expected)
+
+
+def test_vmap_of_traced_tensors_is_refused_with_a_clear_message():
+    """torch.vmap batches below torch's Python-level interception (Hugging Face's Falcon builds its mask with it):
+    refused by name, not with an error about an aten op; outside a jitted function vmap is torch's own."""
+    def f(x):
+        return torch.vmap(lambda row: row * 2 + row.sum())(x)
+
+    x = torch.randn(3, 4)
+    with pytest.raises(NotImplementedError, match="does not support torch.vmap of traced tensors"):
+        thunder.jit(f)(x)
+    assert torch.equal(f(x), x * 2 + x.sum(1, keepdim=True))
+    assert torch.func.vmap is torch.vmap
