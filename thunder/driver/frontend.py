@@ -225,7 +225,6 @@ class _CompilingFlag:
 _compiling_flag = _CompilingFlag()
 
 
-
 _FIRST_ARGUMENT = ("input", "self")
 _SIZES = ("size", "shape", "dims", "sizes")
 
@@ -233,9 +232,9 @@ _SIZES = ("size", "shape", "dims", "sizes")
 def torch_keywords(sym, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """torch's keyword spellings of arguments that thunder's definitions take by position: ``input=`` (or
     ``self=``) for the tensor (``torch.sum(input=x, dim=0)``, ``torch.zeros_like(input=x)``), ``other=`` for the
-    second operand (``torch.mul(x, other=y)``), and ``size=``,
-    ``shape=``, ``dims=`` for the sizes torch also takes one by one (``torch.zeros(size=(2, 3))``, as Hugging Face's
-    BEiT writes it; ``x.view(size=...)``, ``x.permute(dims=...)``)."""
+    second operand (``torch.mul(x, other=y)``), and ``size=``, ``shape=``, ``dims=`` for the sizes torch also takes
+    one by one (``torch.zeros(size=(2, 3))``, as Hugging Face's BEiT writes it; ``x.view(size=...)``,
+    ``x.permute(dims=...)``)."""
     params = sym.signature.parameters if getattr(sym, "signature", None) is not None else None
     if not params:
         return args, kwargs

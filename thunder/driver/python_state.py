@@ -696,7 +696,8 @@ class StateRecorder:
                 continue
             if state == "inputs":
                 _refill(container, _with_real_tensors(container.copy(), real))
-                continue
+                if not _proxies_in(container):
+                    continue
             leaked.append(f"{label} (a {type(container).__name__})")
             _refill(container, first)
         if leaked:
@@ -759,6 +760,9 @@ def _refill(container, contents):
 
 
 def _with_real_tensors(value, real: dict):
+    if isinstance(value, (set, frozenset)):  # (not a pytree container)
+        return type(value)(_with_real_tensors(v, real) for v in value)
+
     def real_of(x):
         if isinstance(x, frontend.TensorProxy):
             return real[x.name]

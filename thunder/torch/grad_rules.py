@@ -130,20 +130,21 @@ def native_batch_norm_rule(a, weight, bias, running_mean, running_var, training,
 from torch._prims_common import suggest_memory_format as _suggest_memory_format  # noqa: E402 - ATen's, in Python
 
 
-def _laid_out_as_eager(t):
-    """``at::group_norm`` hands its kernels the input (and the backward the gradient) contiguous: on the CPU in the
-    input's suggested memory format (channels-last stays channels-last), elsewhere in the standard one. The kernels
-    require it (a channel slice of a larger tensor is refused)."""
-    return t.contiguous(memory_format=_suggest_memory_format(t) if t.is_cpu else torch.contiguous_format)
+def _eager_memory_format(t):
+    """The layout ``at::group_norm`` hands its kernels the input (and the backward the gradient) in, contiguous: on
+    the CPU the input's suggested memory format (channels-last stays channels-last), elsewhere the standard one. The
+    kernels require it (a channel slice of a larger tensor is refused)."""
+    return _suggest_memory_format(t) if t.is_cpu else torch.contiguous_format
 
 
 def _group_norm_kernel(a, w, b, n, c, hxw, group, eps):
-    return aten.native_group_norm.default(_laid_out_as_eager(a), w, b, n, c, hxw, group, eps)
+    return aten.native_group_norm.default(a.contiguous(memory_format=_eager_memory_format(a)), w, b, n, c, hxw, group,
+                                          eps)
 
 
 def _group_norm_backward_kernel(g, a, mean, rstd, w, n, c, hxw, group, mask):
-    a = _laid_out_as_eager(a)
-    g = g.contiguous(memory_format=_suggest_memory_format(a) if a.is_cpu else torch.contiguous_format)
+    a = a.contiguous(memory_format=_eager_memory_format(a))
+    g = g.contiguous(memory_format=_eager_memory_format(a))
     return aten.native_group_norm_backward.default(g, a, mean, rstd, w, n, c, hxw, group, mask)
 
 
@@ -572,8 +573,9 @@ def mean_rule(a, dim=None, keepdim=False, *, dtype=None):
     dims = _reductions._dims(a, dim)
     n = _reductions.extent_prod(a.shape[d] for d in dims)
 
+    kept = tuple(i for i in range(a.ndim) if i not in dims)
+
     def backward(g):
-        kept = tuple(i for i in range(a.ndim) if i not in set(dims))
         if keepdim:
             g = prims.reshape(g, tuple(a.shape[i] for i in kept))
         expanded = prims.broadcast_in_dim(g, tuple(a.shape), kept)
