@@ -279,3 +279,23 @@ def test_batched_matmul_gradients_are_eager_products(case):
     (out, grad), (expected_out, expected_grad) = run(thunder.jit(f)), run(f)
     assert_bitwise(out, expected_out, "output")
     assert_bitwise(grad, expected_grad, "gradient")
+
+
+@pytest.mark.parametrize("activation", ["gelu", "silu", "mish", "softplus", "erf"])
+def test_a_saved_view_read_by_an_elementwise_backward_is_the_view(activation):
+    """``act(conv(x)[:, :, :-1])`` (Hugging Face's wav2vec2 positional convolution drops its last frame): eager saves
+    the slice, and the backward's elementwise kernel reads it as a view, in rows too short for its vectorized loop.
+    A compact copy (kept for views only matrix products read, which eager copies too) rounded differently."""
+    fn = {"gelu": F.gelu, "silu": F.silu, "mish": F.mish, "softplus": F.softplus, "erf": torch.erf}[activation]
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(2, 64, 9, generator=g), torch.randn(64, 16, 16, generator=g) * 0.1
+
+    def f(x, w):
+        return fn(F.conv1d(x, w, padding=8, groups=4)[:, :, :-1]).square().sum()
+
+    def run(f):
+        weight = w.clone().requires_grad_()
+        (grad,) = torch.autograd.grad(f(x, weight), weight)
+        return grad
+
+    assert_bitwise(run(thunder.jit(f)), run(f), "gradient of the weight")

@@ -2,7 +2,8 @@
 
 A saved view keeps its whole base alive until the backward has run: attention's ``v``, a slice of the
 fused ``qkv`` projection, saved as a view keeps all of ``qkv`` (three times its size). Eager saves what the
-matmul read, a contiguous copy it made of the view anyway. So when the saved values that may alias one
+matmul read, a contiguous copy it made of the view anyway. So when the backward reads such views only in
+matrix products (and attention), and the saved values that may alias one
 forward intermediate (through view operations, or any operation that may return an alias,
 thunder/transforms/overwritten_saves.py) are together smaller than it, and it is neither saved nor an
 output, each of them is saved as a copy made just after it is computed, and the intermediate is freed when
@@ -15,6 +16,9 @@ from thunder.core.proxies import TensorProxy
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.transforms.overwritten_saves import _fresh
 from thunder.transforms.rename import substitute_bsym
+
+
+_PRODUCTS = frozenset({"matmul", "linear", "bmm", "mm"})
 
 
 def _bytes(p: TensorProxy) -> int | None:
@@ -62,9 +66,30 @@ def compact_saved_views(fwd: TraceCtx, bwd: TraceCtx, saved: list, outputs: set)
             continue
         groups.setdefault(base.name, []).append(s)
         bases[base.name] = base
+    consumers: dict[str, list] = {}
+    for b in bwd.bound_symbols:
+        for a in {a.name: a for a in b.flat_args if isinstance(a, TensorProxy)}:
+            consumers.setdefault(a, []).append(b)
+
+    def read_as_copies(p, depth=0) -> bool:
+        """Whether the backward reads ``p`` (through views) only in matrix products, which eager gives a contiguous
+        copy of such a view (and saves that): a copy's layout gives eager's numbers. Other kernels can round by
+        layout (an elementwise kernel vectorizes a contiguous run, not a short row of a view), so for them the view
+        is saved, as eager saves it."""
+        for b in consumers.get(p.name, ()):
+            if b.sym.name in _PRODUCTS or "attention" in b.sym.name:
+                continue
+            if depth > 8 or not (getattr(b.sym, "is_view", False) or b.sym.name == "reshape"):
+                return False
+            if not all(read_as_copies(o, depth + 1) for o in b.flat_outs if isinstance(o, TensorProxy)):
+                return False
+        return True
+
     chosen = []
     for name, views in groups.items():
         if name in saved_names or name in outputs or any(v.name in outputs or v.name in written for v in views):
+            continue
+        if not all(read_as_copies(v) for v in views):
             continue
         sizes = [_bytes(v) for v in views]
         base_size = _bytes(bases[name])
