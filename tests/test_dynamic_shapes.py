@@ -143,6 +143,10 @@ CASES = {
     "sizes_from_extent": (lambda x: (lambda r: torch.zeros(r.shape[0], 2) + r[:, :2])(_rows(x)), _randn(6, 3), True),
     "new_zeros_from_extent": (lambda x: x.new_zeros((_rows(x).size(0), 2)), _randn(6, 3), False),
     "arange_of_extent": (lambda x: torch.arange(_rows(x).shape[0]) * 2, _randn(6, 3), False),
+    # tensor bounds (Hugging Face's position ids from a StaticCache's length; Funnel's attention): torch reads them
+    "arange_tensor_bounds": (lambda s: (torch.arange(s, s + 4) * 2, torch.arange(s.float(), 10.0, 2.5),
+                                        torch.arange(s.to(torch.int32))),
+                             lambda: (torch.randint(1, 6, ()),), False),
     "extent_arithmetic_returned": (lambda x: (_rows(x).numel() * 2, _rows(x).shape[0] // 2), _randn(6, 3), False),
     "topk_on_extent": (lambda x: torch.topk(_rows(x), 2, dim=1).values, _randn(6, 3), True),
     "one_hot_of_indices": (lambda x: F.one_hot(torch.nonzero(x > 0)[:, 0], 6), _randn(6, 3), False),

@@ -113,6 +113,9 @@ def new_full(a, size, fill_value, *, dtype=None, layout=None, device=None, pin_m
 def arange(start, end=None, step=1, *, out=None, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False):
     if end is None:
         start, end = 0, start
+    if any(isinstance(x, TensorProxy) for x in (start, end, step)):  # the length depends on the bounds' values
+        kwargs = {k: v for k, v in (("dtype", dtype), ("device", device)) if v is not None}
+        return fallback.fallback_call(torch.arange, (start, end, step), kwargs)
     if dtype is None:
         dtype = torch.int64 if all(isinstance(x, int) for x in (start, end, step)) else torch.get_default_dtype()
     if is_runtime(end) and start == 0 and step == 1:  # arange over a run-time extent

@@ -125,6 +125,19 @@ def bincount(name, a, weights=None, minlength=0):
     return _tensor((n,), dtype, a)
 
 
+@rule(torch.arange)
+def arange(name, start, end, step=1, *, dtype=None, device=None):
+    """Tensor bounds: torch reads their values (``.item()``), so the length is known only when it runs."""
+    bounds = (start, end, step)
+    like = next(x for x in bounds if isinstance(x, TensorProxy))
+    if dtype is None:  # as torch: integers (of tensors too) give int64, else the default float dtype
+        integral = all(not (x.dtype.is_floating_point or x.dtype.is_complex) if isinstance(x, TensorProxy)
+                       else isinstance(x, int) for x in bounds)
+        dtype = torch.int64 if integral else torch.get_default_dtype()
+    n = _extent(name, "the number of values (from tensor bounds)")
+    return get_tracectx().tensor((n,), dtype, like.device if device is None else torch.device(device), False)
+
+
 @rule(torch.nn.functional.one_hot)
 def one_hot(name, a, num_classes=-1):
     """With ``num_classes=-1`` the classes are counted from the data: one more than the largest value."""
