@@ -183,6 +183,93 @@ def test_past_key_values_hold_this_calls_keys_and_values():
 
 
 # ---------------------------------------------------------------------------------------------
+# Incremental decoding: the cache passed in is updated by every call (see [Note: state writes])
+# ---------------------------------------------------------------------------------------------
+
+_DECODING = ["llama", "qwen3", "gemma2", "gemma3_text", "phi3", "mixtral", "deepseek_v3", "gpt2", "gpt_neox",
+             "gpt_bigcode", "olmoe", "bart", "t5"]
+_STATIC_DECODING = ["llama", "gemma2", "gpt2", "qwen2_moe"]
+
+
+def _new_cache(model, kind: str):
+    if kind == "static":
+        return transformers.StaticCache(config=model.config, max_cache_len=SEQ + 8)
+    if model.config.is_encoder_decoder:
+        return transformers.EncoderDecoderCache(transformers.DynamicCache(), transformers.DynamicCache())
+    return transformers.DynamicCache(config=model.config)
+
+
+def _cache_tensors(cache) -> list:
+    if isinstance(cache, transformers.EncoderDecoderCache):
+        return _cache_tensors(cache.self_attention_cache) + _cache_tensors(cache.cross_attention_cache)
+    return [t for layer in cache.layers for t in (layer.keys, layer.values)]
+
+
+@pytest.mark.parametrize("name,kind", [(n, "dynamic") for n in _DECODING] + [(n, "static") for n in _STATIC_DECODING])
+def test_incremental_decoding_updates_the_cache_as_eager(name, kind):
+    """A prompt, then 3 tokens one at a time, each call given the cache the previous call updated: logits and every
+    cached key and value bitwise eager's. ``StaticCache`` runs with ``cache_position`` (as ``generate`` passes it) and
+    the attention mask of the prompt's length; DynamicCache (for encoder-decoders, the decoder's self-attention and
+    cross-attention caches) with a left-padded attention mask. Before, the first call given a cache was refused."""
+    case = CASES[name]
+    model = make_model(case).eval()
+    jmodel = thunder.jit(model)
+    ids = torch.randint(3, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(0))
+    cache, ref_cache = _new_cache(model, kind), _new_cache(model, kind)
+    if model.config.is_encoder_decoder:
+        with torch.no_grad():
+            encoded = model.get_encoder()(input_ids=ids)
+        first = dict(encoder_outputs=encoded, decoder_input_ids=ids[:, :4])
+        step = lambda token, i: dict(encoder_outputs=encoded, decoder_input_ids=token)  # noqa: E731
+    elif kind == "static":
+        first = dict(input_ids=ids, cache_position=torch.arange(SEQ))
+        step = lambda token, i: dict(input_ids=token, cache_position=torch.tensor([SEQ + i]))  # noqa: E731
+    else:
+        mask = torch.ones(BATCH, SEQ, dtype=torch.long)
+        mask[1, :5] = 0  # a left-padded row
+        first = dict(input_ids=ids, attention_mask=mask)
+        step = lambda token, i: dict(input_ids=token, attention_mask=torch.cat(  # noqa: E731
+            [mask, torch.ones(BATCH, i + 1, dtype=torch.long)], 1))
+    with torch.no_grad(), one_thread():
+        inputs = first
+        for i in range(4):
+            actual = jmodel(**inputs, past_key_values=cache, use_cache=True)
+            expected = model(**inputs, past_key_values=ref_cache, use_cache=True)
+            assert torch.equal(actual.logits, expected.logits), i
+            assert actual.past_key_values is cache
+            tensors, ref_tensors = _cache_tensors(cache), _cache_tensors(ref_cache)
+            assert len(tensors) == len(ref_tensors) and all(
+                type(t) is torch.Tensor and torch.equal(t, r) for t, r in zip(tensors, ref_tensors)), i
+            inputs = step(expected.logits[:, -1:].argmax(-1), i)
+    if kind == "static" and name != "gemma2":  # the prompt, then one compilation for every step (Gemma 2's
+        assert thunder.cache_misses(jmodel) == 2 and thunder.cache_hits(jmodel) == 2  # sliding layers count in Python)
+
+
+def test_static_cache_reset_and_reused_decodes_as_eager():
+    """Gemma 2's sliding-window cache layers count the tokens seen in a Python int (``cumulative_length += n``). After
+    ``cache.reset()`` the second generation runs the first one's compilations, which must count as eager does: the
+    Python values a program stores are stored after every call, not only when it is traced."""
+    model = make_model(CASES["gemma2"]).eval()
+    jmodel = thunder.jit(model)
+    cache, ref_cache = _new_cache(model, "static"), _new_cache(model, "static")
+    with torch.no_grad(), one_thread():
+        for generation in range(2):
+            cache.reset(), ref_cache.reset()
+            ids = torch.randint(3, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(generation))
+            inputs = dict(input_ids=ids, cache_position=torch.arange(SEQ))
+            for i in range(3):
+                actual = jmodel(**inputs, past_key_values=cache, use_cache=True)
+                expected = model(**inputs, past_key_values=ref_cache, use_cache=True)
+                assert torch.equal(actual.logits, expected.logits), (generation, i)
+                assert [layer.cumulative_length for layer in cache.layers if hasattr(layer, "cumulative_length")] == \
+                    [layer.cumulative_length for layer in ref_cache.layers if hasattr(layer, "cumulative_length")]
+                inputs = dict(input_ids=expected.logits[:, -1:].argmax(-1), cache_position=torch.tensor([SEQ + i]))
+    # The second generation's steps run the first one's compilations (its prompt compiles again: the first one
+    # allocated the layers' tensors, lazily)
+    assert thunder.cache_hits(jmodel) == 2
+
+
+# ---------------------------------------------------------------------------------------------
 # Layer drop (BART, Whisper, mBART, ...): ``if torch.rand([]) < self.layerdrop: continue`` in training
 # ---------------------------------------------------------------------------------------------
 

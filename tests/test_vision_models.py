@@ -9,6 +9,8 @@ on a CPU torch).
 """
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,7 +19,7 @@ import thunder
 
 from tests import vision_models as vm
 from tests.libraries import import_library
-from tests.parity import NotBitwise, check_training_parity
+from tests.parity import NotBitwise, check_training_parity, one_thread
 
 class ClassifierWithLoss(torch.nn.Module):
     def __init__(self, model):
@@ -169,7 +171,7 @@ HF_VISION_MODELS = {
     "focalnet": _hf("FocalNetForImageClassification", "FocalNetConfig", image_size=32, patch_size=2, embed_dim=16,
                     depths=[1, 1]),
 }
-# LeViT keeps its attention biases in a dict in eval mode, as timm's (see test_library_attention_bias_cache_is_refused)
+# LeViT keeps its attention biases in a dict in eval mode, as timm's (see test_library_attention_bias_cache_in_eval_mode)
 HF_VISION_TRAIN_ONLY = {
     "levit": _hf("LevitForImageClassification", "LevitConfig", image_size=32, hidden_sizes=[32, 48, 64],
                  num_attention_heads=[1, 2, 2], depths=[1, 1, 1], key_dim=[8, 8, 8]),
@@ -200,20 +202,26 @@ def test_hugging_face_vision_training_parity(name, train):
 
 @pytest.mark.parametrize("library,name", [("timm", "levit_128s"), ("timm", "efficientformerv2_s0"),
                                           ("transformers", "levit")])
-def test_library_attention_bias_cache_is_refused(library, name):
+def test_library_attention_bias_cache_in_eval_mode(library, name):
     """timm's LeViT and EfficientFormerV2 attention (and Hugging Face's LeViT) keep, in eval mode, a bias gathered from
-    a parameter in a dict on the module (``attention_bias_cache``): a tensor the program computes, stored in Python
-    state. thunder refuses it (tests/test_side_effects.py) and leaves the dict as it was; before, the next call ran a
-    trace that named a variable of another trace."""
+    a parameter in a dict on the module (``attention_bias_cache``), filled on the first call: a tensor the program
+    computes, stored in Python state. thunder fills the dict after the call as eager does (see [Note: state writes]),
+    and the next calls, which find the dict filled, read it, as eager's do. Before, the first call left a traced value
+    in the dict (the next call failed), and later it was refused."""
     module = import_library(library)
     torch.manual_seed(0)
     if library == "timm":
         model, size = module.create_model(name, pretrained=False, num_classes=10, img_size=64), 64
     else:
         model, size = _Logits(HF_VISION_TRAIN_ONLY[name](module)), 32
-    jmodel = thunder.jit(model.eval())
-    for _ in range(2):
-        with pytest.raises(NotImplementedError, match=r"stores a tensor it computes in .*attention_bias_cache"):
-            jmodel(torch.randn(2, 3, size, size))
-    caches = [m.attention_bias_cache for m in model.modules() if hasattr(m, "attention_bias_cache")]
-    assert caches and not any(caches)
+    model.eval()
+    ref = copy.deepcopy(model)
+    jmodel = thunder.jit(model)
+    with torch.no_grad(), one_thread():
+        for i in range(3):
+            x = torch.randn(2, 3, size, size)
+            assert torch.equal(jmodel(x), ref(x)), i
+            caches = [(m.attention_bias_cache, r.attention_bias_cache) for m, r in zip(model.modules(), ref.modules())
+                      if hasattr(m, "attention_bias_cache")]
+            assert caches and all(c.keys() == r.keys() and all(torch.equal(c[k], r[k]) for k in c) for c, r in caches)
+    assert thunder.cache_misses(jmodel) == 2 and thunder.cache_hits(jmodel) == 1  # filled, then read

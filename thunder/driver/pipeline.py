@@ -31,10 +31,11 @@ from thunder.torch import autocast as ltorch_autocast
 class TraceResult:
     """A recorded program: its computation trace, prologue builder and output structure."""
 
-    def __init__(self, computation, prologue, output, rebuild, recorder, tracer):
+    def __init__(self, computation, prologue, output, rebuild, recorder, tracer, state_writes=()):
         self.computation = computation
         self.prologue = prologue
-        self.output = output
+        self.output = output  # with state writes, (the program's output, the values written)
+        self.state_writes = state_writes  # python_state.StateWrite, in the order of the values written
         self.rebuild = rebuild
         self.recorder = recorder
         self.tracer = tracer
@@ -134,7 +135,8 @@ def trace_program(cd: CompileData, args, kwargs, compilation: "Compilation") -> 
             out = cd.fn(*pargs, **pkwargs)
         with tracectx(comp):
             _adopt_replaced_module_tensors(swaps, tracer)
-    state.restore_traced_tensors()
+    writes = state.take_state_writes(
+        frozenset(p.name for p, src in prologue.inputs if isinstance(src, frontend.ModuleTensorSource)))
     if torch.is_grad_enabled() != grad_enabled:
         torch.set_grad_enabled(grad_enabled)
         raise NotImplementedError(
@@ -143,7 +145,7 @@ def trace_program(cd: CompileData, args, kwargs, compilation: "Compilation") -> 
             "Use `with torch.no_grad():` / `with torch.enable_grad():` blocks, or restore the mode before returning.")
     prologue.check_containers()
     with tracectx(comp):
-        out = tracer.finish(out)
+        out = tracer.finish((out, tuple(p for w in writes for p in w.leaves)) if writes else out)
     for captured in tracer.inputs:
         if isinstance(captured.source, frontend.GradSource):
             prologue.unpack_grad(captured.proxy, captured.source.tensor, tracer.real_inputs.get(getattr(captured.proxy, "name", None)))
@@ -167,7 +169,7 @@ def trace_program(cd: CompileData, args, kwargs, compilation: "Compilation") -> 
         ret = tuple(leaves)
     with tracectx(comp):
         px.python_return(ret)
-    return TraceResult(comp, prologue, out, rebuild, recorder, tracer)
+    return TraceResult(comp, prologue, out, rebuild, recorder, tracer, tuple(writes))
 
 
 def _adopt_replaced_module_tensors(swaps, tracer):
@@ -284,8 +286,12 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     traces += _executable(fwd, cd, compilation, "forward")
     bwd_traces += _executable(bwd, cd, compilation, "backward")
     nondiff = tuple(i for i, o in enumerate(fb.flat_outputs) if not (isinstance(o, TensorProxy) and o.requires_grad))
+    position = {p.name: j for j, p in enumerate(candidates) if isinstance(p, TensorProxy)}
+    dirty = {candidates[i].name for i, _ in fb.dirty}
+    passed = tuple((i, position[o.name]) for i, o in enumerate(fb.flat_outputs)
+                   if isinstance(o, TensorProxy) and o.name in position and o.name not in dirty)
     grad_info = GradInfo(nondiff, len(fb.flat_outputs), is_printable_structure(result.output),
-                         enable_grad=not outer_grad, dirty_inputs=tuple(i for i, _ in fb.dirty))
+                         enable_grad=not outer_grad, dirty_inputs=tuple(i for i, _ in fb.dirty), passed_inputs=passed)
     return make_entry(result, candidates, traces, output_rebuild=output_rebuild(result), backward_traces=bwd_traces,
                       grad_info=grad_info)
 
@@ -348,4 +354,5 @@ def make_entry(result: TraceResult, params: list, traces: list, *, output_rebuil
         interpreter_log=result.recorder.log,
         grad_info=grad_info,
         refs=tuple(result.prologue.weak_refs),
+        state_writes=result.state_writes,
     )

@@ -26,12 +26,14 @@ checked by kind (``expected``): value-like ones (numbers, strings, None, dtypes,
 these) by type and value, functions, classes and modules by identity, small lists, dicts and sets by
 their contents, other objects by identity, and, when they are watched, by their own recorded reads.
 What cannot be checked this way (attributes of objects of library or C types, large or nested
-containers, closures of functions reached some other way, attributes the program writes) is reported
-under ``sharp_edges="warn"`` / ``"error"``.
+containers, closures of functions reached some other way, Python values the program assigns) is
+reported under ``sharp_edges="warn"`` / ``"error"``. Tensors the program stores in Python state are
+stored again after every call (see [Note: state writes]).
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import sys
@@ -47,6 +49,7 @@ import torch
 
 from thunder.core import pytree
 from thunder.driver import frontend
+from thunder.driver.outputs import flatten_output
 from thunder.core import proxies
 from thunder.core.proxies import Var
 from thunder.executors import pythonex as px
@@ -347,6 +350,8 @@ class StateRecorder:
         self.problems: dict[str, None] = {}
         self.writes: dict[tuple, tuple] = {}  # (id(obj), name) -> (obj, name, value before the first write, label)
         self.containers: dict[int, tuple] = {}  # id -> (list, dict or set the program read, label, its first contents)
+        self.snapshots: dict[int, list] = {}  # id(container) -> the Contents it is checked against
+        self.write_targets: set[int] = set()  # argument objects written back: checked by identity
         self.busy = False
         self.internal = 0  # > 0 while thunder handles a torch call: the code running then is not the program's
         self._prev_trace = None
@@ -363,7 +368,7 @@ class StateRecorder:
         (its classes all defined in Python, not a module) whose attributes the program read one by one, and so
         were recorded, in which case another object of the same class holding the same values gives the same trace."""
         w = self.watched.get(id(obj))
-        if w is None or w.whole or not w.seen or isinstance(obj, torch.nn.Module):
+        if w is None or w.whole or not w.seen or isinstance(obj, torch.nn.Module) or id(obj) in self.write_targets:
             return True  # (an object nothing was read from may be a sentinel, compared with `is`)
         return not all(c is object or c.__flags__ & (1 << 9) for c in type(obj).__mro__)  # heap (Python) classes
 
@@ -514,8 +519,6 @@ class StateRecorder:
         if w is None or self.busy or self.internal:
             return
         self.writes.setdefault((id(obj), name), (obj, name, old, w.label))
-        self._problem(f"{w.label}.{name} is assigned while the program is traced; thunder does not repeat "
-                      "assignments to Python attributes on later calls (only tensor operations run)")
         w.seen.add(name)  # later reads see what the program wrote, not outside state
 
     def _watch_child(self, module, parent: Watched, name: str):
@@ -576,14 +579,18 @@ class StateRecorder:
         if isinstance(value, (set, frozenset)):
             items = tuple(value)
             if all(isinstance(v, _VALUE_TYPES) for v in items):
-                return Contents(type(value), items)
+                snapshot = Contents(type(value), items)
+                self.snapshots.setdefault(id(value), []).append(snapshot)
+                return snapshot
             self._problem(f"{label} is a set of objects: thunder checks that it is the same set, but not its contents")
             return value
         if isinstance(value, dict):
             items = tuple((k, self._item(v, label, depth)) for k, v in value.items())
         else:
             items = tuple(self._item(v, label, depth) for v in value)
-        return Contents(type(value), items)
+        snapshot = Contents(type(value), items)
+        self.snapshots.setdefault(id(value), []).append(snapshot)
+        return snapshot
 
     def _item(self, v, label: str, depth: int):
         e = self.expected(v, label + "[...]", None, None, depth + 1)
@@ -667,54 +674,78 @@ class StateRecorder:
         nested = {c for code in ran for c in code.co_consts if isinstance(c, types.CodeType)}
         return [code for code in ran if set(code.co_freevars) - {"__class__"} and code not in known and code not in nested]
 
-    def restore_traced_tensors(self):
-        """Attributes the program set, and lists, dicts and sets it read and changed, that now hold traced tensors: set
-        back to what they were, then refused.
+    def take_state_writes(self, module_tensors: frozenset) -> list["StateWrite"]:
+        """The attributes the program assigned and the lists, dicts and sets it read and changed, as ``StateWrite``s,
+        which the cache entry repeats after every call (see [Note: state writes]). Those holding traced tensors are
+        put back as they were first; what cannot be written back is refused.
 
-        A traced tensor stored on a module, an argument object or in a container (a cache such as
-        ``self.cache[key] = self.table[:, idx]``) would outlive the trace as a meaningless value, and later calls,
-        which run the recorded tensor operations, would not store anything there.
+        ``module_tensors``: the names of the proxies standing for the jitted module's parameters and buffers. A value
+        holding only those (nn.LSTM's ``_flat_weights`` lists its parameters) is given the real tensors instead, once:
+        they are the same tensors on every call.
         """
-        leaked = []
+        taken, refused = [], []
         real = self.tracer.real_inputs
         for obj, name, old, label in self.writes.values():
-            value = getattr(obj, name, MISSING)
-            state = self._traced_state(value) if value is not MISSING else None
-            if state is None:
-                continue
-            if state == "inputs":  # only inputs (RNN's _flat_weights lists its parameters): held, as in eager
+            value = self.read_quietly(obj, name)
+            traced = _proxies_in(value) if value is not MISSING else []
+            if traced and self._module_tensors_only(traced, module_tensors):
                 setattr(obj, name, _with_real_tensors(value, real))
                 continue
-            leaked.append(f"{label}.{name}")
-            if old is MISSING:
-                delattr(obj, name)
-            else:
-                setattr(obj, name, old)
+            if traced:
+                if old is MISSING:
+                    delattr(obj, name)
+                else:
+                    setattr(obj, name, old)
+            taken.append((obj, name, value, f"{label}.{name}"))
         for container, label, first in self.containers.values():
-            state = self._traced_state(container)
-            if state is None:
+            if _same_contents(container, first):
                 continue
-            if state == "inputs":
+            traced = _proxies_in(container)
+            if traced and self._module_tensors_only(traced, module_tensors):
                 _refill(container, _with_real_tensors(container.copy(), real))
                 if not _proxies_in(container):
                     continue
-            leaked.append(f"{label} (a {type(container).__name__})")
-            _refill(container, first)
-        if leaked:
+            if id(container) not in self.snapshots:  # its contents are not checked (reported): nor written back
+                if traced:
+                    _refill(container, first)
+                    refused.append(f"{label} (a {type(container).__name__} of {len(container)} items)")
+                continue
+            contents = container.copy()
+            if traced:
+                _refill(container, first)
+                if isinstance(container, set):
+                    refused.append(f"{label} (a set)")
+                    continue
+            taken.append((container, None, contents, label))
+        # Everything is back as it was: objects of the program's state in a value hold no traced tensor now (they are
+        # kept as they are; what the program stored in them is written back on its own), unless it got there unseen.
+        writes = []
+        for target, name, value, label in taken:
+            if _rebuildable(value, self.watched):
+                writes.append(StateWrite(target, name, value, label))
+            else:
+                refused.append(label if name is not None else f"{label} (a {type(target).__name__})")
+        if refused:
             raise NotImplementedError(
-                f"The program stores a tensor it computes in {', '.join(leaked)} while thunder traces it. thunder repeats "
-                "only the program's tensor operations on later calls, not assignments to Python attributes or changes "
-                "to Python containers, so it would hold a traced value. Return the tensor from the jitted function "
-                "instead (and keep the state outside it), or update an existing tensor in place "
+                f"The program stores a tensor it computes in {', '.join(refused)} while thunder traces it. thunder "
+                "repeats such assignments after every call only for a tensor, or tuples, lists, dicts and new objects "
+                "holding tensors and constants, assigned to an attribute or put in a list or dict (of at most "
+                f"{_MAX_CONTENTS} items); this value would keep a traced tensor. Return the tensor from the jitted "
+                "function instead (and keep the state outside it), or update an existing tensor in place "
                 "(`self.buf.copy_(value)`).")
+        for w in writes:
+            target = w.target()
+            if w.name is None:
+                for snapshot in self.snapshots.get(id(target), ()):
+                    snapshot.same = target  # written into: the very container on later calls
+            elif not isinstance(target, torch.nn.Module):
+                self.write_targets.add(id(target))  # an argument object: the very object (checked by identity)
+        return writes
 
-    def _traced_state(self, value) -> str | None:
-        """None: ``value`` holds no traced tensor; "inputs": only the program's inputs; "computed": others too."""
-        proxies = _proxies_in(value)
-        if not proxies:
-            return None
+    def _module_tensors_only(self, proxies: list, module_tensors: frozenset) -> bool:
         real, aliases = self.tracer.real_inputs, self.tracer.aliases.current
-        return "inputs" if all(p.name in real and p.name not in aliases for p in proxies) else "computed"
+        return all(p.name in real and p.name not in aliases and
+                   (p.name in module_tensors or isinstance(real[p.name], torch.nn.Parameter)) for p in proxies)
 
     def report(self):
         """Reports what thunder cannot check, as ``sharp_edges`` asks."""
@@ -732,9 +763,76 @@ class StateRecorder:
             warnings.warn("Sharp edge: " + message, stacklevel=4)
 
 
+# [Note: state writes]
+# A program may store tensors in Python state: ``self.cache = k`` on a module, ``layer.keys = torch.cat(...)`` on an
+# argument object (Hugging Face's DynamicCache), ``self.table[key] = bias`` in a dict it reads (timm's LeViT in eval
+# mode), ``history.append(y)``. Later calls run the trace, not the Python, so the trace itself must do the storing.
+# When tracing ends, each attribute or container that holds traced tensors is put back as it was, and becomes a
+# ``StateWrite``: its value's traced tensors join the computation's outputs (the trace returns ``(output, (t1,
+# ...))``), and after every call the cache entry stores the value again with that call's tensors (``run_entry``).
+# Tensors keep their autograd history, as in eager. The target is the very object of the first call: argument
+# objects and containers written into are checked by identity by the prologue, so another object gives another
+# entry. Values may be tensors, or tuples, lists, dicts and objects the program made, holding tensors and constants
+# (a new object is made again, as a shallow copy, on every call); anything else (sets, dataclasses, objects that
+# existed before the call) is refused when it holds a traced tensor. Numbers and other Python values the program
+# assigns are not repeated: the prologue sees the changed value on the next call, which traces again.
+
+
+class StateWrite:
+    """``target.name = value`` (``name`` None: a list's or dict's contents become ``value``), repeated by the cache
+    entry after every call with that call's tensors (see [Note: state writes]). ``leaves``: the traced tensors in
+    ``value``, which the computation returns; ``apply`` takes their values."""
+
+    __slots__ = ("target", "name", "leaves", "rebuild", "label")
+
+    def __init__(self, target, name: str | None, value, label: str):
+        try:
+            self.target = weakref.ref(target)
+        except TypeError:  # (lists, dicts, objects with __slots__): the prologue holds them too
+            self.target = lambda: target
+        self.name, self.label = name, label
+        self.leaves, self.rebuild = flatten_output(value)
+
+    def apply(self, values):
+        target = self.target()
+        if target is None:
+            return
+        value = self.rebuild(values)
+        if self.name is None:
+            _refill(target, value)
+        elif value is MISSING:  # (assigned, then deleted)
+            if hasattr(target, self.name):
+                delattr(target, self.name)
+        else:
+            setattr(target, self.name, value)
+
+    def __repr__(self):
+        return f"StateWrite({self.label})"
+
+
+def _rebuildable(value, watched: dict, depth=0) -> bool:
+    """Whether ``value``'s traced tensors can be replaced by each call's: it is one, or tuples, lists and dicts of
+    them and of values that hold none (kept as they are), or objects the program made while traced (made again, as
+    shallow copies, on every call, as eager makes a new one on every call)."""
+    if isinstance(value, (proxies.TensorProxy, proxies.NumberProxy)) or not _proxies_in(value):
+        return True
+    if depth >= 8:
+        return False
+    if type(value) in (tuple, list):
+        return all(_rebuildable(v, watched, depth + 1) for v in value)
+    if type(value) is dict:
+        return not _proxies_in(list(value)) and all(_rebuildable(v, watched, depth + 1) for v in value.values())
+    d = getattr(value, "__dict__", None)
+    if (type(d) is dict and id(value) not in watched and not dataclasses.is_dataclass(value)
+            and not isinstance(value, (type, types.ModuleType, torch.nn.Module, torch.Tensor))):
+        return all(_rebuildable(v, watched, depth + 1) for v in d.values())
+    return False
+
+
 def _proxies_in(value, depth=0) -> list:
-    """The traced tensors in ``value`` and the lists, tuples, dicts and plain objects it holds (a few levels deep)."""
-    if isinstance(value, frontend.TensorProxy):
+    """The traced tensors (and numbers) in ``value`` and the lists, tuples, dicts and plain objects it holds (a few
+    levels deep)."""
+    if isinstance(value, (proxies.TensorProxy, proxies.NumberProxy)):
         return [value]
     if type(value) is weakref.ref:
         return _proxies_in(value(), depth)
@@ -748,6 +846,17 @@ def _proxies_in(value, depth=0) -> list:
     if isinstance(d, dict) and not isinstance(value, (type, types.ModuleType, torch.nn.Module)):
         return [p for v in list(d.values()) for p in _proxies_in(v, depth + 1)]
     return []
+
+
+def _same_contents(container, first) -> bool:
+    """Whether a list, dict or set holds what it held when the program first read it (``first``, a copy)."""
+    if isinstance(container, (set, frozenset)):
+        return container == first
+    if len(container) != len(first):
+        return False
+    if isinstance(container, dict):
+        return all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(container.items(), first.items()))
+    return all(a is b for a, b in zip(container, first))
 
 
 def _refill(container, contents):

@@ -16,7 +16,16 @@ def run_entry(entry, inps):
     else:
         out = entry.computation(*inps)
     rebuild = entry.output_rebuild
-    return out if rebuild is None else rebuild(out)
+    if rebuild is not None:
+        out = rebuild(out)
+    if entry.state_writes:  # see [Note: state writes]
+        out, values = out
+        start = 0
+        for write in entry.state_writes:
+            end = start + len(write.leaves)
+            write.apply(values[start:end])
+            start = end
+    return out
 
 
 def first_inputs(entry, args, kwargs):
@@ -57,6 +66,9 @@ class GradInfo:
     structured: bool
     enable_grad: bool = False  # called under no_grad, differentiable inside ([Note: grad mode inside the program])
     dirty_inputs: tuple = ()  # inputs updated in place with values that require grad ([Note: dirty inputs])
+    # (output, input) positions of outputs that are inputs, unchanged: the call returns the input tensor itself, as
+    # eager does, not the view of it that an autograd.Function returns
+    passed_inputs: tuple = ()
 
 
 def output_rebuild(result):
@@ -116,4 +128,9 @@ def run_with_autograd(entry, inps):
             out = ThunderFunction.apply(entry, *inps)
     else:
         out = ThunderFunction.apply(entry, *inps)
-    return out[:info.n_outputs] if info.dirty_inputs else out
+    out = out[:info.n_outputs] if info.dirty_inputs else out
+    if info.passed_inputs:
+        out = list(out)
+        for i, j in info.passed_inputs:
+            out[i] = inps[j]
+    return out

@@ -156,14 +156,15 @@ MISSING = _Missing()
 class Contents:
     """A list, dict or set as the program read it while traced: a later value matches by its contents."""
 
-    __slots__ = ("type", "items")
+    __slots__ = ("type", "items", "same")
 
-    def __init__(self, typ: type, items: tuple):
+    def __init__(self, typ: type, items: tuple, same=None):
         self.type = typ
         self.items = items  # (key, value) pairs for mappings, elements otherwise
+        self.same = same  # when set, the very container too (one the cache entry writes into)
 
     def matches(self, x) -> bool:
-        if type(x) is not self.type or len(x) != len(self.items):
+        if type(x) is not self.type or len(x) != len(self.items) or (self.same is not None and x is not self.same):
             return False
         if isinstance(x, (set, frozenset)):
             return x == set(self.items)
