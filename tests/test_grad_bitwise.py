@@ -299,3 +299,28 @@ def test_a_saved_view_read_by_an_elementwise_backward_is_the_view(activation):
         return grad
 
     assert_bitwise(run(thunder.jit(f)), run(f), "gradient of the weight")
+
+
+@pytest.mark.parametrize("a_layout", ["rows", "columns"])
+@pytest.mark.parametrize("b_layout", ["rows", "columns"])
+def test_matrix_product_gradients_follow_the_operands_layouts(a_layout, b_layout):
+    """Eager's mm backward computes a column-major operand's gradient column-major (``b.mm(g.t()).t()``, not
+    ``g.mm(b.t())``): BLAS rounds by layout. CLIP's ``text @ image.t()`` was not bitwise."""
+    g = torch.Generator().manual_seed(0)
+    a0, b0 = torch.randn(33, 7, generator=g), torch.randn(33, 13, generator=g)
+
+    def operands():
+        a = (a0.clone() if a_layout == "columns" else a0.t().contiguous()).requires_grad_()
+        b = (b0.t().contiguous() if b_layout == "columns" else b0.clone()).requires_grad_()
+        return a, b
+
+    def f(a, b):
+        return (a.t() if a_layout == "columns" else a) @ (b.t() if b_layout == "columns" else b)
+
+    def run(fn):
+        a, b = operands()
+        out = fn(a, b)
+        return (out, *torch.autograd.grad(out, (a, b), torch.linspace(-1, 1, out.numel()).reshape(out.shape)))
+
+    for what, x, y in zip(("output", "gradient of a", "gradient of b"), run(thunder.jit(f)), run(f)):
+        assert_bitwise(x, y, what)

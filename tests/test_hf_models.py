@@ -304,3 +304,61 @@ def test_layerdrop_zero_traces_and_draws_as_eager():
 def test_layerdrop_positive_is_data_dependent():
     with pytest.raises(DataDependentError, match="Tensor.__bool__"):
         thunder.jit(LayerDrop(0.5).train())(torch.randn(4, 8))
+
+
+# ---------------------------------------------------------------------------------------------
+# Speech encoders (raw waveforms through a convolutional feature extractor) and image-text models
+# ---------------------------------------------------------------------------------------------
+
+_SPEECH = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, layerdrop=0.0,
+               mask_time_prob=0.0, conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3))
+_TOWER = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
+# LayerDrop draws torch.rand([]) < p in Python (data-dependent; 0 here, see test_layerdrop_positive_is_data_dependent)
+# and SpecAugment's time mask is drawn by NumPy while tracing (a constant of the trace, as the sharp edges say of
+# Python randomness): both off. Dropout stays on in training.
+SPEECH_AND_IMAGE_TEXT = {
+    "wav2vec2": ("Wav2Vec2ForSequenceClassification", "Wav2Vec2Config",
+                 dict(_SPEECH, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, num_labels=4)),
+    "hubert": ("HubertForSequenceClassification", "HubertConfig",
+               dict(_SPEECH, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, num_labels=4)),
+    "wavlm": ("WavLMForSequenceClassification", "WavLMConfig",
+              dict(_SPEECH, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, num_labels=4, num_buckets=32,
+                   max_bucket_distance=64)),
+    "data2vec_audio": ("Data2VecAudioForSequenceClassification", "Data2VecAudioConfig",
+                       dict(_SPEECH, num_conv_pos_embeddings=4, conv_pos_kernel_size=5,
+                            num_conv_pos_embedding_groups=4, num_labels=4)),
+    "sew": ("SEWForSequenceClassification", "SEWConfig",
+            dict(_SPEECH, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, num_labels=4, squeeze_factor=2)),
+    "clip": ("CLIPModel", "CLIPConfig", dict(text_config=dict(_TOWER, vocab_size=64, max_position_embeddings=32),
+                                             vision_config=dict(_TOWER, image_size=32, patch_size=8), projection_dim=32)),
+    "siglip": ("SiglipModel", "SiglipConfig", dict(text_config=dict(_TOWER, vocab_size=64, max_position_embeddings=32),
+                                                   vision_config=dict(_TOWER, image_size=32, patch_size=8))),
+}
+
+
+class _SpeechOrImageTextLoss(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x, t):
+        if x.ndim == 2:  # a waveform: classify it
+            return torch.nn.functional.cross_entropy(self.model(input_values=x).logits, t)
+        return self.model(input_ids=t, pixel_values=x, return_loss=True).loss  # contrastive image-text loss
+
+
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("name", list(SPEECH_AND_IMAGE_TEXT))
+def test_speech_and_image_text_training_parity(name, train):
+    """Before, wav2vec2's family was not bitwise (its positional convolution's GELU read a compact copy of a saved
+    slice) and CLIP's and SigLIP's contrastive heads were not (a transposed operand's gradient was computed in another
+    layout than eager's mm backward uses)."""
+    cls, config_cls, config = SPEECH_AND_IMAGE_TEXT[name]
+    torch.manual_seed(0)
+    model = getattr(transformers, cls)(getattr(transformers, config_cls)(**config))
+    g = torch.Generator().manual_seed(1)
+    if name in ("clip", "siglip"):
+        inputs = (torch.randn(2, 3, 32, 32, generator=g), torch.randint(0, 64, (2, 8), generator=g))
+    else:
+        inputs = (torch.randn(2, 800, generator=g), torch.randint(0, 4, (2,), generator=g))
+    check_training_parity(_SpeechOrImageTextLoss(model).train(train), inputs, loss_of=lambda loss: loss, lr=0.01)

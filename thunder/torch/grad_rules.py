@@ -158,6 +158,26 @@ native_group_norm_backward = _aten_symbol(
                                                           _like(w) if mask[1] else None, _like(w) if mask[2] else None])
 
 
+def _column_major(t) -> bool:
+    """ATen's test in its matrix-product backward: the matrix is laid out by columns (a transposed contiguous one)."""
+    return t.stride(0) == 1 and t.stride(1) == t.shape[0]
+
+
+def _mm_backward_kernel(g, a, b, mask):
+    """The gradients of ``a @ b`` (2-D) as eager's ``mm`` backward computes them: by the operand's layout, so
+    that BLAS reads the same layouts (it rounds by layout). A column-major operand gets its gradient column-major."""
+    ga = gb = None
+    if mask[0]:
+        ga = b.mm(g.t()).t() if _column_major(a) else g.mm(b.t())
+    if mask[1]:
+        gb = g.t().mm(a).t() if _column_major(b) else a.t().mm(g)
+    return ga, gb
+
+
+mm_backward = _aten_symbol(_mm_backward_kernel, "mm_backward",
+                           lambda g, a, b, mask: [_like(a) if mask[0] else None, _like(b) if mask[1] else None])
+
+
 @register_vjp(tnn.group_norm)
 def group_norm_rule(a, num_groups, weight=None, bias=None, eps=1e-5):
     """torch's kernels, as eager's ``F.group_norm`` runs them (the statistics are saved for the backward)."""
