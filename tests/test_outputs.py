@@ -66,3 +66,18 @@ def test_self_referencing_output_objects_without_tensors_are_returned():
     obj = SelfReferencing(3)
     out = thunder.jit(lambda x: (x + 1, obj))(torch.zeros(2))
     assert out[1] is obj and torch.equal(out[0], torch.ones(2))
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_an_input_returned_unchanged_is_the_input_tensor_when_training(requires_grad):
+    """Eager returns the very tensor; an autograd.Function would return a view of it (with its own grad_fn)."""
+    w = torch.randn(3, 3, requires_grad=True)
+
+    def f(x, w):
+        return x, x @ w
+
+    x = torch.randn(2, 3, requires_grad=requires_grad)
+    same, y = thunder.jit(f)(x, w)
+    assert same is x and torch.equal(y, x @ w)
+    y.sum().backward()
+    assert torch.equal(w.grad, x.detach().t() @ torch.ones(2, 3))
