@@ -500,3 +500,41 @@ def test_a_small_view_of_a_larger_value_is_saved_compact():
                           "AMD EPYC, bitwise on Intel Xeon: the CPU's matrix kernels decide", atol=1e-8, rtol=1e-5,
                           depends_on_machine=True)
     check_training_parity(_FusedQKVAttention(), (x,), loss_of=lambda loss: loss, not_bitwise=rounding)
+
+
+class _TwoHeads(nn.Module):
+    """A trunk and two heads; the loss may use one head only (a pooler, an auxiliary head)."""
+
+    def __init__(self):
+        super().__init__()
+        self.trunk, self.head, self.aux = nn.Linear(4, 4), nn.Linear(4, 3), nn.Linear(4, 2)
+
+    def forward(self, x):
+        h = self.trunk(x).relu()
+        rows = x[x[:, 0] > 0]  # an output with a run-time extent
+        return self.head(h), self.aux(h), self.aux(rows)
+
+
+@pytest.mark.parametrize("used", ["head", "aux", "rows", "head+rows"])
+def test_parameters_only_unused_outputs_reach_get_no_gradient_as_in_eager(used):
+    """Eager leaves ``.grad`` None for parameters that reach the loss through no output; AdamW then skips them. A
+    zero gradient instead would decay and move them: the first call's AdamW steps already differed."""
+    torch.manual_seed(0)
+    model, ref = _TwoHeads(), _TwoHeads()
+    ref.load_state_dict(model.state_dict())
+    jmodel = thunder.jit(model)
+    optimizers = [torch.optim.AdamW(m.parameters(), lr=0.1, weight_decay=0.1) for m in (model, ref)]
+
+    def loss_of(outputs):
+        head, aux, rows = outputs
+        return sum({"head": head, "aux": aux, "rows": rows}[part].square().sum() for part in used.split("+"))
+
+    for _ in range(3):
+        x = torch.randn(6, 4)
+        for m, opt in zip((jmodel, ref), optimizers):
+            opt.zero_grad()
+            loss_of(m(x)).backward()
+            opt.step()
+        for (name, p), r in zip(model.named_parameters(), ref.parameters()):
+            assert (p.grad is None) == (r.grad is None), name
+            assert torch.equal(p, r), name

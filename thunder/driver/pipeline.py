@@ -19,7 +19,7 @@ from thunder.core.trace import TraceCtx, tracectx
 from thunder.executors import pythonex as px
 from thunder.executors.passes import transform_for_execution
 from thunder.executors.regions import partition
-from thunder.transforms.autodiff import forward_and_backward
+from thunder.transforms.autodiff import forward_and_backward, inputs_reached
 from thunder.transforms.dce import dce
 from thunder.transforms.delete_last_used import delete_last_used
 from thunder.transforms.rematerialization import choose_recomputed
@@ -276,6 +276,10 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
 
     outer_grad = torch.is_grad_enabled()
     fb = forward_and_backward(trace, candidates)
+    outputs = fb.flat_outputs + [src for _, src in fb.dirty]
+    reached = inputs_reached(fb.forward, fb.inputs, outputs)
+    output_meta = tuple((tuple(o.shape) if all(type(d) is int for d in o.shape) else None, o.dtype, o.device)
+                        if isinstance(o, TensorProxy) else None for o in outputs)  # (None: a run-time extent)
     compilation.grad_inputs = list(fb.inputs)
     fwd, bwd = fb.forward, fb.backward
     for transform in cd.transforms:
@@ -291,7 +295,8 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     passed = tuple((i, position[o.name]) for i, o in enumerate(fb.flat_outputs)
                    if isinstance(o, TensorProxy) and o.name in position and o.name not in dirty)
     grad_info = GradInfo(nondiff, len(fb.flat_outputs), is_printable_structure(result.output),
-                         enable_grad=not outer_grad, dirty_inputs=tuple(i for i, _ in fb.dirty), passed_inputs=passed)
+                         enable_grad=not outer_grad, dirty_inputs=tuple(i for i, _ in fb.dirty), passed_inputs=passed,
+                         inputs_reached=reached, output_meta=output_meta)
     return make_entry(result, candidates, traces, output_rebuild=output_rebuild(result), backward_traces=bwd_traces,
                       grad_info=grad_info)
 

@@ -69,6 +69,9 @@ class GradInfo:
     # (output, input) positions of outputs that are inputs, unchanged: the call returns the input tensor itself, as
     # eager does, not the view of it that an autograd.Function returns
     passed_inputs: tuple = ()
+    # per output (the dirty inputs last): the input positions its gradient reaches, and its (shape, dtype, device)
+    inputs_reached: tuple = ()
+    output_meta: tuple = ()
 
 
 def output_rebuild(result):
@@ -84,12 +87,17 @@ class ThunderFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, entry, *inputs):
+        ctx.set_materialize_grads(False)  # an output no loss used gets None: see backward
         result, (saved_tensors, saved_others) = entry.computation(*inputs)
         ctx.save_for_backward(*saved_tensors)
         ctx.saved_others = saved_others
         ctx.entry = entry
         flat = result["flat_output"]
         info = entry.grad_info
+        ctx.shapes = None
+        if any(m is not None and m[0] is None for m in info.output_meta):  # run-time extents: the shapes of this call
+            ctx.shapes = [t.shape if isinstance(t, torch.Tensor) else None
+                          for t in tuple(flat) + tuple(inputs[i] for i in info.dirty_inputs)]
         if info.nondiff_outputs:
             ctx.mark_non_differentiable(*(flat[i] for i in info.nondiff_outputs if isinstance(flat[i], torch.Tensor)))
         if info.dirty_inputs:  # see [Note: dirty inputs]
@@ -117,8 +125,21 @@ class ThunderFunction(torch.autograd.Function):
         others = list(ctx.saved_others)
         if not torch._C._autograd._get_current_graph_task_keep_graph():
             ctx.saved_others = None
-        grads = ctx.entry.backward([saved, others], list(cotangents))
-        return (None, *grads)
+        info = ctx.entry.grad_info
+        unused = [i for i, c in enumerate(cotangents) if c is None and info.inputs_reached[i]]
+        if not unused:
+            return (None, *ctx.entry.backward([saved, others], list(cotangents)))
+        # Outputs no loss used: eager never reaches the inputs only they depend on, whose .grad stays None (an
+        # optimizer then skips them, where a zero gradient would still decay and move them). Their cotangents are
+        # zeros; the other inputs get their gradients.
+        cotangents = list(cotangents)
+        for i in unused:
+            shape, dtype, device = info.output_meta[i]
+            cotangents[i] = torch.zeros(shape if shape is not None else ctx.shapes[i], dtype=dtype, device=device)
+        reached = frozenset().union(*(r for i, r in enumerate(info.inputs_reached) if cotangents[i] is not None
+                                      and i not in unused))
+        grads = ctx.entry.backward([saved, others], cotangents)
+        return (None, *(g if i in reached else None for i, g in enumerate(grads)))
 
 
 def run_with_autograd(entry, inps):

@@ -324,6 +324,20 @@ def _forward_and_backward(trace: TraceCtx, inputs: list) -> ForwardBackward:
     return ForwardBackward(fwd, bwd, inputs, output, flat_outputs, cotangents, dirty, builder.recomputable)
 
 
+def inputs_reached(fwd: TraceCtx, inputs: list, outputs: list) -> tuple:
+    """For each of ``outputs``, the positions in ``inputs`` its gradient reaches: the inputs that require grad and
+    that it is computed from through values that require grad (eager's autograd graph). Eager leaves ``.grad`` None
+    for an input that only outputs no loss used reach (see ``ThunderFunction.backward``)."""
+    reached = {p.name: frozenset((i,)) for i, p in enumerate(inputs) if isinstance(p, TensorProxy) and p.requires_grad}
+    for b in fwd.bound_symbols:
+        found = frozenset().union(*(reached.get(a.name, ()) for a in b.flat_args if isinstance(a, TensorProxy)))
+        if found:
+            for o in b.flat_outs:
+                if isinstance(o, TensorProxy) and o.requires_grad:
+                    reached[o.name] = reached.get(o.name, frozenset()) | found
+    return tuple(reached.get(o.name, frozenset()) if isinstance(o, TensorProxy) else frozenset() for o in outputs)
+
+
 def forward_return(output, inputs, flat_outputs, saved_tensors, saved_others):
     """What ``augmented_forward_fn`` returns: the outputs, and the values saved for the backward."""
     return ({"output": output, "flat_args": list(inputs), "flat_output": tuple(flat_outputs)},
