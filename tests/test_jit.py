@@ -958,3 +958,22 @@ def test_vmap_of_traced_tensors_is_refused_with_a_clear_message():
         thunder.jit(f)(x)
     assert torch.equal(f(x), x * 2 + x.sum(1, keepdim=True))
     assert torch.func.vmap is torch.vmap
+
+
+class _Axis(__import__("enum").IntEnum):
+    ROWS = 0
+    COLS = 1
+
+
+@pytest.mark.parametrize("case", ["numpy float64", "numpy sqrt", "IntEnum dim"])
+def test_subclasses_of_python_numbers_in_the_program_run_from_the_trace(case):
+    """``np.sqrt(d)`` is a NumPy float64, a subclass of float (HF's CTRL scales attention by it); its repr is
+    ``np.float64(4.0)``, which the trace's code could not run (NameError: np). Such values are constants of the
+    trace, as are IntEnum members."""
+    np = pytest.importorskip("numpy")
+    fn = {"numpy float64": lambda x: x * np.float64(2.5),
+          "numpy sqrt": lambda x: x / np.sqrt(x.shape[-1]),
+          "IntEnum dim": lambda x: x.sum(dim=_Axis.COLS) * _Axis.COLS}[case]
+    x = torch.randn(3, 4)
+    jfn = thunder.jit(fn)
+    assert torch.equal(jfn(x), fn(x)) and torch.equal(jfn(x), fn(x))

@@ -57,17 +57,17 @@ class Printer:
     def value(self, x) -> str:
         if isinstance(x, (TensorProxy, NumberProxy, Var)):
             return x.name
-        if x is None or isinstance(x, (bool, int, str)):
+        if x is None or type(x) in (bool, int, str):
             return repr(x)
         if isinstance(x, type) and _BUILTIN_TYPES.get(x.__name__) is x:
             return x.__name__  # tuple, list, dict, ...: printed by name
-        if isinstance(x, float):
+        if type(x) is float:  # (subclasses: named constants; the repr of NumPy's float64 is not Python code)
             if math.isinf(x):
                 return "float('inf')" if x > 0 else "-float('inf')"
             if math.isnan(x):
                 return "float('nan')" if math.copysign(1.0, x) > 0 else "-float('nan')"
             return repr(x)
-        if isinstance(x, complex):
+        if type(x) is complex:
             if all(math.isfinite(v) and v != 0.0 for v in (x.real, x.imag)):
                 return repr(x)
             return f"complex({self.value(x.real)}, {self.value(x.imag)})"  # repr loses nan, inf and signed zeros
