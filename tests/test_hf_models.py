@@ -110,6 +110,21 @@ CASES = {
                      auto="AutoModelForSeq2SeqLM"),
     "umt5": HFCase("umt5", dict(d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, vocab_size=VOCAB,
                                 decoder_start_token_id=0), auto="AutoModelForSeq2SeqLM"),
+    # Recurrent and state-space decoders, and more encoders (Fourier mixing, rotary, convolutional, grouped and
+    # landmark attention)
+    "rwkv": HFCase("rwkv", dict(hidden_size=64, num_hidden_layers=2, vocab_size=VOCAB, attention_hidden_size=64,
+                                intermediate_size=128, context_length=64)),
+    "mamba2": HFCase("mamba2", dict(hidden_size=64, num_hidden_layers=2, vocab_size=VOCAB, state_size=8, expand=2,
+                                    conv_kernel=4, num_heads=8, head_dim=16, n_groups=1, chunk_size=8)),
+    "ctrl": HFCase("ctrl", dict(n_embd=64, n_layer=2, n_head=4, dff=128, vocab_size=VOCAB, n_positions=64)),
+    "xlnet": HFCase("xlnet", dict(d_model=64, n_layer=2, n_head=4, d_inner=128, vocab_size=VOCAB)),
+    **{name.replace("-", "_"): HFCase(name, dict(_ENCODER, **extra), auto="AutoModelForMaskedLM") for name, extra in (
+        ("fnet", {}), ("roformer", dict(embedding_size=64)),
+        ("convbert", dict(embedding_size=64)),
+        ("squeezebert", dict(embedding_size=64, q_groups=1, k_groups=1, v_groups=1, post_attention_groups=1,
+                             intermediate_groups=1, output_groups=1)),
+        ("nystromformer", dict(num_landmarks=4, segment_means_seq_len=16)), ("big_bird", dict(attention_type="original_full")),
+        ("rembert", dict(input_embedding_size=32, output_embedding_size=32)), ("ernie", {}), ("megatron-bert", {}))},
 }
 
 # Every case is bitwise: forward, loss, gradients, buffers and parameters after the optimizer steps.
@@ -118,7 +133,9 @@ NOT_BITWISE = {}
 # Causal LMs run with and without an attention mask (HF builds the mask differently for each);
 # encoders and encoder-decoders are given one, Whisper's encoder takes none.
 _MASK_ONLY = {"bert", "roberta", "t5", "bart", "distilbert", "albert", "electra", "deberta", "deberta_v2", "mpnet",
-              "xlm_roberta", "camembert", "modernbert", "mbart", "pegasus", "blenderbot_small", "plbart", "marian", "umt5"}
+              "xlm_roberta", "camembert", "modernbert", "mbart", "pegasus", "blenderbot_small", "plbart", "marian", "umt5",
+              "fnet", "roformer", "convbert", "squeezebert", "nystromformer", "big_bird", "rembert", "ernie",
+              "megatron_bert"}
 _NO_MASK = {"whisper"}
 
 
