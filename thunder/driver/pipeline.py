@@ -296,7 +296,8 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
                    if isinstance(o, TensorProxy) and o.name in position and o.name not in dirty)
     grad_info = GradInfo(nondiff, len(fb.flat_outputs), is_printable_structure(result.output),
                          enable_grad=not outer_grad, dirty_inputs=tuple(i for i, _ in fb.dirty), passed_inputs=passed,
-                         inputs_reached=reached, output_meta=output_meta)
+                         inputs_reached=reached, output_meta=output_meta,
+                         runtime_extents=any(m is not None and m[0] is None for m in output_meta))
     return make_entry(result, candidates, traces, output_rebuild=output_rebuild(result), backward_traces=bwd_traces,
                       grad_info=grad_info)
 

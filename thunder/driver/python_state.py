@@ -26,9 +26,9 @@ checked by kind (``expected``): value-like ones (numbers, strings, None, dtypes,
 these) by type and value, functions, classes and modules by identity, small lists, dicts and sets by
 their contents, other objects by identity, and, when they are watched, by their own recorded reads.
 What cannot be checked this way (attributes of objects of library or C types, large or nested
-containers, closures of functions reached some other way, Python values the program assigns) is
-reported under ``sharp_edges="warn"`` / ``"error"``. Tensors the program stores in Python state are
-stored again after every call (see [Note: state writes]).
+containers, closures of functions reached some other way) is reported under ``sharp_edges="warn"`` /
+``"error"``. What the program stores in Python state (tensors and other values) is stored again after
+every call (see [Note: state writes]).
 """
 from __future__ import annotations
 
@@ -773,15 +773,16 @@ class StateRecorder:
 # Tensors keep their autograd history, as in eager. The target is the very object of the first call: argument
 # objects and containers written into are checked by identity by the prologue, so another object gives another
 # entry. Values may be tensors, or tuples, lists, dicts and objects the program made, holding tensors and constants
-# (a new object is made again, as a shallow copy, on every call); anything else (sets, dataclasses, objects that
-# existed before the call) is refused when it holds a traced tensor. Numbers and other Python values the program
-# assigns are not repeated: the prologue sees the changed value on the next call, which traces again.
+# (a new object is made again, as a shallow copy, on every call); anything else holding a traced tensor (a set, a
+# dataclass, an object that existed before the call) is refused. Python values alone (a counter, a shape) are
+# stored as the trace saw them: the prologue checks what they were computed from, so a call that reuses the entry
+# (after a reset, say) stores what eager would.
 
 
 class StateWrite:
-    """``target.name = value`` (``name`` None: a list's or dict's contents become ``value``), repeated by the cache
-    entry after every call with that call's tensors (see [Note: state writes]). ``leaves``: the traced tensors in
-    ``value``, which the computation returns; ``apply`` takes their values."""
+    """``target.name = value`` (``name`` None: a list's, dict's or set's contents become ``value``), repeated by the
+    cache entry after every call with that call's tensors (see [Note: state writes]). ``leaves``: the traced tensors
+    in ``value``, which the computation returns; ``apply`` takes their values."""
 
     __slots__ = ("target", "name", "leaves", "rebuild", "label")
 

@@ -72,6 +72,7 @@ class GradInfo:
     # per output (the dirty inputs last): the input positions its gradient reaches, and its (shape, dtype, device)
     inputs_reached: tuple = ()
     output_meta: tuple = ()
+    runtime_extents: bool = False  # whether an output's shape holds one (its output_meta shape is None)
 
 
 def output_rebuild(result):
@@ -95,7 +96,7 @@ class ThunderFunction(torch.autograd.Function):
         flat = result["flat_output"]
         info = entry.grad_info
         ctx.shapes = None
-        if any(m is not None and m[0] is None for m in info.output_meta):  # run-time extents: the shapes of this call
+        if info.runtime_extents:  # outputs with run-time extents: the shapes of this call
             ctx.shapes = [t.shape if isinstance(t, torch.Tensor) else None
                           for t in tuple(flat) + tuple(inputs[i] for i in info.dirty_inputs)]
         if info.nondiff_outputs:

@@ -158,10 +158,10 @@ class Contents:
 
     __slots__ = ("type", "items", "same")
 
-    def __init__(self, typ: type, items: tuple, same=None):
+    def __init__(self, typ: type, items: tuple):
         self.type = typ
         self.items = items  # (key, value) pairs for mappings, elements otherwise
-        self.same = same  # when set, the very container too (one the cache entry writes into)
+        self.same = None  # when set, the very container too (one the cache entry writes into)
 
     def matches(self, x) -> bool:
         if type(x) is not self.type or len(x) != len(self.items) or (self.same is not None and x is not self.same):

@@ -163,19 +163,15 @@ def _column_major(t) -> bool:
     return t.stride(0) == 1 and t.stride(1) == t.shape[0]
 
 
-def _mm_backward_kernel(g, a, b, mask):
+def _mm_backward_kernel(g, a, b):
     """The gradients of ``a @ b`` (2-D) as eager's ``mm`` backward computes them: by the operand's layout, so
     that BLAS reads the same layouts (it rounds by layout). A column-major operand gets its gradient column-major."""
-    ga = gb = None
-    if mask[0]:
-        ga = b.mm(g.t()).t() if _column_major(a) else g.mm(b.t())
-    if mask[1]:
-        gb = g.t().mm(a).t() if _column_major(b) else a.t().mm(g)
+    ga = b.mm(g.t()).t() if _column_major(a) else g.mm(b.t())
+    gb = g.t().mm(a).t() if _column_major(b) else a.t().mm(g)
     return ga, gb
 
 
-mm_backward = _aten_symbol(_mm_backward_kernel, "mm_backward",
-                           lambda g, a, b, mask: [_like(a) if mask[0] else None, _like(b) if mask[1] else None])
+mm_backward = _aten_symbol(_mm_backward_kernel, "mm_backward", lambda g, a, b: [_like(a), _like(b)])
 
 
 @register_vjp(tnn.group_norm)

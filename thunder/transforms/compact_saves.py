@@ -3,11 +3,10 @@
 A saved view keeps its whole base alive until the backward has run: attention's ``v``, a slice of the
 fused ``qkv`` projection, saved as a view keeps all of ``qkv`` (three times its size). Eager saves what the
 matmul read, a contiguous copy it made of the view anyway. So when the backward reads such views only in
-matrix products (and attention), and the saved values that may alias one
-forward intermediate (through view operations, or any operation that may return an alias,
-thunder/transforms/overwritten_saves.py) are together smaller than it, and it is neither saved nor an
-output, each of them is saved as a copy made just after it is computed, and the intermediate is freed when
-the forward is done with it. Not with a fusion executor's rematerialization: its regions write what they
+matrix products (and attention), and the saved values that may alias one forward intermediate (through
+view operations, or any operation that may return an alias, thunder/transforms/overwritten_saves.py) are
+together smaller than it, and it is neither saved nor an output, each of them is saved as a copy made just
+after it is computed, and the intermediate is freed when the forward is done with it. Not with a fusion executor's rematerialization: its regions write what they
 save out as fresh values, and its cut already counts the bytes saved.
 """
 from __future__ import annotations

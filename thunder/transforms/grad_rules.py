@@ -483,10 +483,11 @@ def matmul_backward(a, b):
         b2 = unsqueeze(b, 1) if b.ndim == 1 else b
         g2 = unsqueeze(g, -2) if a.ndim == 1 else g
         g2 = unsqueeze(g2, -1) if b.ndim == 1 else g2
-        if a.ndim == 2 and b.ndim == 2 and a.requires_grad and b.requires_grad and _real_floating(a, b):
+        if (a.ndim == 2 and b.ndim == 2 and a.requires_grad and b.requires_grad and a.dtype.is_floating_point
+                and b.dtype.is_floating_point):
             from thunder.torch.grad_rules import mm_backward
 
-            ga, gb = mm_backward(g, a, b, [True, True])  # by the operands' layouts, as eager's mm (both are saved)
+            ga, gb = mm_backward(g, a, b)  # by the operands' layouts, as eager's mm (both are saved anyway)
         elif a2.ndim >= 3 and b2.ndim >= 3:
             ga, gb = _batched_matmul_backward(g2, a2, b2)
         else:
@@ -498,10 +499,6 @@ def matmul_backward(a, b):
         return ga, gb
 
     return _holomorphic(backward, a, b)
-
-
-def _real_floating(*ts) -> bool:
-    return all(t.dtype.is_floating_point for t in ts)
 
 
 def _batched_matmul_backward(g, a, b):
