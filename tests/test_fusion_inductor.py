@@ -12,6 +12,8 @@ import copy
 import shutil
 import time
 
+import threading
+
 import pytest
 import torch
 import torch.nn as nn
@@ -393,20 +395,34 @@ def test_background_compilation_runs_unfused_until_ready_then_fused():
     from thunder.executors.inductorex import wait_for_compilation
 
     ex = InductorExecutor("inductor_background_test", background=True)
+    compiling_threads = []
+    compile_region = ex.inductor_compile
+
+    def recording(*args, **kwargs):
+        compiling_threads.append(threading.current_thread())
+        return compile_region(*args, **kwargs)
+
+    ex.inductor_compile = recording
     x = torch.randn(16, 16)
     jf = thunder.jit(_dropout, executors=[ex, "torch"])
     first = _seeded(jf, x, 3)  # runs at once, with the torch executor where regions are not compiled yet
     torch.testing.assert_close(first, _seeded(_dropout, x, 3), rtol=1e-5, atol=1e-5)
     regions = list(ex._compiled.values())
-    assert regions and not any(r.plain_by_layout for r in regions)  # nothing compiled on the caller's thread
-    # not even where a region could not reuse memory it may (here: saved values kept by retain_graph)
-    h, w, t = _lm_batch()
-    jl = thunder.jit(_lm_loss, executors=[ex, "torch"])
-    jl(h, w, t).backward(retain_graph=True)
-    assert not any(r.plain_by_layout for r in ex._compiled.values())
     wait_for_compilation()
     assert regions and all(r.fn is not r._torch_boxed and r.failed is None for r in regions)
     torch.testing.assert_close(_seeded(jf, x, 3), first, rtol=1e-5, atol=1e-5)
+    # a compiled region that may not reuse its inputs' memory on this call (saved values kept by retain_graph)
+    # needs another compilation: it too is compiled in the background, and the call runs unfused meanwhile
+    h, w, t = _lm_batch()
+    expected = _grads_of(_lm_loss, h, w, t, retain_graph=True)
+    jl = thunder.jit(_lm_loss, executors=[ex, "torch"])
+    torch.testing.assert_close(_grads_of(jl, h, w, t), expected, rtol=1e-5, atol=1e-6)
+    wait_for_compilation()
+    for _ in range(2):
+        torch.testing.assert_close(_grads_of(jl, h, w, t, retain_graph=True), expected, rtol=1e-5, atol=1e-6)
+        wait_for_compilation()
+    assert any(fn != r._torch_boxed for r in ex._compiled.values() for fn in r.plain_by_layout.values())
+    assert compiling_threads and threading.main_thread() not in compiling_threads
 
 
 # ---------------------------------------------------------------------------------------------

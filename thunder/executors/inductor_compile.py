@@ -78,33 +78,33 @@ def resolve_pending():
 
 
 class _BackgroundCompiler:
-    """A daemon thread compiling the regions of executors with ``background=True``, one at a time; once the
-    queue is empty it waits for their kernels and switches the regions over from the torch executor."""
+    """A daemon thread running the compilations of executors with ``background=True``, one at a time; once the
+    queue is empty it waits for their kernels and installs them (until then the torch executor runs)."""
 
     def __init__(self):
         self.queue: queue.Queue = queue.Queue()
         self.thread: threading.Thread | None = None
 
-    def submit(self, region: "CompiledRegion"):
+    def submit(self, compile_job):
+        """``compile_job()`` compiles and returns the function that puts its result to use."""
         if self.thread is None or not self.thread.is_alive():
             self.thread = threading.Thread(target=self._run, name="thunder-inductor", daemon=True)
             self.thread.start()
-        self.queue.put(region)
+        self.queue.put(compile_job)
 
     def _run(self):
-        compiled = []
+        installs = []
         while True:
-            region = self.queue.get()
+            compile_job = self.queue.get()
             try:
                 with _LOCK:
-                    region.compile_contiguous()
-                compiled.append(region)
+                    installs.append(compile_job())
                 if self.queue.empty():
                     with _LOCK:
                         resolve_pending()
-                    for r in compiled:
-                        r.activate()
-                    compiled = []
+                    for install in installs:
+                        install()
+                    installs = []
             finally:
                 self.queue.task_done()
 
@@ -328,21 +328,33 @@ class CompiledRegion:
         self.plain_by_layout: dict = {}  # compilations that reuse no input, for calls where one is shared
         self.failed = None
         self.contiguous = tuple(_contiguous_strides(p.shape) for p in region.params)
+        self.background = background
         if background:  # the torch executor runs the region until the compiled one is ready
             self.fn = self._torch_boxed
-            BACKGROUND.submit(self)
+            self._compile_in_background(self.contiguous, reuse=True, run_it=True)
         else:
             self.fn = self._first_call
             with _LOCK:
-                self.compile_contiguous()
+                self.by_layout[self.contiguous] = self._compile(self.contiguous)
 
-    def compile_contiguous(self):
-        self.by_layout[self.contiguous] = self._compile(self.contiguous)
+    def _compile_in_background(self, strides, reuse: bool, run_it: bool = False):
+        """Queues the compilation for the layout ``strides``; the torch executor stands in for it until then.
+        ``run_it``: the compiled function becomes the region's (its first compilation)."""
+        table = self.by_layout if reuse else self.plain_by_layout
+        table[strides] = self._torch_boxed
 
-    def activate(self):
-        """Runs the compiled function from now on (background compilation)."""
-        if self.failed is None:
-            self.fn = self.by_layout[self.contiguous]
+        def compile_job():
+            fn = self._compile(strides, reuse)
+
+            def install():
+                if self.failed is None:
+                    (self.by_layout if reuse else self.plain_by_layout)[strides] = fn
+                    if run_it:
+                        self.fn = fn
+
+            return install
+
+        BACKGROUND.submit(compile_job)
 
     def _compile(self, strides, reuse: bool = True):
         """A function of the list of inputs: the compiled graph's (the torch executor's if compiling failed);
@@ -424,7 +436,10 @@ class CompiledRegion:
         table = self.by_layout if reuse else self.plain_by_layout
         key = tuple(a.stride() for a in args)
         fn = table.get(key)
-        if fn is None:
+        if fn is None and self.background:
+            self._compile_in_background(key, reuse)
+            fn = self._torch_boxed
+        elif fn is None:
             with _LOCK:
                 fn = table[key] = self._compile(key, reuse)
                 resolve_pending()

@@ -36,7 +36,9 @@ program already, and its regions are functional), so a call costs little more th
 An executor made with ``background=True`` ("inductor_background") does not wait for inductor: its regions
 run with the torch executor (the same primitives, one kernel each) while a daemon thread compiles them one
 at a time, and switch to the compiled kernels once all queued regions are ready
-(``wait_for_compilation()`` waits for that). The first call then costs about what the torch executor's
+(``wait_for_compilation()`` waits for that). A region compiled again later (inputs laid out otherwise, or
+inputs whose memory it may not reuse on this call) is queued the same way: the caller's thread never compiles.
+The first call then costs about what the torch executor's
 does, and the steady state is the same as compiling up front. The price: the first steps run unfused,
 so their numbers are the unfused program's (equal within float tolerance, not bitwise), and on a small
 machine the compilation competes with training for the cores. Inductor's tracing state is global: thunder
