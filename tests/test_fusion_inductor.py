@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import shutil
-import time
 
 import threading
 
@@ -285,25 +284,32 @@ def test_gpt_with_dropout_is_deterministic_under_a_seed():
 
 
 def _first_step(n_layers):
-    """A fresh executor's compilations and regions, and the first call's time, for a stack of ``n_layers`` GPT
-    blocks (the model suite's GPT's blocks: the inductor's own cache may make their compilations quick)."""
+    """A fresh executor's regions compiled, inductor compilations run and regions in the traces for a stack of
+    ``n_layers`` GPT blocks (the model suite's GPT's blocks), after a first training step."""
     ex = InductorExecutor(f"inductor_{n_layers}_layers")
+    compilations = []
+    compile_region = ex.inductor_compile
+
+    def counting(*args, **kwargs):
+        compilations.append(args[0])
+        return compile_region(*args, **kwargs)
+
+    ex.inductor_compile = counting
     torch.manual_seed(0)
     stack = thunder.jit(nn.Sequential(*[GPTBlock(GPTConfig()) for _ in range(n_layers)]), executors=[ex, "torch"])
     x = torch.randn(2, 12, 32, requires_grad=True)
-    start = time.perf_counter()
     stack(x).sum().backward()
-    elapsed = time.perf_counter() - start
     regions = _fused_ops(thunder.last_traces(stack)[-1]) + _fused_ops(thunder.last_backward_traces(stack)[-1])
-    return len(ex._compiled), len(regions), elapsed
+    return len(ex._compiled), len(compilations), len(regions)
 
 
 @requires_compiler
 def test_identical_blocks_compile_once():
-    compiled2, regions2, time2 = _first_step(2)
-    compiled6, regions6, time6 = _first_step(6)
+    compiled2, compilations2, regions2 = _first_step(2)
+    compiled6, compilations6, regions6 = _first_step(6)
+    # four more layers add regions to the traces, not compilations (the first call's cost: BENCHMARKS.md)
     assert compiled6 == compiled2 < regions2 < regions6
-    assert time6 < 2 * time2 + 1.0  # loose: four more layers to trace, nothing more to compile
+    assert compilations6 == compilations2  # some regions also compile for a second input layout
 
 
 # ---------------------------------------------------------------------------------------------
