@@ -324,3 +324,72 @@ def test_matrix_product_gradients_follow_the_operands_layouts(a_layout, b_layout
 
     for what, x, y in zip(("output", "gradient of a", "gradient of b"), run(thunder.jit(f)), run(f)):
         assert_bitwise(x, y, what)
+
+
+_LINEAR_INPUTS = {  # name: input of F.linear made from a (4, 16, 30) tensor x, eager's path
+    "2-D rows": lambda x: x[0, :, :15],  # addmm
+    "2-D columns": lambda x: x[0, :15].t(),  # addmm, a column-major operand
+    "3-D contiguous": lambda x: x[:, :, :15].contiguous(),  # flattened into one addmm
+    "3-D transposed": lambda x: x[:, :15].transpose(1, 2),  # matmul and add_ (gMLP's token mixing)
+    "3-D strided": lambda x: x[:, ::2, :15],  # matmul of a view and add_
+    "4-D transposed": lambda x: x.reshape(4, 2, 8, 30)[..., :15].transpose(1, 2),
+    "1-D": lambda x: x[0, 0, :15],
+}
+
+
+@pytest.mark.parametrize("weight", ["contiguous", "columns", "sliced", "frozen"])
+@pytest.mark.parametrize("inputs", list(_LINEAR_INPUTS))
+def test_linear_gradients_follow_eager_paths_by_layout(inputs, weight):
+    """Eager's ``F.linear`` takes ``addmm`` for a 2-D or contiguous input and ``matmul`` plus ``add_`` for any other,
+    whose bias gradient sums the output gradient as laid out (timm's gMLP, CaiT, DaViT were not bitwise); its
+    matrix products' gradients follow the operands' layouts (a transposed or sliced weight). A frozen weight:
+    the input is not saved (eager does not save it), so a bias gradient after ``add_`` is only close."""
+    g = torch.Generator().manual_seed(0)
+    x0, w0, b0 = torch.randn(4, 16, 30, generator=g), torch.randn(22, 19, generator=g), torch.randn(11, generator=g)
+
+    def weight_of(w):
+        return {"columns": lambda: w.t(), "sliced": lambda: w[::2, 2:17]}.get(weight, lambda: w)()
+
+    def run(fn):
+        w = {"columns": w0[:15, :11], "sliced": w0}.get(weight, w0[:11, :15]).clone()
+        x, w, b = x0.clone().requires_grad_(), w.requires_grad_(weight != "frozen"), b0.clone().requires_grad_()
+        out = fn(x, w, b)
+        wrt = (x, b) if weight == "frozen" else (x, w, b)
+        return (out, *torch.autograd.grad(out, wrt, torch.linspace(-1, 1, out.numel()).reshape(out.shape)))
+
+    def f(x, w, b):
+        out = F.linear(_LINEAR_INPUTS[inputs](x), weight_of(w), b)
+        return (out.transpose(-1, -2) if out.ndim >= 2 else out) * 3  # a gradient laid out otherwise than the output
+
+    names = ("output", "gradient of x", "gradient of b") if weight == "frozen" else (
+        "output", "gradient of x", "gradient of w", "gradient of b")
+    for what, actual, expected in zip(names, run(thunder.jit(f)), run(f)):
+        if weight == "frozen" and what == "gradient of b" and inputs in ("3-D transposed", "3-D strided", "4-D transposed"):
+            torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+        else:
+            assert_bitwise(actual, expected, what)
+
+
+@pytest.mark.parametrize("b_layout", ["rows", "columns", "sliced"])
+@pytest.mark.parametrize("a_layout", ["3-D", "4-D", "3-D transposed"])
+def test_a_batch_times_a_matrix_is_one_product_by_layout(a_layout, b_layout):
+    """Eager's matmul of a batch by a matrix both needing gradients folds the batch into the rows of one ``mm``,
+    whose gradients follow the operands' layouts: BoTNet's ``q @ rel_k.transpose(-1, -2)`` (a column-major
+    operand) was not bitwise."""
+    g = torch.Generator().manual_seed(0)
+    a0, b0 = torch.randn(4, 6, 5, 9, generator=g), torch.randn(22, 30, generator=g)
+
+    def f(a, b):
+        a = {"3-D": lambda: a.reshape(4, 30, 9), "4-D": lambda: a,
+             "3-D transposed": lambda: a.reshape(4, 30, 9).transpose(0, 1)}[a_layout]()
+        b = {"rows": lambda: b[:9, :13].contiguous(), "columns": lambda: b[:13, :9].contiguous().t(),
+             "sliced": lambda: b[::2, 2:15][:9]}[b_layout]()
+        return a @ b
+
+    def run(fn):
+        a, b = a0.clone().requires_grad_(), b0.clone().requires_grad_()
+        out = fn(a, b)
+        return (out, *torch.autograd.grad(out, (a, b), torch.linspace(-1, 1, out.numel()).reshape(out.shape)))
+
+    for what, actual, expected in zip(("output", "gradient of a", "gradient of b"), run(thunder.jit(f)), run(f)):
+        assert_bitwise(actual, expected, what)

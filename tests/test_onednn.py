@@ -7,6 +7,7 @@ not with each entry). What the executor does not claim runs with torch's kernels
 from __future__ import annotations
 
 import importlib.util
+import re
 
 import pytest
 import torch
@@ -165,7 +166,40 @@ def test_models_train_as_eager(name, fused):
 def _assert_products_by_onednn(jm):
     """The forward's and the backward's products (weight gradients included) ran with oneDNN."""
     assert "onednn_linear(" in str(thunder.last_traces(jm)[-1])
-    assert "onednn_matmul(" in str(thunder.last_backward_traces(jm)[-1])
+    backward = str(thunder.last_backward_traces(jm)[-1])
+    assert "onednn_matmul(" in backward or "onednn_linear_backward(" in backward
+    assert not re.search(r"= (linear_backward|mm_backward)\(", backward), "a product left to torch"
+
+
+_LINEAR_GRADIENTS = {  # name: (input of F.linear, with a bias, weight requires grad)
+    "2-D": (lambda x: x, True, True),
+    "3-D": (lambda x: x.reshape(4, M // 4, K), True, True),
+    "3-D transposed": (lambda x: x.reshape(4, K, M // 4).transpose(1, 2), True, True),
+    "no bias": (lambda x: x, False, True),
+    "frozen weight": (lambda x: x.reshape(4, M // 4, K), True, False),
+}
+
+
+@pytest.mark.parametrize("name", list(_LINEAR_GRADIENTS))
+def test_linear_gradients_by_onednn(name):
+    input_of, with_bias, trains_weight = _LINEAR_GRADIENTS[name]
+
+    def f(x, w, b):
+        return F.linear(input_of(x), w, b if with_bias else None).sin()
+
+    def grads(fn):
+        x, w, b = _randn(M, K).requires_grad_(), _randn(N, K, seed=1).requires_grad_(trains_weight), _randn(N, seed=2)
+        b.requires_grad_()
+        out = fn(x, w, b)
+        wrt = [t for t in (x, w, b) if t.requires_grad and (t is not b or with_bias)]
+        return torch.autograd.grad(out, wrt, torch.ones_like(out))
+
+    jf = thunder.jit(f, executors=["onednn", "torch"])
+    for actual, expected in zip(grads(jf), grads(f), strict=True):
+        _assert_close_to_largest(actual, expected, rtol=1e-5)
+    backward = str(thunder.last_backward_traces(jf)[-1])
+    assert ("onednn_linear_backward(" in backward) == trains_weight  # a frozen weight's: the products, as before
+    assert "onednn_matmul(" in backward or trains_weight
 
 
 @pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")

@@ -100,12 +100,20 @@ LIBRARY_MODELS = {
     **{f"timm_{name}": _timm(name, img_size=64) for name in (
         "swin_tiny_patch4_window7_224", "resmlp_12_224", "coat_lite_mini", "tnt_s_patch16_224", "gcvit_xxtiny",
         "lambda_resnet26t")},
+    # linear layers on transposed tokens (gMLP's spatial gating, CaiT's talking heads, DaViT's channel attention):
+    # eager's matmul-and-add_ path of F.linear, whose bias gradient sums as laid out
+    **{f"timm_{name}": _timm(name, img_size=64) for name in ("gmlp_ti16_224", "cait_xxs24_224")},
+    "timm_davit_tiny": _timm("davit_tiny"),
+    # a batch times a matrix needing gradients, one mm of eager's layouts (BoTNet's q @ rel_k.transpose(-1, -2))
+    "timm_botnet26t_256": _timm("botnet26t_256", img_size=64),
     **{f"timm_{name}": _timm(name) for name in ("edgenext_xx_small", "focalnet_tiny_srf", "swiftformer_xs",
                                                  "mambaout_femto")},
 }
 LIBRARY_XFAIL = {}
 # (timm's MambaOut, once not bitwise, is since compact saves keep views that elementwise backwards read)
 LIBRARY_NOT_BITWISE = {}
+
+
 @pytest.mark.parametrize("name,train", _params(LIBRARY_MODELS, LIBRARY_XFAIL))
 def test_library_training_parity(name, train):
     library, make = LIBRARY_MODELS[name]

@@ -12,7 +12,8 @@ where MKL runs its best kernels the two are close. This executor claims the prod
 - ``F.linear``, ``torch.matmul`` and ``torch.mm`` (and the primitives ``linear``, ``matmul``) of float32
   CPU tensors whose right operand (the weight) is 2-D and left operand at least 2-D, of at least
   ``MIN_MULTIPLY_ADDS`` multiply-adds: a oneDNN call costs about 12 us against torch's 2, so small products
-  keep torch's kernels. Batched products (``bmm``, attention) stay with torch.
+  keep torch's kernels. Batched products (``bmm``, attention) stay with torch. The backward of a linear layer
+  with a trainable weight is one symbol (``linear_backward``): its two products are claimed together.
 - Each product is computed in float32 with float32 accumulation, in another order than MKL's: results
   differ from eager's in the last bits (within about 1e-6 of the largest entry), not bitwise. This is why
   the executor is not among the defaults, which keep eager's numerics exactly; list it, before ``torch``,
@@ -33,6 +34,7 @@ from thunder.core import prims
 from thunder.core.proxies import TensorProxy
 from thunder.extend import OperatorExecutor, register_executor
 from thunder.torch import nn as tnn
+from thunder.torch.grad_rules import linear_backward
 
 MIN_MULTIPLY_ADDS = 1 << 21  # below this torch's kernel call is cheaper (measured on the VM above)
 _IMPORT = "from thunder.executors.onednnex import {}"
@@ -75,6 +77,15 @@ def onednn_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return onednn_linear(a, b.t())
 
 
+def onednn_linear_backward(g: torch.Tensor, a: torch.Tensor, w: torch.Tensor | None, mask) -> tuple:
+    """The gradients of ``F.linear(a, w, bias)`` that ``mask`` asks for (thunder.torch.grad_rules.linear_backward),
+    their two products by oneDNN."""
+    g2, a2 = g.reshape(-1, g.shape[-1]), a.reshape(-1, a.shape[-1])
+    ga = onednn_matmul(g2, w).reshape(a.shape) if mask[0] else None
+    gw = onednn_matmul(g2.t(), a2) if mask[1] else None
+    return ga, gw, g2.sum(0) if mask[2] else None
+
+
 def _float32_cpu_static(*tensors) -> bool:
     """float32 CPU tensors (``None`` skipped) of static shapes without an empty dimension."""
     tensors = [t for t in tensors if t is not None]
@@ -101,6 +112,9 @@ class OneDNNExecutor(OperatorExecutor):
             self.register_implementation(sym, linear, checker=self._claims_linear)
         for sym in (tnn.matmul, tnn.mm, prims.matmul):
             self.register_implementation(sym, matmul, checker=self._claims_matmul)
+        backward = self.register_operator("onednn_linear_backward", fn=onednn_linear_backward,
+                                          imports=(_IMPORT.format("onednn_linear_backward"),))
+        self.register_implementation(linear_backward, backward, checker=self._claims_linear_backward)
 
     def _claims_linear(self, input, weight, bias=None) -> bool:
         if not (isinstance(input, TensorProxy) and input.ndim >= 2 and isinstance(weight, TensorProxy)
@@ -110,6 +124,11 @@ class OneDNNExecutor(OperatorExecutor):
             return False
         return (_float32_cpu_static(input, weight, bias)
                 and _multiply_adds(input, weight.shape[0]) >= self.min_multiply_adds)
+
+    def _claims_linear_backward(self, g, a, w, mask) -> bool:
+        if not (isinstance(g, TensorProxy) and isinstance(a, TensorProxy) and (mask[0] or mask[1])):
+            return False
+        return _float32_cpu_static(g, a, w) and _multiply_adds(g, a.shape[-1]) >= self.min_multiply_adds
 
     def _claims_matmul(self, a, b) -> bool:
         if not (isinstance(a, TensorProxy) and a.ndim >= 2 and isinstance(b, TensorProxy) and b.ndim == 2):

@@ -174,6 +174,31 @@ def _mm_backward_kernel(g, a, b):
 mm_backward = _aten_symbol(_mm_backward_kernel, "mm_backward", lambda g, a, b: [_like(a), _like(b)])
 
 
+def _linear_backward_kernel(g, a, w, mask):
+    """The gradients of ``F.linear(a, w, bias)`` (those ``mask`` asks for) as eager computes them. Eager multiplies
+    the input flattened to rows by ``w.t()``, with the bias (``addmm``: a 2-D input, or a contiguous one) or
+    followed by a separate ``add_`` (any other input); the matrix product's gradients follow the operands'
+    layouts (see ``_mm_backward_kernel``), and the bias gradient sums the flattened gradient over its rows after
+    ``addmm``, the gradient as laid out over its leading dimensions after ``add_`` (another order of additions).
+    ``w`` is None where the input needs no gradient (nothing else saves it then): taken as contiguous."""
+    g2, a2 = g.reshape(-1, g.shape[-1]), a.reshape(-1, a.shape[-1])
+    ga = gw = gb = None
+    if mask[0]:
+        ga = (w.t().mm(g2.t()).t() if _column_major(a2) else g2.mm(w)).reshape(a.shape)
+    if mask[1]:
+        gw = g2.t().mm(a2) if w is None or _column_major(w.t()) else a2.t().mm(g2).t()
+    if mask[2]:
+        gb = g2.sum(0) if a.ndim <= 2 or a.is_contiguous() else g.sum(tuple(range(g.ndim - 1)))
+    return ga, gw, gb
+
+
+linear_backward = _aten_symbol(
+    _linear_backward_kernel, "linear_backward",
+    lambda g, a, w, mask: [_like(a) if mask[0] else None,
+                           ((g.shape[-1], a.shape[-1]), a.dtype, a.device) if mask[1] else None,
+                           ((g.shape[-1],), a.dtype, a.device) if mask[2] else None])
+
+
 @register_vjp(tnn.group_norm)
 def group_norm_rule(a, num_groups, weight=None, bias=None, eps=1e-5):
     """torch's kernels, as eager's ``F.group_norm`` runs them (the statistics are saved for the backward)."""

@@ -488,6 +488,15 @@ def matmul_backward(a, b):
             from thunder.torch.grad_rules import mm_backward
 
             ga, gb = mm_backward(g, a, b)  # by the operands' layouts, as eager's mm (both are saved anyway)
+        elif (a.ndim >= 3 and b.ndim == 2 and a.requires_grad and b.requires_grad and a.dtype.is_floating_point
+              and b.dtype.is_floating_point):
+            from thunder.torch import transpose
+            from thunder.torch.grad_rules import linear_backward
+
+            # eager folds the batch into the rows of one mm, whose gradients follow the operands' layouts: the
+            # product of a linear layer without bias, of weight b.t()
+            ga, gbt, _ = linear_backward(g, a, transpose(b, 0, 1), [True, True, False])
+            gb = transpose(gbt, 0, 1)
         elif a2.ndim >= 3 and b2.ndim >= 3:
             ga, gb = _batched_matmul_backward(g2, a2, b2)
         else:
@@ -550,6 +559,14 @@ def linear_backward(a, w, bias):
         gb = _reduce_to(prims.sum(g2, (0,)), tuple(bias.shape)) if bias is not None else None
         return ga, gw, gb
 
+    if w.ndim == 2 and w.requires_grad and w.dtype.is_floating_point and (bias is None or bias.ndim == 1):
+        def backward_by_layout(g):  # eager's kernels on eager's layouts (the input is saved for gw anyway)
+            from thunder.torch.grad_rules import linear_backward as kernel
+
+            return kernel(g, a, w if a.requires_grad else None,
+                          [a.requires_grad, True, bias is not None and bias.requires_grad])
+
+        return backward_by_layout
     return _holomorphic(backward, a, w, bias)
 
 
