@@ -81,7 +81,7 @@ _NOT_COMPUTE = _VIEWS | {"shallow_copy", "full", "iota"}
 FUSIBLE_KERNELS = frozenset({
     "softmax_backward", "log_softmax_backward", "silu_backward", "gelu_backward", "threshold_backward",
     "tanh_backward", "sigmoid_backward", "native_layer_norm_backward", "slice_backward", "nll_loss_forward",
-    "nll_loss_backward",
+    "nll_loss_backward", "linear_bias_backward",
 })
 
 

@@ -12,8 +12,8 @@ where MKL runs its best kernels the two are close. This executor claims the prod
 - ``F.linear``, ``torch.matmul`` and ``torch.mm`` (and the primitives ``linear``, ``matmul``) of float32
   CPU tensors whose right operand (the weight) is 2-D and left operand at least 2-D, of at least
   ``MIN_MULTIPLY_ADDS`` multiply-adds: a oneDNN call costs about 12 us against torch's 2, so small products
-  keep torch's kernels. Batched products (``bmm``, attention) stay with torch. The backward of a linear layer
-  with a trainable weight is one symbol (``linear_backward``): its two products are claimed together.
+  keep torch's kernels. Batched products (``bmm``, attention) stay with torch. The gradients of a linear layer
+  with a trainable weight are one symbol (``linear_backward``): its two products are claimed together.
 - Each product is computed in float32 with float32 accumulation, in another order than MKL's: results
   differ from eager's in the last bits (within about 1e-6 of the largest entry), not bitwise. This is why
   the executor is not among the defaults, which keep eager's numerics exactly; list it, before ``torch``,
@@ -78,12 +78,11 @@ def onednn_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def onednn_linear_backward(g: torch.Tensor, a: torch.Tensor, w: torch.Tensor | None, mask) -> tuple:
-    """The gradients of ``F.linear(a, w, bias)`` that ``mask`` asks for (thunder.torch.grad_rules.linear_backward),
-    their two products by oneDNN."""
+    """The gradients of the input and the weight of ``F.linear(a, w, bias)`` that ``mask`` asks for
+    (thunder.torch.grad_rules.linear_backward), products by oneDNN."""
     g2, a2 = g.reshape(-1, g.shape[-1]), a.reshape(-1, a.shape[-1])
     ga = onednn_matmul(g2, w).reshape(a.shape) if mask[0] else None
-    gw = onednn_matmul(g2.t(), a2) if mask[1] else None
-    return ga, gw, g2.sum(0) if mask[2] else None
+    return ga, onednn_matmul(g2.t(), a2) if mask[1] else None
 
 
 def _float32_cpu_static(*tensors) -> bool:

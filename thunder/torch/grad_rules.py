@@ -175,28 +175,37 @@ mm_backward = _aten_symbol(_mm_backward_kernel, "mm_backward", lambda g, a, b: [
 
 
 def _linear_backward_kernel(g, a, w, mask):
-    """The gradients of ``F.linear(a, w, bias)`` (those ``mask`` asks for) as eager computes them. Eager multiplies
-    the input flattened to rows by ``w.t()``, with the bias (``addmm``: a 2-D input, or a contiguous one) or
-    followed by a separate ``add_`` (any other input); the matrix product's gradients follow the operands'
-    layouts (see ``_mm_backward_kernel``), and the bias gradient sums the flattened gradient over its rows after
-    ``addmm``, the gradient as laid out over its leading dimensions after ``add_`` (another order of additions).
-    ``w`` is None where the input needs no gradient (nothing else saves it then): taken as contiguous."""
+    """The gradients of the input and the weight of ``F.linear(a, w, bias)`` (those ``mask`` asks for) as eager
+    computes them: eager multiplies the input flattened to rows by ``w.t()`` (one ``mm`` or ``addmm``), whose
+    gradients follow the operands' layouts (see ``_mm_backward_kernel``). ``w`` is None where the input needs no
+    gradient (nothing else saves it then): taken as contiguous."""
     g2, a2 = g.reshape(-1, g.shape[-1]), a.reshape(-1, a.shape[-1])
-    ga = gw = gb = None
+    ga = gw = None
     if mask[0]:
         ga = (w.t().mm(g2.t()).t() if _column_major(a2) else g2.mm(w)).reshape(a.shape)
     if mask[1]:
         gw = g2.t().mm(a2) if w is None or _column_major(w.t()) else a2.t().mm(g2).t()
-    if mask[2]:
-        gb = g2.sum(0) if a.ndim <= 2 or a.is_contiguous() else g.sum(tuple(range(g.ndim - 1)))
-    return ga, gw, gb
+    return ga, gw
 
 
 linear_backward = _aten_symbol(
     _linear_backward_kernel, "linear_backward",
     lambda g, a, w, mask: [_like(a) if mask[0] else None,
-                           ((g.shape[-1], a.shape[-1]), a.dtype, a.device) if mask[1] else None,
-                           ((g.shape[-1],), a.dtype, a.device) if mask[2] else None])
+                           ((g.shape[-1], a.shape[-1]), a.dtype, a.device) if mask[1] else None])
+
+
+def _linear_bias_backward_kernel(g, a):
+    """The bias gradient of ``F.linear(a, w, bias)`` as eager computes it: a 2-D or contiguous input goes through
+    ``addmm``, whose bias gradient sums the flattened output gradient over its rows; any other through ``matmul``
+    and a separate ``add_``, whose gradient sums the output gradient over its leading dimensions as laid out
+    (another order of additions). Only ``a``'s layout is read."""
+    if a.ndim <= 2 or a.is_contiguous():
+        return g.reshape(-1, g.shape[-1]).sum(0)
+    return g.sum(tuple(range(g.ndim - 1)))
+
+
+linear_bias_backward = _aten_symbol(_linear_bias_backward_kernel, "linear_bias_backward",
+                                    lambda g, a: ((g.shape[-1],), g.dtype, g.device))
 
 
 @register_vjp(tnn.group_norm)

@@ -495,7 +495,7 @@ def matmul_backward(a, b):
 
             # eager folds the batch into the rows of one mm, whose gradients follow the operands' layouts: the
             # product of a linear layer without bias, of weight b.t()
-            ga, gbt, _ = linear_backward(g, a, transpose(b, 0, 1), [True, True, False])
+            ga, gbt = linear_backward(g, a, transpose(b, 0, 1), [True, True])
             gb = transpose(gbt, 0, 1)
         elif a2.ndim >= 3 and b2.ndim >= 3:
             ga, gb = _batched_matmul_backward(g2, a2, b2)
@@ -561,10 +561,11 @@ def linear_backward(a, w, bias):
 
     if w.ndim == 2 and w.requires_grad and w.dtype.is_floating_point and (bias is None or bias.ndim == 1):
         def backward_by_layout(g):  # eager's kernels on eager's layouts (the input is saved for gw anyway)
-            from thunder.torch.grad_rules import linear_backward as kernel
+            from thunder.torch.grad_rules import linear_backward as products, linear_bias_backward
 
-            return kernel(g, a, w if a.requires_grad else None,
-                          [a.requires_grad, True, bias is not None and bias.requires_grad])
+            ga, gw = products(g, a, w if a.requires_grad else None, [a.requires_grad, True])
+            gb = linear_bias_backward(g, a) if bias is not None and bias.requires_grad else None
+            return ga, gw, gb
 
         return backward_by_layout
     return _holomorphic(backward, a, w, bias)
