@@ -393,3 +393,27 @@ def test_a_batch_times_a_matrix_is_one_product_by_layout(a_layout, b_layout):
 
     for what, actual, expected in zip(("output", "gradient of a", "gradient of b"), run(thunder.jit(f)), run(f)):
         assert_bitwise(actual, expected, what)
+
+
+@pytest.mark.parametrize("consumer", ["attention", "transposed product"])
+def test_the_gradient_of_unsqueeze_keeps_its_layout(consumer):
+    """Eager's unsqueeze backward is a squeeze, a view keeping the gradient's layout, by which the batch norm's
+    backward then sums; a sum over the new dimension wrote it contiguous (timm's iFormer: a batch-normed key,
+    ``k.flatten(2).transpose(-1, -2).unsqueeze(1)``, into attention, was not bitwise)."""
+    g = torch.Generator().manual_seed(0)
+    x0, w0, b0 = torch.randn(2, 16, 4, 4, generator=g), torch.rand(16, generator=g) + 0.5, torch.randn(16, generator=g)
+
+    def f(x, w, b):
+        k = F.batch_norm(x, None, None, w, b, training=True).flatten(2).transpose(-1, -2).unsqueeze(1)
+        if consumer == "attention":
+            return F.scaled_dot_product_attention(k * 0.5, k, k.sin())
+        return k.transpose(-1, -2) * torch.arange(16.0).reshape(16, 1)
+
+    def run(fn):
+        x, w, b = x0.clone().requires_grad_(), w0.clone().requires_grad_(), b0.clone().requires_grad_()
+        out = fn(x, w, b)
+        return (out, *torch.autograd.grad(out, (x, w, b), torch.linspace(-1, 1, out.numel()).reshape(out.shape)))
+
+    for what, actual, expected in zip(("output", "gradient of x", "gradient of w", "gradient of b"),
+                                      run(thunder.jit(f)), run(f)):
+        assert_bitwise(actual, expected, what)

@@ -106,6 +106,8 @@ LIBRARY_MODELS = {
     "timm_davit_tiny": _timm("davit_tiny"),
     # a batch times a matrix needing gradients, one mm of eager's layouts (BoTNet's q @ rel_k.transpose(-1, -2))
     "timm_botnet26t_256": _timm("botnet26t_256", img_size=64),
+    # an unsqueezed, batch-normed key into attention: the gradient of unsqueeze keeps its layout (iFormer)
+    "timm_iformer_t": _timm("iformer_t"),
     **{f"timm_{name}": _timm(name) for name in ("edgenext_xx_small", "focalnet_tiny_srf", "swiftformer_xs",
                                                  "mambaout_femto")},
 }
