@@ -364,7 +364,8 @@ def test_linear_gradients_follow_eager_paths_by_layout(inputs, weight):
     names = ("output", "gradient of x", "gradient of b") if weight == "frozen" else (
         "output", "gradient of x", "gradient of w", "gradient of b")
     for what, actual, expected in zip(names, run(thunder.jit(f)), run(f)):
-        if weight == "frozen" and what == "gradient of b" and inputs in ("3-D transposed", "3-D strided", "4-D transposed"):
+        if weight == "frozen" and what == "gradient of b" and inputs in ("3-D transposed", "3-D strided",
+                                                                         "4-D transposed"):
             torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
         else:
             assert_bitwise(actual, expected, what)

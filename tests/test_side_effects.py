@@ -199,6 +199,51 @@ def test_a_buffer_replaced_in_forward_gets_the_new_value_on_every_call():
         assert torch.equal(m.avg, ref.avg)
 
 
+class PositionsForLength(nn.Module):
+    """Replaces its buffer by one of another shape when the input's length changes (timm's ConViT: at its first
+    call)."""
+
+    def __init__(self, by_grad):
+        super().__init__()
+        self.register_buffer("positions", torch.zeros(1), persistent=False)
+        self.lin = nn.Linear(4, 4)
+        self.by_grad = by_grad
+
+    def forward(self, x):
+        if self.positions.shape[0] != x.shape[0]:
+            self.positions = torch.arange(x.shape[0]).float() * (self.lin.bias.sum() if self.by_grad else 1.0)
+        return self.lin(x) + self.positions[:, None]
+
+
+@pytest.mark.parametrize("by_grad", [False, True], ids=["constant", "computed from a parameter"])
+def test_a_buffer_replaced_by_another_shape_is_the_new_tensor_after_the_call(by_grad):
+    m, ref = PositionsForLength(by_grad), PositionsForLength(by_grad)
+    ref.load_state_dict(m.state_dict())
+    jm = thunder.jit(m)
+    for n, (length, misses) in enumerate([(3, 1), (3, 2), (3, 2), (5, 3), (5, 4), (5, 4)]):
+        x = torch.randn(length, 4)
+        assert torch.equal(jm(x), ref(x)), n
+        assert torch.equal(m.positions, ref.positions) and m.positions.shape == (length,), n
+        assert "positions" in m._buffers and "positions" not in m.state_dict()  # still a non-persistent buffer
+        # a call that replaced it compiled for the old shape; the next one compiles for the new, then hits the cache
+        assert thunder.cache_misses(jm) == misses, n
+
+
+def test_a_parameter_replaced_in_forward_is_refused():
+    class Replaces(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(2))
+
+        def forward(self, x):
+            y = x * self.w
+            self.w = None
+            return y
+
+    with pytest.raises(NotImplementedError, match="replaces the parameter 'w' with None"):
+        thunder.jit(Replaces())(torch.ones(2))
+
+
 HISTORY: list = []
 TABLE: dict = {}
 

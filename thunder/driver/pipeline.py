@@ -134,9 +134,9 @@ def trace_program(cd: CompileData, args, kwargs, compilation: "Compilation") -> 
                 frontend.TracingMode(tracer), recorder, state.active():
             out = cd.fn(*pargs, **pkwargs)
         with tracectx(comp):
-            _adopt_replaced_module_tensors(swaps, tracer)
+            replaced = _adopt_replaced_module_tensors(swaps, tracer, modules)
     writes = state.take_state_writes(
-        frozenset(p.name for p, src in prologue.inputs if isinstance(src, frontend.ModuleTensorSource)))
+        frozenset(p.name for p, src in prologue.inputs if isinstance(src, frontend.ModuleTensorSource))) + replaced
     if torch.is_grad_enabled() != grad_enabled:
         torch.set_grad_enabled(grad_enabled)
         raise NotImplementedError(
@@ -172,23 +172,31 @@ def trace_program(cd: CompileData, args, kwargs, compilation: "Compilation") -> 
     return TraceResult(comp, prologue, out, rebuild, recorder, tracer, tuple(writes))
 
 
-def _adopt_replaced_module_tensors(swaps, tracer):
-    """A buffer the program replaced (``self.buf = new``) gets the new value, as an in-place update would give it
-    (values as in eager; the buffer stays the same tensor object). Anything else is refused."""
+def _adopt_replaced_module_tensors(swaps, tracer, modules) -> list:
+    """A buffer the program replaced (``self.buf = new``) gets the new value: written into it, as an in-place update
+    would (values as in eager; the buffer stays the same tensor object), when shape and dtype agree; otherwise the
+    new tensor becomes the buffer after every call (a state write), and a later call, seeing the buffer's new
+    shape, compiles again, as timm's ConViT replaces its position indices at its first call. Anything else (a
+    parameter replaced, a buffer set to None) is refused."""
+    writes = []
     for d, name, _, proxy, collection in swaps:
         new = d.get(name)
         if new is proxy:
             continue
-        if (collection == "_buffers" and isinstance(new, TensorProxy) and tuple(new.shape) == tuple(proxy.shape)
-                and new.dtype is proxy.dtype):
-            tracer.inplace(proxy, new, no_grad=True)
-            d[name] = proxy
+        d[name] = proxy
+        if collection == "_buffers" and isinstance(new, TensorProxy):
+            if tuple(new.shape) == tuple(proxy.shape) and new.dtype is proxy.dtype:
+                tracer.inplace(proxy, new, no_grad=True)
+            else:
+                qualname, owner = next((q, m) for q, m in modules if m._buffers is d)
+                writes.append(python_state.StateWrite(owner, name, new, f"module.{qualname}.{name}".replace("..", ".")))
             continue
         kind = "parameter" if collection == "_parameters" else "buffer"
         raise NotImplementedError(
-            f"The program replaces the {kind} {name!r} with {'None' if new is None else 'another tensor'} while thunder "
-            "traces it; thunder can only give a buffer a new value of the same shape and dtype (written into it on "
-            "every call). Update it in place (`self.buf.copy_(value)`) or keep the new tensor outside the module.")
+            f"The program replaces the {kind} {name!r} with {'None' if new is None else 'another tensor'} while "
+            "thunder traces it; thunder can only give a buffer a new tensor. Update it in place (`self.buf.copy_(value)`) or "
+            "keep the new tensor outside the module.")
+    return writes
 
 
 def _real_tensor_of(source, tracer):
