@@ -189,13 +189,14 @@ def _adopt_replaced_module_tensors(swaps, tracer, modules) -> list:
                 tracer.inplace(proxy, new, no_grad=True)
             else:
                 qualname, owner = next((q, m) for q, m in modules if m._buffers is d)
-                writes.append(python_state.StateWrite(owner, name, new, f"module.{qualname}.{name}".replace("..", ".")))
+                label = f"module.{qualname}.{name}".replace("..", ".")
+                writes.append(python_state.StateWrite(owner, name, new, label))
             continue
         kind = "parameter" if collection == "_parameters" else "buffer"
         raise NotImplementedError(
             f"The program replaces the {kind} {name!r} with {'None' if new is None else 'another tensor'} while "
-            "thunder traces it; thunder can only give a buffer a new tensor. Update it in place (`self.buf.copy_(value)`) or "
-            "keep the new tensor outside the module.")
+            "thunder traces it; thunder can only give a buffer a new tensor. Update it in place "
+            "(`self.buf.copy_(value)`) or keep the new tensor outside the module.")
     return writes
 
 

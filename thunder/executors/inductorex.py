@@ -38,8 +38,8 @@ run with the torch executor (the same primitives, one kernel each) while a daemo
 at a time, and switch to the compiled kernels once all queued regions are ready
 (``wait_for_compilation()`` waits for that). A region compiled again later (inputs laid out otherwise, or
 inputs whose memory it may not reuse on this call) is queued the same way: the caller's thread never compiles.
-The first call then costs about what the torch executor's
-does, and the steady state is the same as compiling up front. The price: the first steps run unfused,
+The first call then costs about what the torch executor's does, and the steady state is the same as
+compiling up front. The price: the first steps run unfused,
 so their numbers are the unfused program's (equal within float tolerance, not bitwise), and on a small
 machine the compilation competes with training for the cores. Inductor's tracing state is global: thunder
 compiles one region at a time (a lock), and a ``torch.compile`` the program runs in another thread at the
