@@ -163,22 +163,12 @@ def _column_major(t) -> bool:
     return t.stride(0) == 1 and t.stride(1) == t.shape[0]
 
 
-def _mm_backward_kernel(g, a, b):
-    """The gradients of ``a @ b`` (2-D) as eager's ``mm`` backward computes them: by the operand's layout, so
-    that BLAS reads the same layouts (it rounds by layout). A column-major operand gets its gradient column-major."""
-    ga = b.mm(g.t()).t() if _column_major(a) else g.mm(b.t())
-    gb = g.t().mm(a).t() if _column_major(b) else a.t().mm(g)
-    return ga, gb
-
-
-mm_backward = _aten_symbol(_mm_backward_kernel, "mm_backward", lambda g, a, b: [_like(a), _like(b)])
-
-
 def _linear_backward_kernel(g, a, w, mask):
     """The gradients of the input and the weight of ``F.linear(a, w, bias)`` (those ``mask`` asks for) as eager
     computes them: eager multiplies the input flattened to rows by ``w.t()`` (one ``mm`` or ``addmm``), whose
-    gradients follow the operands' layouts (see ``_mm_backward_kernel``). ``w`` is None where the input needs no
-    gradient (nothing else saves it then): taken as contiguous."""
+    backward follows the operands' layouts, so that BLAS reads the same layouts (it rounds by layout): a
+    column-major operand gets its gradient column-major. ``w`` is None where the input needs no gradient (nothing
+    else saves it then): taken as contiguous. (Also a matrix product ``a @ b`` of a 2-D ``b``: ``w = b.t()``.)"""
     g2, a2 = g.reshape(-1, g.shape[-1]), a.reshape(-1, a.shape[-1])
     ga = gw = None
     if mask[0]:

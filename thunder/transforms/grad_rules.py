@@ -486,18 +486,13 @@ def matmul_backward(a, b):
         b2 = unsqueeze(b, 1) if b.ndim == 1 else b
         g2 = unsqueeze(g, -2) if a.ndim == 1 else g
         g2 = unsqueeze(g2, -1) if b.ndim == 1 else g2
-        if (a.ndim == 2 and b.ndim == 2 and a.requires_grad and b.requires_grad and a.dtype.is_floating_point
+        if (a.ndim >= 2 and b.ndim == 2 and a.requires_grad and b.requires_grad and a.dtype.is_floating_point
                 and b.dtype.is_floating_point):
-            from thunder.torch.grad_rules import mm_backward
-
-            ga, gb = mm_backward(g, a, b)  # by the operands' layouts, as eager's mm (both are saved anyway)
-        elif (a.ndim >= 3 and b.ndim == 2 and a.requires_grad and b.requires_grad and a.dtype.is_floating_point
-              and b.dtype.is_floating_point):
             from thunder.torch import transpose
             from thunder.torch.grad_rules import linear_backward
 
-            # eager folds the batch into the rows of one mm, whose gradients follow the operands' layouts: the
-            # product of a linear layer without bias, of weight b.t()
+            # one mm (eager folds a batch into its rows), whose gradients follow the operands' layouts (both are
+            # saved anyway): the product of a linear layer without bias, of weight b.t()
             ga, gbt = linear_backward(g, a, transpose(b, 0, 1), [True, True])
             gb = transpose(gbt, 0, 1)
         elif a2.ndim >= 3 and b2.ndim >= 3:
