@@ -268,11 +268,10 @@ def broadcast_in_dim_rule(a, shape, broadcast_dimensions):
 
     def backward(g):
         bdims = set(broadcast_dimensions)
-        summed = [d for d in range(len(shape)) if d not in bdims]
-        summed += [d for i, d in enumerate(broadcast_dimensions) if is_one(a.shape[i]) and not is_one(shape[d])]
         # a new dimension of size 1 (unsqueeze) is not summed but reshaped away: a view, as eager's squeeze, whose
         # layout the gradient keeps (a sum would write it contiguous, and later reductions sum by layout)
-        summed = [d for d in summed if not is_one(shape[d])]
+        summed = [d for d in range(len(shape)) if d not in bdims and not is_one(shape[d])]
+        summed += [d for i, d in enumerate(broadcast_dimensions) if is_one(a.shape[i]) and not is_one(shape[d])]
         r = prims.sum(g, tuple(sorted(summed))) if summed else g
         return (prims.reshape(r, tuple(a.shape)) if not same_shape(tuple(r.shape), tuple(a.shape)) else r, None, None)
 
