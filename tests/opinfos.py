@@ -255,7 +255,7 @@ UNARY = {
     "cosh": (ALL, -5, 5), "tanh": (ALL, None, None), "asinh": (ALL, None, None), "acosh": (ALL, 1, 10),
     "atanh": (ALL, -0.99, 0.99), "sqrt": (ALL, 0, 10), "rsqrt": (ALL, 0.1, 10), "reciprocal": (ALL, 0.1, 10),
     "sign": (ALL, None, None), "floor": (NUMERIC, None, None), "ceil": (NUMERIC, None, None),
-    "round": (NUMERIC, None, None), "trunc": (NUMERIC, None, None), "erf": (ALL, None, None),
+    "trunc": (NUMERIC, None, None), "erf": (ALL, None, None),
     "erfc": (ALL, None, None), "erfinv": (ALL, -0.99, 0.99), "lgamma": (ALL, 0.1, 10),
     "digamma": (ALL, 0.1, 10), "bitwise_not": ((i64, b8), None, None), "isfinite": (ALL, None, None),
     "isnan": (ALL, None, None), "isinf": (ALL, None, None), "signbit": (ALL, None, None),
@@ -316,8 +316,16 @@ def reversed_samples(exclude_zero=False, nonneg=False):
     return gen
 
 
+def round_samples(dtype):
+    yield from unary_samples()(dtype)
+    if dtype.is_floating_point:
+        for decimals in (1, 3, -1, -2):
+            yield S(make((4, 5), dtype, low=-500, high=500), decimals=decimals)
+
+
 def elementwise_opinfos():
     out = [OpInfo(name, unary_samples(low, high), dtypes) for name, (dtypes, low, high) in UNARY.items()]
+    out.append(OpInfo("round", round_samples, NUMERIC))
     for name, (dtypes, gen) in BINARY.items():
         if name in ("add", "sub"):
             gen = alpha_samples
@@ -637,6 +645,8 @@ def tensor_split_samples(dtype):
     yield S(make((4, 5), dtype), [1, 3], 1)
     yield S(make((4, 5), dtype), (2, 7), -1)
     yield S(make((7,), dtype), 3)
+    yield S(make((4, 5), dtype), indices=(1, 3), dim=1)  # torch's keyword names of its overloads
+    yield S(make((4, 5), dtype), sections=2, dim=1)
 
 
 def gather_samples(dtype):
@@ -1032,10 +1042,12 @@ def cross_entropy_samples(dtype):
     yield S(make((5,), dtype), torch.tensor(4))
 
 
-def regression_loss_samples(**extra):
+def regression_loss_samples(weighted=False, **extra):
     def gen(dtype):
         for reduction in ("mean", "sum", "none"):
             yield S(make((4, 5), dtype), make((4, 5), dtype), reduction=reduction)
+            if weighted:
+                yield S(make((4, 5), dtype), make((4, 5), dtype), reduction=reduction, weight=make((4, 5), dtype, low=0, high=2))
         yield S(make((), dtype), make((), dtype))
         for kwargs in extra.get("kwargs", ()):
             yield S(make((4, 5), dtype), make((4, 5), dtype), **kwargs)
@@ -1098,8 +1110,8 @@ def nn_opinfos():
         OpInfo("scaled_dot_product_attention", sdpa_samples, decomp_tol=_LOOSE),
         OpInfo("nll_loss", nll_loss_samples),
         OpInfo("cross_entropy", cross_entropy_samples, decomp_tol=_LOOSE),
-        OpInfo("mse_loss", regression_loss_samples()),
-        OpInfo("l1_loss", regression_loss_samples()),
+        OpInfo("mse_loss", regression_loss_samples(weighted=True)),
+        OpInfo("l1_loss", regression_loss_samples(weighted=True)),
         OpInfo("smooth_l1_loss", regression_loss_samples(kwargs=({"beta": 0.5}, {"beta": 0.0}))),
         OpInfo("binary_cross_entropy_with_logits", bce_samples(True), decomp_tol=_LOOSE),
         OpInfo("binary_cross_entropy", bce_samples(False)),

@@ -542,6 +542,52 @@ def test_non_contiguous_reshape_is_a_copy():
     _assert_same(thunder.jit(f)(x), f(x), "outputs")
 
 
+_CL = torch.channels_last
+_MAYBE_COPIES = {  # operations that return their input or a copy of it, depending on its layout or their arguments:
+    # (on the input, on their own result again)
+    "reshape": (lambda y: y.transpose(1, 3).reshape(-1), lambda z: z.reshape(-1)),
+    "contiguous": (lambda y: y.transpose(1, 3).contiguous(), lambda z: z.contiguous()),
+    "flatten": (lambda y: y.transpose(1, 3).flatten(), lambda z: z.flatten()),
+    "contiguous(channels_last)": (lambda y: y.contiguous(memory_format=_CL), lambda z: z.contiguous(memory_format=_CL)),
+    "to(channels_last)": (lambda y: y.to(memory_format=_CL), lambda z: z.to(memory_format=_CL)),
+    "float(channels_last)": (lambda y: y.float(memory_format=_CL), lambda z: z.float(memory_format=_CL)),
+    "to(copy=True)": (lambda y: y.to(copy=True), lambda z: z.to(copy=True)),
+    "to(dtype, copy=True)": (lambda y: y.to(torch.float32, copy=True), lambda z: z.to(torch.float32, copy=True)),
+}
+_THEN_VIEWS = {"select": lambda z: z[0], "slice": lambda z: z[..., 1:], "same op again": None}
+
+
+@pytest.mark.parametrize("copy", list(_MAYBE_COPIES))
+@pytest.mark.parametrize("then", list(_THEN_VIEWS))
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_views_of_a_copy_are_views_of_the_copy(copy, then, layout):
+    """A view of what a maybe-copying operation returned shares the copy's memory, not the original's: updating it
+    updates the copy (and, where the operation returned its input itself, the input)."""
+    make, again = _MAYBE_COPIES[copy]
+    view = _THEN_VIEWS[then] or again
+
+    def f(x):
+        y = x * 1
+        z = make(y)
+        w = view(z)
+        w.mul_(2)
+        z.add_(1)
+        return y * 1, z * 1, w * 1
+
+    def g(x):  # the copy updated before its view is read
+        y = x * 1
+        z = make(y)
+        w = view(z)
+        z.add_(1)
+        return y * 1, w * 1
+
+    x = torch.randn(1, 3, 2, 2) if layout == "contiguous" else torch.randn(1, 2, 2, 3).permute(0, 3, 1, 2)
+    for fn in (f, g):
+        expected, actual = fn(x.clone()), thunder.jit(fn)(x.clone())
+        _assert_same(actual, expected, "outputs")
+        assert [a.stride() for a in actual] == [e.stride() for e in expected]
+
+
 def test_inplace_on_expanded_view_raises_as_eager():
     def f(x):
         y = x * 1

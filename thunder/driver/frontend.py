@@ -16,6 +16,7 @@ import copy
 import dataclasses
 import functools
 import inspect
+import sys
 import threading
 import types
 from typing import Any, Callable
@@ -37,7 +38,7 @@ from thunder.torch import TORCH_TO_SYMBOL
 from thunder.torch import shapes as ltorch_shapes
 from thunder.torch.fallback import fallback_symbol, describe, first_positional, inplace_call, inplace_fallback_symbol
 from thunder.torch.inplace import PlanKind, plan_for, detached_update
-from thunder.torch.registry import Updates, has_number_proxy, number_values, property_key
+from thunder.torch.registry import Updates, has_number_proxy, number_values, torch_positions, property_key
 from thunder.torch.utils import convert
 from thunder.torch import autocast as ltorch_autocast
 
@@ -153,7 +154,27 @@ class TracingMode(TorchFunctionMode):
         self.tracer = tracer
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        return self.tracer.handle(func, args, kwargs or {})
+        kwargs = kwargs or {}
+        if func in DISPATCH_DROPS:
+            kwargs = _with_dropped_arguments(func, kwargs)
+        return self.tracer.handle(func, args, kwargs)
+
+
+# torch functions that leave some of their arguments out when they dispatch to a TorchFunctionMode (torch 2.13's
+# ``F.l1_loss`` passes no ``weight``): the mode reads them from the function's own frame, which is on the stack
+# while it dispatches. tests/test_jit.py checks this table against torch's sources.
+DISPATCH_DROPS = {torch.nn.functional.l1_loss: ("weight",)}
+
+
+def _with_dropped_arguments(func, kwargs: dict) -> dict:
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code is not func.__code__:
+        frame = frame.f_back
+    if frame is None:
+        return kwargs
+    found = {name: frame.f_locals[name] for name in DISPATCH_DROPS[func]
+             if name not in kwargs and frame.f_locals.get(name) is not None}
+    return {**kwargs, **found} if found else kwargs
 
 
 def _tensor_leaves(x) -> list:
@@ -225,35 +246,53 @@ class _CompilingFlag:
 _compiling_flag = _CompilingFlag()
 
 
-_FIRST_ARGUMENT = ("input", "self")
-_SIZES = ("size", "shape", "dims", "sizes")
+_SIZES = ("size", "shape", "dims", "sizes", "repeats")
 
 
-def torch_keywords(sym, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """torch's keyword spellings of arguments that thunder's definitions take by position: ``input=`` (or
-    ``self=``) for the tensor (``torch.sum(input=x, dim=0)``, ``torch.zeros_like(input=x)``), ``other=`` for the
-    second operand (``torch.mul(x, other=y)``), and ``size=``, ``shape=``, ``dims=`` for the sizes torch also takes
-    one by one (``torch.zeros(size=(2, 3))``, as Hugging Face's BEiT writes it; ``x.view(size=...)``,
-    ``x.permute(dims=...)``)."""
+def torch_arguments(sym, fn, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The program's arguments to torch's ``fn`` as thunder's definition ``sym`` takes them (``torch_positions``).
+    By position, an argument given by a keyword that torch accepts and the definition spells otherwise: ``input=``
+    (or ``self=``) for the tensor (``torch.sum(input=x, dim=0)``), ``other=`` for the second operand
+    (``torch.mul(x, other=y)``), ``torch.pow(x, exponent=2)``, ``torch.tensor_split(x, indices=(1,))``, and
+    ``size=``, ``shape=``, ``dims=`` for the sizes torch also takes one by one (``torch.zeros(size=(2, 3))``, as
+    Hugging Face's BEiT writes it; ``x.view(size=...)``, ``x.permute(dims=...)``, ``x.repeat(repeats=...)``). By
+    name, trailing positional arguments that the definition takes at another position
+    (``torch.softmax(x, 1, torch.float64)``)."""
     params = sym.signature.parameters if getattr(sym, "signature", None) is not None else None
     if not params:
         return args, kwargs
-    kwargs = dict(kwargs)
-    first = next(iter(params.values()))
-    if not args and first.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
-        name = next((n for n in _FIRST_ARGUMENT if n in kwargs and n not in params), None)
-        if name is not None:
-            args = (kwargs.pop(name),)
+    positions, names = torch_positions(fn)
     positional = [p for p in params.values()
                   if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-    if len(args) == 1 and len(positional) > 1 and "other" in kwargs and "other" not in params:
-        args = (args[0], kwargs.pop("other"))  # the second operand of a binary op (``torch.add(x, other=y)``)
+    moved = _moved_by_name(args, names, params, positional)
+    if moved:
+        kwargs = {**kwargs, **{names[i]: args[i] for i in range(moved, len(args))}}
+        args = args[:moved]
+    if not kwargs:
+        return args, kwargs
+    kwargs = dict(kwargs)
+    positions = {"input": 0, "self": 0, "other": 1, **positions}
+    by_position = {positions[n]: n for n in kwargs if n not in params and n in positions}
     var = next((p for p in params.values() if p.kind is inspect.Parameter.VAR_POSITIONAL), None)
+    while len(args) in by_position and len(args) < len(positional) + (var is not None):
+        args = (*args, kwargs.pop(by_position[len(args)]))  # ``x.view(dtype=...)``: the one value of ``*shape``
     if var is not None:
         name = next((n for n in (var.name,) + _SIZES if n in kwargs and (n == var.name or n not in params)), None)
         if name is not None:
             args = tuple(args) + (kwargs.pop(name),)
     return args, kwargs
+
+
+def _moved_by_name(args, names, params, positional) -> int:
+    """The first of the trailing positional arguments that torch names and the definition takes by that name at
+    another position (0: none)."""
+    first = len(args)
+    for i in range(len(args) - 1, 0, -1):
+        name = names.get(i)
+        if name is None or name not in params or (i < len(positional) and positional[i].name == name):
+            break
+        first = i
+    return first if first < len(args) else 0
 
 
 class Tracer:
@@ -392,9 +431,8 @@ class Tracer:
         sym = TORCH_TO_SYMBOL.get(key)
         if sym is None:
             return self._unknown(func, first, args, kwargs)
-        if kwargs:
-            args, kwargs = torch_keywords(sym, args, kwargs)
-            first = first if first is not None or not args else args[0]
+        args, kwargs = torch_arguments(sym, func, args, kwargs)
+        first = first if first is not None or not args else args[0]
         out = self.call(sym, args, kwargs, fn=func)
         if isinstance(out, Updates):  # F.batch_norm: running statistics updated as autograd does not record
             for t, v in out.updates:
@@ -695,7 +733,10 @@ for _name in ("shape", "size", "numel", "nelement", "__len__", "stride", "nbytes
         if _obj is not None:
             _SYMBOLIC_QUERIES[_obj] = _attr.fget if isinstance(_attr, property) else _attr
 # Operations whose result is a view of their input only when the input's strides allow it.
-_MAYBE_VIEWS = frozenset({"reshape", "reshape_as", "flatten", "contiguous"})
+# operations that return their input itself or a new tensor depending on its layout (or their arguments: ``to`` and the
+# dtype methods return the input when nothing changes)
+_MAYBE_VIEWS = frozenset({"reshape", "reshape_as", "flatten", "contiguous", "to", "float", "double", "half", "bfloat16",
+                          "int", "long", "bool"})
 _VIEW_PRIMS = frozenset({"reshape", "squeeze", "broadcast_in_dim", "transpose", "slice_prim", "shallow_copy"})
 
 

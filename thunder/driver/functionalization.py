@@ -154,6 +154,7 @@ def _leaf_bsyms(bsym, out):
 class ViewOf:
     root: str  # the key of the root tensor
     steps: tuple  # ViewStep, from the root
+    keys: tuple  # the key of the tensor each step gives (the last: this view's)
 
 
 class Aliases:
@@ -182,16 +183,27 @@ class Aliases:
         view = self.views.get(key)
         if view is None or all(step.aliases is None for step in view.steps):
             return view
-        steps = []
-        for step in view.steps:
+        steps, last_copy = [], None
+        for i, step in enumerate(view.steps):
             if step.aliases is not None:
                 if not step.aliases():
-                    del self.views[key]  # a copy after all: the tensor is a root of its own
-                    return None
+                    last_copy = i
                 step = dataclasses.replace(step, aliases=None)
             steps.append(step)
-        view = self.views[key] = ViewOf(view.root, tuple(steps))
-        return view
+        self.views[key] = ViewOf(view.root, tuple(steps), view.keys)
+        if last_copy is not None:  # a copy after all: the tensor it gives is a root, and this a view of it (or it)
+            self._make_root(view.keys[last_copy])
+        return self.views.get(key)
+
+    def _make_root(self, key: str):
+        """The tensor ``key``, found to be a copy, is a root of its own; the views made from it, views of it."""
+        self.views.pop(key, None)
+        value = self.root_value(key)
+        for k, v in list(self.views.items()):
+            if key in v.keys:
+                i = v.keys.index(key)
+                self.views[k] = ViewOf(key, v.steps[i + 1:], v.keys[i + 1:])
+                self.version[k] = value.name
 
     def resolve(self, proxy: TensorProxy) -> TensorProxy:
         """The value the program's tensor ``proxy`` has now."""
@@ -222,7 +234,8 @@ class Aliases:
         root = parent.root if parent is not None else base_key
         self.originals.setdefault(root, base)
         steps = (parent.steps if parent is not None else ()) + (step,)
-        self.views[out.name] = ViewOf(root, steps)
+        keys = (parent.keys if parent is not None else ()) + (out.name,)
+        self.views[out.name] = ViewOf(root, steps, keys)
         self.originals[out.name] = out
         self.version[out.name] = self.root_value(root).name
 

@@ -200,20 +200,33 @@ def randn(*size, generator=None, dtype=None, layout=None, device=None, pin_memor
 
 
 @torchsymbol(torch.rand_like, tags=(Tag.RANDOM,))
-def rand_like(a, *, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, memory_format=None):
+def rand_like(a, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False,
+              memory_format=None):
+    check(generator is None, "thunder does not support explicit generators yet", NotImplementedError)
     return _unit_range(prims.uniform(tuple(a.shape), 0.0, 1.0, device=_device(device) if device else a.device,
                                      dtype=dtype or a.dtype))
 
 
 @torchsymbol(torch.randn_like, tags=(Tag.RANDOM,))
-def randn_like(a, *, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, memory_format=None):
+def randn_like(a, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False,
+               memory_format=None):
+    check(generator is None, "thunder does not support explicit generators yet", NotImplementedError)
     return prims.randn(tuple(a.shape), device=_device(device) if device else a.device, dtype=dtype or a.dtype)
 
 
 @torchsymbol(torch.randint, tags=(Tag.RANDOM,))
-def randint(*args, generator=None, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, out=None):
+def randint(*args, low=None, high=None, size=None, generator=None, dtype=None, layout=None, device=None, pin_memory=None,
+            requires_grad=False, out=None):
     check(generator is None, "thunder does not support explicit generators yet", NotImplementedError)
-    low, high, size = (0, args[0], args[1]) if len(args) == 2 else args
+    # torch's overloads: randint(high, size) and randint(low, high, size), each argument also by keyword
+    keywords = {k: v for k, v in (("low", low), ("high", high), ("size", size)) if v is not None}
+    names = ("low", "high", "size") if len(args) + len(keywords) == 3 else ("high", "size")
+    given = dict(zip(names, args))
+    check(len(args) <= len(names) and not given.keys() & keywords.keys() and set(names) == given.keys() | keywords.keys(),
+          lambda: f"randint() takes (high, size) or (low, high, size), got {len(args)} positional arguments and "
+                  f"{sorted(keywords)} by keyword", TypeError)
+    given.update(keywords)
+    low, high, size = given.get("low", 0), given["high"], given["size"]
     # floor of a uniform draw in [low, high): the torch executor runs torch.randint itself
     u = prims.uniform(_size((size,)), float(low), float(high), device=_device(device), dtype=torch.float64)
     return convert(prims.floor(u), dtype or torch.int64)

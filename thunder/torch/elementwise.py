@@ -24,7 +24,7 @@ _UNARY = {
     "cosh": Kind.INT_TO_FLOAT, "tanh": Kind.INT_TO_FLOAT, "asinh": Kind.INT_TO_FLOAT, "acosh": Kind.INT_TO_FLOAT,
     "atanh": Kind.INT_TO_FLOAT, "sqrt": Kind.INT_TO_FLOAT, "rsqrt": Kind.INT_TO_FLOAT,
     "reciprocal": Kind.INT_TO_FLOAT, "sign": Kind.DEFAULT, "floor": Kind.DEFAULT, "ceil": Kind.DEFAULT,
-    "round": Kind.DEFAULT, "trunc": Kind.DEFAULT, "erf": Kind.INT_TO_FLOAT, "erfc": Kind.INT_TO_FLOAT,
+    "trunc": Kind.DEFAULT, "erf": Kind.INT_TO_FLOAT, "erfc": Kind.INT_TO_FLOAT,
     "erfinv": Kind.INT_TO_FLOAT, "lgamma": Kind.INT_TO_FLOAT, "digamma": Kind.INT_TO_FLOAT,
     "bitwise_not": Kind.DEFAULT, "isfinite": Kind.ALWAYS_BOOL, "isnan": Kind.ALWAYS_BOOL,
     "isinf": Kind.ALWAYS_BOOL, "signbit": Kind.ALWAYS_BOOL, "sigmoid": Kind.INT_TO_FLOAT,
@@ -34,7 +34,7 @@ _UNARY = {
 def _unary_symbol(name: str, kind):
     prim = getattr(prims, name)
     torch_fns = [f for f in (getattr(torch, name, None), getattr(torch.special, name, None))
-                 if f is not None and f not in _NOT_ALIASES]
+                 if f is not None]
     if name == "sigmoid":
         torch_fns.append(F.sigmoid)
     if name == "tanh":
@@ -53,7 +53,6 @@ def _unary_symbol(name: str, kind):
 _UNARY_ALIASES = {"abs": (torch.absolute,), "neg": (torch.negative,), "asin": (torch.arcsin,), "acos": (torch.arccos,),
                   "atan": (torch.arctan,), "asinh": (torch.arcsinh,), "acosh": (torch.arccosh,), "atanh": (torch.arctanh,),
                   "expm1": (torch.special.expm1,)}
-_NOT_ALIASES = {torch.special.round}  # rejects integer inputs, unlike torch.round: left to the generic fallback
 _UNARY_METHOD_ALIASES = {"abs": ("__abs__", "absolute"), "neg": ("__neg__", "negative"), "bitwise_not": ("__invert__",)}
 
 
@@ -61,6 +60,22 @@ for _name, _kind in _UNARY.items():
     globals()[_name] = _unary_symbol(_name, _kind)
 
 abs_ = globals()["abs"]
+
+
+@torchsymbol(torch.round, methods=("round",), inplace_methods=("round_",))
+def round(a, *, decimals=0):
+    """To the nearest integer, halves to even; with ``decimals``, as torch's kernel: ``nearbyint(a * 10**d) / 10**d``
+    in the op's math dtype (``nearbyint(a / 10**-d) * 10**-d`` for negative ``d``)."""
+    if decimals == 0:
+        return elementwise_unary(prims.round, a, Kind.DEFAULT)
+    check(a.dtype.is_floating_point, lambda: f'"round" with decimals is not implemented for {a.dtype}', NotImplementedError)
+    x = convert(a, torch.float32) if a.dtype in (torch.float16, torch.bfloat16) else a
+    scale = float(10 ** (decimals if decimals > 0 else -decimals))
+    if decimals > 0:
+        out = prims.div(prims.round(prims.mul(x, scale)), scale)
+    else:
+        out = prims.mul(prims.round(prims.div(x, scale)), scale)
+    return convert(out, a.dtype)
 @number_torchsymbol(torch.logical_not, methods=("logical_not",), inplace_methods=("logical_not_",))
 def logical_not(a):
     return prims.eq(a, False) if a.dtype is torch.bool else prims.eq(a, 0)

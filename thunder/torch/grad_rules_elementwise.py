@@ -96,7 +96,7 @@ _UNARY_GRADS = {
     "erfinv": lambda g, a, out: ew.mul(ew.mul(ew.exp(ew.pow(out, 2)), _HALF_SQRT_PI), g),
     "lgamma": lambda g, a, out: ew.mul(g, ew.digamma(a)),
     "digamma": lambda g, a, out: ew.mul(g, fallback_symbol(torch.polygamma)(1, a)),
-    **{name: _zeros for name in ("sign", "floor", "ceil", "round", "trunc")},
+    **{name: _zeros for name in ("sign", "floor", "ceil", "trunc")},
 }
 
 
@@ -119,6 +119,12 @@ sigmoid_backward = _aten_unary_backward(aten.sigmoid_backward.default, "sigmoid_
 
 for _name, _grad in _UNARY_GRADS.items():
     _unary_rule(getattr(ew, _name if _name != "abs" else "abs_"), _grad)
+
+
+@register_vjp(ew.round)
+def round_rule(a, *, decimals=0):
+    out = ew.round(a, decimals=decimals)
+    return out, lambda g: (_grad_for(_zeros(g, a, out), a),)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -426,13 +426,31 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
 
 @torchsymbol(F.mse_loss)
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if weight is not None:
+        return _weighted(ew.pow(ew.sub(input, target), 2), weight, input, reduction)
     d = ew.sub(input, target)
-    return _reduce(ew.mul(d, d), _legacy_reduction(size_average, reduce, reduction))
+    return _reduce(ew.mul(d, d), reduction)
 
 
 @torchsymbol(F.l1_loss)
-def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
-    return _reduce(ew.abs(ew.sub(input, target)), _legacy_reduction(size_average, reduce, reduction))
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if weight is not None:
+        return _weighted(ew.abs(ew.sub(input, target)), weight, input, reduction)
+    return _reduce(ew.abs(ew.sub(input, target)), reduction)
+
+
+def _weighted(errors, weight, input, reduction):
+    """The weighted regression losses as torch writes them: the errors times the weights, their mean being their
+    sum over the weights' sum."""
+    check(tuple(weight.shape) == tuple(input.shape), "Weights and input must have the same size.", ValueError)
+    check(reduction in ("none", "mean", "sum"),
+          lambda: f"Invalid reduction mode: {reduction}. Expected one of 'none', 'mean', 'sum'.", ValueError)
+    loss = ew.mul(errors, weight)
+    if reduction == "none":
+        return loss
+    return red.sum(loss) if reduction == "sum" else ew.div(red.sum(loss), red.sum(weight))
 
 
 @torchsymbol(F.smooth_l1_loss)

@@ -114,6 +114,43 @@ def property_key(func):
     return func
 
 
+@functools.cache
+def torch_positions(fn) -> tuple[dict[str, int], dict[int, str]]:
+    """Where torch's ``fn`` takes its arguments positionally, by the names torch accepts as keywords, and the other
+    way round: from its Python signature, or for a builtin from the operator schemas of its overloads that take a
+    tensor (or a number) first, ``self`` there being ``input`` to functions. A name found at two positions, or a
+    position with two names (``torch.var(x, True)``: ``unbiased``; ``torch.var(x, 0)``: ``dim``), is left out.
+
+    The frontend passes by position what torch names otherwise than thunder's definition
+    (``torch.pow(x, exponent=2)``, ``torch.tensor_split(x, indices=(1,))``: a symbol's signature mirrors its torch
+    callable's), and by name what one torch callable takes at another position than the definition's
+    (``torch.softmax(x, 1, torch.float64)``: the definition's is ``F.softmax(x, dim, _stacklevel, dtype)``)."""
+    sig = signature_of(fn)
+    found: dict[str, set] = {}
+    if sig is not None:
+        positional = [p.name for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        found = {name: {i} for i, name in enumerate(positional)}
+    else:
+        try:
+            schemas = torch._C._jit_get_schemas_for_operator(f"aten::{fn.__name__}")
+        except (AttributeError, RuntimeError):
+            schemas = ()
+        for schema in schemas:
+            args = [a for a in schema.arguments if not a.kwarg_only and not a.is_out]
+            if not args or args[0].name not in ("self", "input") or str(args[0].type) not in ("Tensor", "number", "Scalar"):
+                continue  # TorchScript's overloads on Python lists, strings and numbers
+            for i, a in enumerate(args):
+                found.setdefault(a.name, set()).add(i)
+                if a.name == "self":
+                    found.setdefault("input", set()).add(i)
+    names: dict[int, set] = {}
+    for name, where in found.items():
+        for i in where:
+            names.setdefault(i, set()).add(name)
+    return ({name: i for name, (i, *more) in found.items() if not more},
+            {i: name for i, (name, *more) in names.items() if not more and i > 0})
+
+
 def signature_of(fn):
     try:
         return inspect.signature(fn)

@@ -64,7 +64,7 @@ def reshape_as(a, other):
     return reshape(a, tuple(other.shape))
 
 
-@torchsymbol(torch.flatten, methods=("flatten",), view=True)
+@torchsymbol(torch.flatten, methods=("flatten",))  # a view, or a copy where the strides allow none (as reshape)
 def flatten(a, start_dim=0, end_dim=-1):
     if a.ndim == 0:
         return reshape(a, (1,))
@@ -554,25 +554,41 @@ def _basic_getitem_shape(a, key) -> tuple:
 
 
 def _parse_to_args(a, args, kwargs):
+    """``Tensor.to``'s arguments: ``(dtype, non_blocking, copy)``, ``(device, dtype, non_blocking, copy)`` or
+    ``(other, non_blocking, copy)``, any of them by keyword, and ``memory_format`` by keyword."""
     device, dtype = kwargs.get("device"), kwargs.get("dtype")
+    flags = []
     for x in args:
-        if isinstance(x, torch.dtype):
+        if isinstance(x, bool):
+            flags.append(x)
+        elif isinstance(x, torch.dtype):
             dtype = x
         elif isinstance(x, (str, torch.device)):
             device = torch.device(x)
         elif isinstance(x, torch.Tensor):
             dtype, device = x.dtype, x.device
-    return (torch.device(device) if device is not None else None), dtype
+    copy = kwargs.get("copy", flags[1] if len(flags) > 1 else False)
+    return (torch.device(device) if device is not None else None), dtype, copy, kwargs.get("memory_format")
 
 
 @torchsymbol(methods=("to",), torch_impl=torch.Tensor.to)
 def to(a, *args, **kwargs):
-    device, dtype = _parse_to_args(a, args, kwargs)
+    device, dtype, copy, memory_format = _parse_to_args(a, args, kwargs)
     out = a
     if device is not None and _normalize_device(device) != a.device:
         out = prims.device_put(out, _normalize_device(device))
     if dtype is not None:
         out = convert(out, dtype)
+    return _new_tensor_if_asked(a, out, copy, memory_format)
+
+
+def _new_tensor_if_asked(a, out, copy: bool, memory_format):
+    """``out``, or where it is ``a`` itself, a new value when the program asked for a copy (``copy=True``) or a
+    memory format: the torch executor runs the program's call, and whether the result shares ``a``'s memory
+    (eager returns ``a`` when it is laid out so already) is decided as for ``contiguous`` (the frontend's
+    ``_MAYBE_VIEWS``)."""
+    if out is a and (copy or memory_format not in (None, torch.preserve_format)):
+        return prims.shallow_copy(a)
     return out
 
 
@@ -582,8 +598,8 @@ def _normalize_device(device):
 
 
 def _dtype_method(name, dtype):
-    def fn(a, memory_format=None):
-        return convert(a, dtype)
+    def fn(a, *, memory_format=None):
+        return _new_tensor_if_asked(a, convert(a, dtype), False, memory_format)
 
     fn.__name__ = name
     return torchsymbol(methods=(name,), name=name, torch_impl=getattr(torch.Tensor, name))(fn)
