@@ -162,7 +162,7 @@ class TracingMode(TorchFunctionMode):
 
 # torch functions that leave some of their arguments out when they dispatch to a TorchFunctionMode (torch 2.13's
 # ``F.l1_loss`` passes no ``weight``): the mode reads them from the function's own frame, which is on the stack
-# while it dispatches. tests/test_jit.py checks this table against torch's sources.
+# while it dispatches. tests/test_torch_signatures.py checks this table against torch's sources.
 DISPATCH_DROPS = {torch.nn.functional.l1_loss: ("weight",)}
 
 
@@ -431,7 +431,7 @@ class Tracer:
         sym = TORCH_TO_SYMBOL.get(key)
         if sym is None:
             return self._unknown(func, first, args, kwargs)
-        args, kwargs = torch_arguments(sym, func, args, kwargs)
+        args, kwargs = torch_arguments(sym, key, args, kwargs)  # key: a stable callable (cached)
         first = first if first is not None or not args else args[0]
         out = self.call(sym, args, kwargs, fn=func)
         if isinstance(out, Updates):  # F.batch_norm: running statistics updated as autograd does not record
@@ -732,9 +732,8 @@ for _name in ("shape", "size", "numel", "nelement", "__len__", "stride", "nbytes
     for _obj in (torch._C.TensorBase.__dict__.get(_name), torch.Tensor.__dict__.get(_name)):
         if _obj is not None:
             _SYMBOLIC_QUERIES[_obj] = _attr.fget if isinstance(_attr, property) else _attr
-# Operations whose result is a view of their input only when the input's strides allow it.
-# operations that return their input itself or a new tensor depending on its layout (or their arguments: ``to`` and the
-# dtype methods return the input when nothing changes)
+# Operations whose result is their input itself, or a view of it, only when its strides allow (or their arguments: ``to``
+# and the dtype methods return the input when they change nothing).
 _MAYBE_VIEWS = frozenset({"reshape", "reshape_as", "flatten", "contiguous", "to", "float", "double", "half", "bfloat16",
                           "int", "long", "bool"})
 _VIEW_PRIMS = frozenset({"reshape", "squeeze", "broadcast_in_dim", "transpose", "slice_prim", "shallow_copy"})

@@ -1,6 +1,7 @@
 """Tensor creation (factories), including random ones, of the torch language."""
 from __future__ import annotations
 
+import functools
 import math
 from numbers import Number
 
@@ -15,6 +16,24 @@ from thunder.core.symbol import Tag
 from thunder.torch.registry import number_torchsymbol, torchsymbol
 from thunder.torch.utils import check, convert
 from thunder.torch import fallback
+
+
+def _plain_tensor(definition):
+    """A factory's definition, refusing what thunder's proxies cannot stand for: a layout other than strided, and a
+    tensor created inside the program that requires grad (a leaf of its own: thunder differentiates with respect to
+    the program's inputs and the module's parameters)."""
+
+    @functools.wraps(definition)
+    def checked(*args, **kwargs):
+        name = definition.__name__
+        layout = kwargs.get("layout")
+        check(layout in (None, torch.strided), lambda: f"{name}(..., layout={layout}): thunder's tensors are strided",
+              NotImplementedError)
+        check(not kwargs.get("requires_grad"), lambda: f"{name}(..., requires_grad=True) inside a jitted function is not "
+              "supported: create the tensor outside it (a parameter, or an input) and pass it in", NotImplementedError)
+        return definition(*args, **kwargs)
+
+    return checked
 
 
 def _device(device):
@@ -44,24 +63,28 @@ def _fill_dtype(fill_value):
 
 
 @number_torchsymbol(torch.full)
+@_plain_tensor
 def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False):
     dtype = dtype if dtype is not None else _fill_dtype(fill_value)
     return prims.full(_size((size,)), convert(fill_value, dtype), device=_device(device), dtype=dtype)
 
 
 @torchsymbol(torch.zeros)
+@_plain_tensor
 def zeros(*size, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, out=None):
     dtype = _float_dtype(dtype)
     return prims.full(_size(size), convert(0, dtype), device=_device(device), dtype=dtype)
 
 
 @torchsymbol(torch.ones)
+@_plain_tensor
 def ones(*size, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, out=None):
     dtype = _float_dtype(dtype)
     return prims.full(_size(size), convert(1, dtype), device=_device(device), dtype=dtype)
 
 
 @torchsymbol(torch.empty)
+@_plain_tensor
 def empty(*size, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, memory_format=None, out=None):
     dtype = _float_dtype(dtype)
     return prims.full(_size(size), convert(0, dtype), device=_device(device), dtype=dtype)
@@ -73,7 +96,7 @@ def _like(name, value_fn):
         return prims.full(tuple(a.shape), convert(value_fn(a), dtype), device=_device(device) if device else a.device, dtype=dtype)
 
     fn.__name__ = name
-    return torchsymbol(getattr(torch, name), name=name)(fn)
+    return torchsymbol(getattr(torch, name), name=name)(_plain_tensor(fn))
 
 
 zeros_like = _like("zeros_like", lambda a: 0)
@@ -82,6 +105,7 @@ empty_like = _like("empty_like", lambda a: 0)
 
 
 @number_torchsymbol(torch.full_like)
+@_plain_tensor
 def full_like(a, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, memory_format=None):
     dtype = dtype or a.dtype
     return prims.full(tuple(a.shape), convert(fill_value, dtype), device=_device(device) if device else a.device, dtype=dtype)
@@ -95,7 +119,7 @@ def _new(name, value):
         return prims.full(_size(size), convert(v, dtype), device=_device(device) if device else a.device, dtype=dtype)
 
     fn.__name__ = name
-    return torchsymbol(methods=(name,), name=name, torch_impl=getattr(torch.Tensor, name))(fn)
+    return torchsymbol(methods=(name,), name=name, torch_impl=getattr(torch.Tensor, name))(_plain_tensor(fn))
 
 
 new_zeros = _new("new_zeros", 0)
@@ -104,12 +128,14 @@ new_empty = _new("new_empty", 0)
 
 
 @number_torchsymbol(methods=("new_full",), torch_impl=torch.Tensor.new_full)
+@_plain_tensor
 def new_full(a, size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False):
     dtype = dtype or a.dtype
     return prims.full(_size((size,)), convert(fill_value, dtype), device=_device(device) if device else a.device, dtype=dtype)
 
 
 @torchsymbol(torch.arange)
+@_plain_tensor
 def arange(start, end=None, step=1, *, out=None, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False):
     if end is None:
         start, end = 0, start
@@ -126,6 +152,7 @@ def arange(start, end=None, step=1, *, out=None, dtype=None, layout=None, device
 
 
 @torchsymbol(torch.linspace)
+@_plain_tensor
 def linspace(start, end, steps, *, out=None, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False):
     """torch's formula: ``start + step * i`` in the first half, ``end - step * (steps - 1 - i)`` in the second."""
     check(not any(isinstance(x, TensorProxy) for x in (start, end)), "linspace with tensor bounds is not supported",
@@ -146,6 +173,7 @@ def linspace(start, end, steps, *, out=None, dtype=None, layout=None, device=Non
 
 
 @torchsymbol(torch.eye)
+@_plain_tensor
 def eye(n, m=None, *, out=None, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False):
     from thunder.torch.elementwise import eq
     from thunder.torch.shapes import reshape
@@ -161,6 +189,7 @@ def _tensor_impl(data, *, dtype=None, device=None, requires_grad=False, pin_memo
 
 
 @torchsymbol(torch.tensor, torch_impl=torch.tensor)
+@_plain_tensor
 def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
     traced = any(isinstance(x, (TensorProxy, NumberProxy)) for x in tree_leaves(data))
     check(not isinstance(data, torch.Tensor) and not traced,
@@ -171,6 +200,7 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
 
 
 @number_torchsymbol(torch.scalar_tensor)
+@_plain_tensor
 def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None):
     dtype = _float_dtype(dtype)
     return prims.full((), convert(s, dtype), device=_device(device), dtype=dtype)
@@ -182,6 +212,7 @@ def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None):
 
 
 @torchsymbol(torch.rand, tags=(Tag.RANDOM,))
+@_plain_tensor
 def rand(*size, generator=None, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, out=None):
     check(generator is None, "thunder does not support explicit generators yet", NotImplementedError)
     dtype = _float_dtype(dtype)
@@ -194,12 +225,14 @@ def _unit_range(out):
 
 
 @torchsymbol(torch.randn, tags=(Tag.RANDOM,))
+@_plain_tensor
 def randn(*size, generator=None, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False, out=None):
     check(generator is None, "thunder does not support explicit generators yet", NotImplementedError)
     return prims.randn(_size(size), device=_device(device), dtype=_float_dtype(dtype))
 
 
 @torchsymbol(torch.rand_like, tags=(Tag.RANDOM,))
+@_plain_tensor
 def rand_like(a, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False,
               memory_format=None):
     check(generator is None, "thunder does not support explicit generators yet", NotImplementedError)
@@ -208,6 +241,7 @@ def rand_like(a, *, generator=None, dtype=None, layout=None, device=None, pin_me
 
 
 @torchsymbol(torch.randn_like, tags=(Tag.RANDOM,))
+@_plain_tensor
 def randn_like(a, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False,
                memory_format=None):
     check(generator is None, "thunder does not support explicit generators yet", NotImplementedError)
@@ -215,6 +249,7 @@ def randn_like(a, *, generator=None, dtype=None, layout=None, device=None, pin_m
 
 
 @torchsymbol(torch.randint, tags=(Tag.RANDOM,))
+@_plain_tensor
 def randint(*args, low=None, high=None, size=None, generator=None, dtype=None, layout=None, device=None, pin_memory=None,
             requires_grad=False, out=None):
     check(generator is None, "thunder does not support explicit generators yet", NotImplementedError)
@@ -247,6 +282,7 @@ def multinomial(a, num_samples, replacement=False, *, generator=None):
 
 
 @torchsymbol(torch.randperm, tags=(Tag.RANDOM,))
+@_plain_tensor
 def randperm(n, *, generator=None, out=None, dtype=torch.int64, layout=None, device=None, pin_memory=False, requires_grad=False):
     check(generator is None, "thunder does not support explicit generators yet", NotImplementedError)
     return fallback.fallback_call(torch.randperm, (n,), dict(dtype=dtype, device=_device(device)))

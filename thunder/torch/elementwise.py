@@ -76,6 +76,8 @@ def round(a, *, decimals=0):
     else:
         out = prims.mul(prims.round(prims.div(x, scale)), scale)
     return convert(out, a.dtype)
+
+
 @number_torchsymbol(torch.logical_not, methods=("logical_not",), inplace_methods=("logical_not_",))
 def logical_not(a):
     return prims.eq(a, False) if a.dtype is torch.bool else prims.eq(a, 0)
