@@ -311,6 +311,7 @@ class Tracer:
         self.real_inputs: dict[str, torch.Tensor] = {}  # input name -> the tensor seen while tracing
         self.aliases = Aliases()
         self.layouts = Layouts()
+        self.aliases.on_new_value = lambda key, value: self.layouts.add_value(value, self.aliases.originals[key])
         self.grads: dict[str, object] = {}  # input name -> proxy of its .grad (or None) as the program read it
         self.checkpoint_depth = 0
 

@@ -167,6 +167,9 @@ class Aliases:
         self.version: dict[str, str] = {}  # key of a view -> the name of the root value its value is computed from
         self.view_values: dict[str, TensorProxy] = {}  # key of a view -> its value computed from `version`
         self.key_of: dict[str, str] = {}  # name of a value proxy -> key of the tensor it is the value of
+        # called with (key, value proxy) when a tensor gets a new value through an update: its memory, and so its
+        # layout, is the tensor's own (the frontend's layouts follow it)
+        self.on_new_value = lambda key, value: None
 
     def key(self, proxy: TensorProxy) -> str:
         return self.key_of.get(proxy.name, proxy.name)
@@ -226,6 +229,7 @@ class Aliases:
         self.version[key] = root_value.name
         self.view_values[key] = value
         self.key_of[value.name] = key
+        self.on_new_value(key, value)
 
     def add_view(self, base: TensorProxy, out: TensorProxy, step: ViewStep):
         """Records that ``out`` is a view of ``base`` (a current value) made by ``step``."""
@@ -247,6 +251,7 @@ class Aliases:
             self.originals.setdefault(key, proxy)
             self.current[key] = value
             self.key_of[value.name] = key
+            self.on_new_value(key, value)
             return
         if value.requires_grad and all(step.kind == "view" for step in view.steps):
             from thunder.torch.inplace import view_update
@@ -261,6 +266,7 @@ class Aliases:
             new = step.scatter(base, new)
         self.current[view.root] = new
         self.key_of[new.name] = view.root
+        self.on_new_value(view.root, new)
         self._set_view_value(key, new, value)
 
     def view_of(self, proxy: TensorProxy) -> ViewOf | None:

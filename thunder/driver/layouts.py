@@ -34,6 +34,7 @@ class Layouts:
         self.producer: dict[str, tuple] = {}  # name -> (torch callable, args, kwargs, flat output index)
         self.memo: dict[str, tuple] = {}  # name -> (strides, storage offset, input names it depends on)
         self.observed: set[str] = set()  # inputs whose layout an answer depended on
+        self.value_of: dict[str, TensorProxy] = {}  # a new value of a tensor (an in-place update) -> the tensor
 
     def add_input(self, proxy: TensorProxy, tensor: torch.Tensor):
         self.inputs[proxy.name] = (tuple(tensor.stride()), tensor.storage_offset())
@@ -44,6 +45,13 @@ class Layouts:
         for i, o in enumerate(tree_leaves(out)):
             if isinstance(o, TensorProxy) and o.name not in self.inputs:
                 self.producer.setdefault(o.name, (fn, args, kwargs, i))
+
+    def add_value(self, value: TensorProxy, tensor: TensorProxy):
+        """``value`` is ``tensor``'s value after an in-place update (of it, or of a tensor it shares memory with): laid
+        out as ``tensor``, whatever computed it."""
+        if value.name != tensor.name and tuple(value.shape) == tuple(tensor.shape):
+            self.value_of[value.name] = tensor
+            self.memo.pop(value.name, None)
 
     # -- queries ---------------------------------------------------------------------------
     def meta(self, proxy: TensorProxy) -> torch.Tensor:
@@ -60,8 +68,11 @@ class Layouts:
         memo = self.memo.get(name)
         if memo is not None:
             return memo
+        tensor = self.value_of.get(name)
         producer = self.producer.get(name)
-        if producer is None:
+        if tensor is not None:
+            result = self._layout(tensor)
+        elif producer is None:
             result = (contiguous_strides(proxy.shape), 0, frozenset())
         else:
             result = self._replay(proxy, *producer)

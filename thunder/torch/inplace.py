@@ -42,7 +42,17 @@ class InplacePlan:
 # ---------------------------------------------------------------------------------------------
 
 
-@torchsymbol(name="copy_value", torch_impl=None)
+# The values of copy_, fill_ and zero_ run laid out as the tensor they are written into (eager writes them into its
+# memory): the rest of the program, and the values scattered back through views, see eager's strides.
+def _copy_value_impl(a, src, non_blocking=False):
+    return torch.empty_like(a).copy_(src)
+
+
+def _fill_value_impl(a, value):
+    return torch.empty_like(a).fill_(value)
+
+
+@torchsymbol(name="copy_value", torch_impl=_copy_value_impl)
 def copy_value(a, src, non_blocking=False):
     """The value ``a.copy_(src)`` gives ``a``: ``src`` converted to ``a``'s dtype and device, broadcast to its shape."""
     from thunder.torch.shapes import to
@@ -55,7 +65,7 @@ def copy_value(a, src, non_blocking=False):
     return expand_to(to(src, a.device, a.dtype), tuple(a.shape))
 
 
-@torchsymbol(name="fill_value", torch_impl=None)
+@torchsymbol(name="fill_value", torch_impl=_fill_value_impl)
 def fill_value(a, value):
     """The value ``a.fill_(value)`` gives ``a`` (``value`` a number or a 0-dim tensor)."""
     from thunder.torch.creation import full
@@ -66,7 +76,7 @@ def fill_value(a, value):
     return full(tuple(a.shape), value, dtype=a.dtype, device=a.device)
 
 
-@torchsymbol(name="zero_value", torch_impl=None)
+@torchsymbol(name="zero_value", torch_impl=torch.zeros_like)
 def zero_value(a):
     from thunder.torch.creation import full
 
