@@ -62,6 +62,9 @@ CASES = {
                                               qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
                                               n_routed_experts=4, moe_intermediate_size=32, n_shared_experts=1,
                                               first_k_dense_replace=1, n_group=2, topk_group=1)),
+    # Llama 4's chunked-attention mask is made with ``torch.zeros(..., dtype=int)``: a Python type as the dtype
+    "llama4_text": HFCase("llama4_text", dict(_DECODER, **_MOE, head_dim=16, num_local_experts=4,
+                                              intermediate_size_mlp=128)),
     "gpt2": HFCase("gpt2", dict(n_embd=64, n_layer=2, n_head=4, vocab_size=VOCAB, n_positions=64)),
     "gpt_neox": HFCase("gpt_neox", dict(_DECODER, hidden_dropout=0.1)),
     "bert": HFCase("bert", dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,

@@ -133,9 +133,11 @@ def test_every_positional_argument_reaches_the_parameter_torch_means():
     lambda x: x.view(dtype=torch.float32),
     lambda x: torch.randint(low=0, high=3, size=(3,)).shape,
     lambda x: torch.round(x * 100, decimals=-1),
+    lambda x: torch.zeros(2, dtype=int),
+    lambda x: x.to(float),
 ], ids=["softmax dtype", "log_softmax dtype", "tensor_split indices", "tensor_split sections", "pow exponent",
         "mm mat2", "addcmul tensor1", "repeat repeats", "swapaxes axis0", "outer vec2", "view dtype",
-        "randint low high", "round decimals"])
+        "randint low high", "round decimals", "dtype=int", "to(float)"])
 def test_torch_spellings_run_as_in_eager(call):
     x = torch.randn(4, 5)
     expected, actual = call(x), thunder.jit(call)(x)

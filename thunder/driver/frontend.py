@@ -247,6 +247,8 @@ _compiling_flag = _CompilingFlag()
 
 
 _SIZES = ("size", "shape", "dims", "sizes", "repeats")
+# Python types torch takes for dtypes (``torch.zeros(n, dtype=int)``, ``x.to(float)``)
+_PYTHON_DTYPES = {int: torch.int64, float: torch.float64, bool: torch.bool, complex: torch.complex128}
 
 
 def torch_arguments(sym, fn, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -257,7 +259,11 @@ def torch_arguments(sym, fn, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     ``size=``, ``shape=``, ``dims=`` for the sizes torch also takes one by one (``torch.zeros(size=(2, 3))``, as
     Hugging Face's BEiT writes it; ``x.view(size=...)``, ``x.permute(dims=...)``, ``x.repeat(repeats=...)``). By
     name, trailing positional arguments that the definition takes at another position
-    (``torch.softmax(x, 1, torch.float64)``)."""
+    (``torch.softmax(x, 1, torch.float64)``). And Python types as the dtypes torch takes them for (``dtype=int``)."""
+    if any(a in _PYTHON_DTYPES for a in args if isinstance(a, type)):
+        args = tuple(_PYTHON_DTYPES.get(a, a) if isinstance(a, type) else a for a in args)
+    if isinstance(kwargs.get("dtype"), type):
+        kwargs = {**kwargs, "dtype": _PYTHON_DTYPES.get(kwargs["dtype"], kwargs["dtype"])}
     params = sym.signature.parameters if getattr(sym, "signature", None) is not None else None
     if not params:
         return args, kwargs
