@@ -19,7 +19,7 @@ import torch.nn.functional as F
 import thunder
 from thunder.core.symbol import Symbol
 from thunder.driver.frontend import DISPATCH_DROPS, torch_arguments
-from thunder.torch.registry import SYMBOLS, TORCH_TO_SYMBOL, signature_of
+from thunder.torch.registry import SYMBOLS, TORCH_TO_SYMBOL, signature_of, torch_overloads
 
 
 def _name(fn) -> str:
@@ -33,19 +33,10 @@ def torch_keywords(fn) -> dict[str, int | None]:
     if sig is not None:
         return {p.name: (i if p.kind is not p.KEYWORD_ONLY else None) for i, p in enumerate(sig.parameters.values())
                 if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    try:
-        schemas = torch._C._jit_get_schemas_for_operator(f"aten::{fn.__name__}")
-    except (AttributeError, RuntimeError):
-        return {}
     names: dict[str, int | None] = {}
-    for schema in schemas:
-        first = schema.arguments[0] if schema.arguments else None
-        if first is None or first.name not in ("self", "input") or str(first.type) not in ("Tensor", "number", "Scalar"):
-            continue
+    for arguments in torch_overloads(fn):
         position = 0
-        for a in schema.arguments:
-            if a.is_out:
-                continue
+        for a in arguments:
             names.setdefault("input" if a.name == "self" else a.name, None if a.kwarg_only else position)
             position += not a.kwarg_only
     return names

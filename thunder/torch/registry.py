@@ -114,6 +114,21 @@ def property_key(func):
     return func
 
 
+def torch_overloads(fn) -> list[list]:
+    """The arguments (``torch._C.Argument``, out= ones left out) of each overload of the builtin ``fn`` that Python
+    calls: those taking a tensor (or a number) first; TorchScript's overloads on lists, strings and numbers are not."""
+    try:
+        schemas = torch._C._jit_get_schemas_for_operator(f"aten::{fn.__name__}")
+    except (AttributeError, RuntimeError):
+        return []
+    overloads = []
+    for schema in schemas:
+        first = schema.arguments[0] if schema.arguments else None
+        if first is not None and first.name in ("self", "input") and str(first.type) in ("Tensor", "number", "Scalar"):
+            overloads.append([a for a in schema.arguments if not a.is_out])
+    return overloads
+
+
 @functools.cache
 def torch_positions(fn) -> tuple[dict[str, int], dict[int, str]]:
     """Where torch's ``fn`` takes its arguments positionally, by the names torch accepts as keywords, and the other
@@ -131,15 +146,8 @@ def torch_positions(fn) -> tuple[dict[str, int], dict[int, str]]:
         positional = [p.name for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         found = {name: {i} for i, name in enumerate(positional)}
     else:
-        try:
-            schemas = torch._C._jit_get_schemas_for_operator(f"aten::{fn.__name__}")
-        except (AttributeError, RuntimeError):
-            schemas = ()
-        for schema in schemas:
-            args = [a for a in schema.arguments if not a.kwarg_only and not a.is_out]
-            if not args or args[0].name not in ("self", "input") or str(args[0].type) not in ("Tensor", "number", "Scalar"):
-                continue  # TorchScript's overloads on Python lists, strings and numbers
-            for i, a in enumerate(args):
+        for arguments in torch_overloads(fn):
+            for i, a in enumerate(a for a in arguments if not a.kwarg_only):
                 found.setdefault(a.name, set()).add(i)
                 if a.name == "self":
                     found.setdefault("input", set()).add(i)
