@@ -128,6 +128,12 @@ CASES = {
                              intermediate_groups=1, output_groups=1)),
         ("nystromformer", dict(num_landmarks=4, segment_means_seq_len=16)), ("big_bird", dict(attention_type="original_full")),
         ("rembert", dict(input_embedding_size=32, output_embedding_size=32)), ("ernie", {}), ("megatron-bert", {}))},
+    # Custom torch.autograd.Functions in training: BLOOM's GeLU, PhiMoE's router multiplier (a sparse mixer),
+    # RecurrentGemma's bounded-derivative square root (see tests/test_custom_function.py)
+    "bloom": HFCase("bloom", dict(hidden_size=64, n_layer=2, n_head=4, vocab_size=VOCAB)),
+    "phimoe": HFCase("phimoe", dict(_DECODER, **_MOE, num_local_experts=4)),
+    "recurrent_gemma": HFCase("recurrent_gemma", dict(_DECODER, head_dim=16, lru_width=64, attention_window_size=8,
+                                                      block_types=["recurrent", "attention"], pad_token_id=0)),
 }
 
 # Every case is bitwise: forward, loss, gradients, buffers and parameters after the optimizer steps.

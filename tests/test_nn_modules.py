@@ -333,8 +333,6 @@ EXPECTED_ERRORS: dict[str, tuple[type, str, str]] = {
                                    "nonzero().squeeze(): whether the selection's run-time extent is 1 decides the shape"),
     "GaussianNLLLoss": (NotImplementedError, "gaussian_nll_loss: " + _VALUES,
                         "F.gaussian_nll_loss checks var >= 0 by reading the values"),
-    "CrossMapLRN2d": (NotImplementedError, "custom torch.autograd.Function CrossMapLRN2d",
-                      "a Python autograd.Function: thunder would ignore its backward"),
     "Embedding-max-norm": (NotImplementedError, "embedding with max_norm renormalizes the weight in place",
                            "eager renormalizes the looked-up rows of the weight in place, under no_grad"),
     "BatchNorm1d-cumulative": (DataDependentError, "float(tensor) needs the value of tensor t_num_batches_tracked",

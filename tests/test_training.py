@@ -458,10 +458,12 @@ class _TimesTwoWithCustomBackward(torch.autograd.Function):
         return g * 100
 
 
-def test_custom_autograd_function_fails_early_where_its_backward_matters():
+def test_custom_autograd_function_trains_with_its_own_backward():
+    """More in tests/test_custom_function.py."""
     jf = thunder.jit(lambda x: _TimesTwoWithCustomBackward.apply(x).sum())
-    with pytest.raises(NotImplementedError, match="_TimesTwoWithCustomBackward"):
-        jf(torch.randn(3, requires_grad=True))
+    x = torch.randn(3, requires_grad=True)
+    jf(x).backward()
+    assert torch.equal(x.grad, torch.full((3,), 100.0))
     # without gradients its forward is traced like any other code
     x = torch.randn(3)
     assert torch.equal(jf(x), (x * 2).sum())

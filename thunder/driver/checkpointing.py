@@ -97,15 +97,15 @@ def _refused_while_tracing(vmap):
 
 
 def _custom_function_apply(original):
-    """User-defined ``torch.autograd.Function``: traced through when no gradient is needed, refused otherwise."""
+    """User-defined ``torch.autograd.Function``: see [Note: custom autograd functions] in custom_function.py."""
 
     def apply(cls, *args, **kwargs):
-        if _tracing_trace() is not None and torch.is_grad_enabled() and any(isinstance(a, TensorProxy) and a.requires_grad
-                                           for a in flat_proxies((args, kwargs))):
-            raise NotImplementedError(
-                f"thunder does not support the custom torch.autograd.Function {cls.__qualname__} where gradients "
-                "are needed: thunder would differentiate its forward and ignore its backward. Call it outside the "
-                "jitted function, or express it with torch operations.")
+        from thunder.driver import custom_function
+        from thunder.driver.frontend import current_tracer
+
+        tracer = current_tracer()
+        if tracer is not None and custom_function.needs_custom_backward(tracer, args, kwargs):
+            return custom_function.apply(tracer, cls, args, kwargs)
         return original(cls, *args, **kwargs)
 
     return apply

@@ -523,6 +523,8 @@ class Tracer:
                 return self._detach_in_place(first, new)
         elif plan.kind == PlanKind.VALUE:
             new = self.call(plan.fn, args, kwargs)
+        elif plan.kind == PlanKind.RESIZE:
+            return self._resize(first, plan.fn(*args, **kwargs), func)
         elif plan.kind == PlanKind.CLONE_APPLY:
             with torch.no_grad() if plan.no_grad else contextlib.nullcontext():
                 new = self.call(inplace_fallback_symbol(plan.fn), args, kwargs)
@@ -603,6 +605,26 @@ class Tracer:
                 "tensor, which thunder cannot express; use the out-of-place operation instead")
         new = self.handle(view_fn, args, kwargs)
         self.aliases.views.pop(new.name, None)  # ``new`` is the tensor's own value now, not a view of it
+        self.aliases.current[key] = new
+        self.aliases.key_of[new.name] = key
+        return original
+
+    def _resize(self, original, size, func):
+        """``t.resize_(size)``, ``t.resize_as_(other)``: supported where eager's result does not depend on the memory
+        ``t`` had: ``t`` already has that size, or it has no elements (``x.new()``, as legacy code allocates). The new
+        elements are uninitialized, as eager's."""
+        proxy = original if isinstance(original, TensorProxy) else self._capture(original)
+        value = self.resolve(proxy)
+        if tuple(value.shape) == size:
+            return original
+        key = self.aliases.key(proxy)
+        if value.numel() != 0 or key in self.input_names or self.aliases.view_of(proxy) is not None \
+                or self.aliases.has_views(key):
+            raise NotImplementedError(
+                f"{describe(func)} is supported by thunder only for a tensor with no elements that nothing else shares "
+                "memory with (x.new().resize_(...)): it changes a tensor's size and storage in place; use reshape or "
+                "a new tensor instead")
+        new = self.handle(torch.empty, (size,), {"dtype": value.dtype, "device": value.device})
         self.aliases.current[key] = new
         self.aliases.key_of[new.name] = key
         return original

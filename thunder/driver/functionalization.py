@@ -43,10 +43,16 @@ class ViewStep:
     kwargs: dict
     index: int | None
     chain: tuple  # the primitives (bound symbols) that compute this output from the base, in order
-    kind: str = "view"  # "view", "detach" or "opaque" (an aliasing op thunder cannot write through)
+    # "view", "detach", "opaque" (an aliasing op thunder cannot write through) or "custom_function" (an output of a
+    # custom autograd.Function that is a view, or an input returned as is: eager refuses to update it, or to use it
+    # once its base is updated)
+    kind: str = "view"
     aliases: Any = None  # for ops that alias only when strides allow (reshape): a function deciding it, when needed
 
     def apply(self, base):
+        if self.kind == "custom_function":
+            raise RuntimeError(_custom_function_view_error(self, "its base or another view of its base has been "
+                                                                 "modified inplace"))
         if self.kind == "detach":
             from thunder.torch.shapes import detach
 
@@ -56,6 +62,8 @@ class ViewStep:
 
     def scatter(self, base, value):
         """``base``'s new value when this view of it gets the new value ``value``."""
+        if self.kind == "custom_function":
+            raise RuntimeError(_custom_function_view_error(self, "is being modified inplace"))
         if self.kind == "detach":
             from thunder.torch.inplace import detached_update
 
@@ -74,6 +82,13 @@ class ViewStep:
         for b, c in zip(reversed(self.chain), reversed(values)):
             value = _inverse(b, c, value)
         return value
+
+
+def _custom_function_view_error(step, what) -> str:
+    return (f"Output {step.index} of {step.sym.name} is a view and {what}. This view was created inside a custom "
+            "Function (or because an input was returned as-is) and the autograd logic to handle view+inplace would "
+            "override the custom backward associated with the custom Function, leading to incorrect gradients. This "
+            "behavior is forbidden. You can fix this by cloning the output of the custom Function.")
 
 
 def _replay(bsym, base):

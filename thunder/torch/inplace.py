@@ -25,6 +25,7 @@ class PlanKind:
     VALUE = "value"  # a torch-language function (self, *args, **kwargs) -> the new value
     CLONE_APPLY = "clone_apply"  # run the torch callable itself on a copy (fallback.updated_copy), as one operation
     METADATA = "metadata"  # changes the tensor's shape or strides in place (t_, unsqueeze_, ...)
+    RESIZE = "resize"  # resize_, resize_as_: fn(self, *args, **kwargs) -> the size asked for
     REFUSE = "refuse"
 
 
@@ -169,10 +170,28 @@ _REFUSED = {
     "resize_as_sparse_": "sparse tensors are not supported by thunder",
     "sparse_resize_": "sparse tensors are not supported by thunder",
     "sparse_resize_and_clear_": "sparse tensors are not supported by thunder",
-    "resize_": "Tensor.resize_ changes a tensor's size and storage in place; use reshape or a new tensor instead",
     "rename_": "Tensor.rename_ names dimensions in place; named tensors are not supported by thunder",
-    "resize_as_": "Tensor.resize_as_ changes a tensor's size and storage in place; use reshape_as or a new tensor instead",
 }
+
+
+def _resize_size(self, *size, memory_format=None):
+    return _memory_format_checked(tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else size,
+                                  memory_format)
+
+
+def _resize_as_size(self, other, memory_format=None):
+    return _memory_format_checked(tuple(other.shape), memory_format)
+
+
+def _memory_format_checked(size, memory_format):
+    if memory_format not in (None, torch.contiguous_format, torch.preserve_format):
+        raise NotImplementedError(f"thunder supports Tensor.resize_ with the contiguous memory format only, not "
+                                  f"{memory_format}")
+    return tuple(size)
+
+
+# Legacy code (torch.nn.CrossMapLRN2d) allocates with ``x.new()`` and then resizes: see Tracer._resize.
+_RESIZES = {"resize_": _resize_size, "resize_as_": _resize_as_size}
 
 _NOT_UPDATES = frozenset({"requires_grad_", "retain_grad", "register_hook"})  # not value updates: handled elsewhere
 
@@ -205,6 +224,8 @@ def _build() -> dict:
             add(objs, InplacePlan(PlanKind.VALUE, _VALUE[name]))
         elif name in _METADATA:
             add(objs, InplacePlan(PlanKind.METADATA, _METADATA[name]))
+        elif name in _RESIZES:
+            add(objs, InplacePlan(PlanKind.RESIZE, _RESIZES[name]))
         elif name in _RANDOM or name == "fill_diagonal_":
             add(objs, _clone_apply(getattr(torch.Tensor, name)))
         elif name == "detach_":

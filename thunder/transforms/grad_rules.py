@@ -40,7 +40,9 @@ def register_vjp(*symbols):
 
 
 def get_vjp(sym):
-    return VJP_RULES.get(sym.id)
+    """``sym``'s rule: registered for its id, or its own (``sym.vjp``: a symbol made for one call, such as a custom
+    torch.autograd.Function's)."""
+    return VJP_RULES.get(sym.id) or getattr(sym, "vjp", None)
 
 
 _ELEMENTWISE_RULES: set[str] = set()
