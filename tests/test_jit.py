@@ -977,3 +977,24 @@ def test_subclasses_of_python_numbers_in_the_program_run_from_the_trace(case):
     x = torch.randn(3, 4)
     jfn = thunder.jit(fn)
     assert torch.equal(jfn(x), fn(x)) and torch.equal(jfn(x), fn(x))
+
+
+@pytest.mark.parametrize("other", ["Rep", None, [1.0, 2.0, 3.0], (1, 2, 3), object()],
+                         ids=["str", "None", "list", "tuple", "object"])
+@pytest.mark.parametrize("op", ["__eq__", "__ne__", "__add__", "__radd__", "__lt__", "__mul__", "__rsub__", "__pow__",
+                                "__and__", "__matmul__"])
+def test_operators_with_operands_torch_does_not_take_return_not_implemented(op, other):
+    """As torch's: Python then decides (``x == "Rep"`` is False, as Wan's video autoencoder asks; ``x + "a"`` raises)."""
+    x = torch.randn(3)
+    assert getattr(x, op)(other) is NotImplemented
+    assert thunder.jit(lambda t: getattr(t, op)(other))(x) is NotImplemented
+
+
+def test_comparing_a_tensor_with_a_string_is_false():
+    def f(x, cache):
+        return x * 2 if cache[0] == "Rep" else x + 1
+
+    x = torch.randn(3)
+    assert torch.equal(thunder.jit(f)(x, [x]), f(x, [x]))
+    with pytest.raises(TypeError):
+        thunder.jit(lambda t: t + "a")(x)

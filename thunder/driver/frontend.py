@@ -16,6 +16,7 @@ import copy
 import dataclasses
 import functools
 import inspect
+import numbers
 import sys
 import threading
 import types
@@ -415,6 +416,10 @@ class Tracer:
                 "set it outside the jitted function")
         if key is _ITER:
             return iter(self.call(ltorch_shapes.unbind, (self.resolve(args[0]), 0), {}))
+        if key in _OPERATORS and len(args) == 2 and not _is_operand(args[1]):
+            # torch's operators return NotImplemented for such operands, and Python decides: ``x == "Rep"`` is False
+            # (Wan's video autoencoder asks that), ``x + "a"`` raises
+            raise TypeError(f"Tensor.{key.__name__} does not take a {type(args[1]).__name__}")
         if kwargs.get("out") is not None:  # torch.eye(n, out=t): computed out of place, then copied into t
             kwargs = dict(kwargs)
             out = kwargs.pop("out")
@@ -749,6 +754,16 @@ for _table, _method in ((tensor_queries.STORAGE_OFFSET, Tracer._storage_offset),
         _QUERIES[_obj] = _method
 
 _ITER = torch.Tensor.__iter__
+# Python's binary operators on tensors: torch turns a TypeError for the other operand into NotImplemented
+_OPERATORS = frozenset(
+    obj for name in ("eq", "ne", "lt", "le", "gt", "ge", "add", "radd", "sub", "rsub", "mul", "rmul", "truediv",
+                     "rtruediv", "div", "rdiv", "floordiv", "rfloordiv", "mod", "rmod", "pow", "rpow", "matmul",
+                     "rmatmul", "and", "rand", "or", "ror", "xor", "rxor", "lshift", "rlshift", "rshift", "rrshift")
+    for cls in (torch._C.TensorBase, torch.Tensor) for obj in (cls.__dict__.get(f"__{name}__"),) if obj is not None)
+
+
+def _is_operand(x) -> bool:
+    return isinstance(x, (torch.Tensor, numbers.Number, NumberProxy, torch.SymInt, torch.SymFloat, torch.SymBool))
 _SETITEM = torch._C.TensorBase.__dict__["__setitem__"]
 
 # Size queries of a tensor with run-time extents answer with its symbolic shape (see [Note: run-time
