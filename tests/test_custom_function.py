@@ -158,6 +158,21 @@ class NoMaterialize(torch.autograd.Function):
         return out
 
 
+class UpdatesItsGradient(torch.autograd.Function):
+    """A backward that updates the gradient it is given in place (eager allows it)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.tanh()
+
+    @staticmethod
+    def backward(ctx, g):
+        x, = ctx.saved_tensors
+        g.mul_(1 - x.tanh() ** 2)
+        return g
+
+
 class BroadcastGrad(torch.autograd.Function):
     """A backward returning a broadcast gradient of another dtype: reduced and cast as autograd's engine does."""
 
@@ -240,6 +255,7 @@ PROGRAMS = {
     "no-materialize": (lambda x: sum(t.sum() for t in NoMaterialize.apply(x)), [(3,)]),
     "broadcast-grad": (lambda x, b: BroadcastGrad.apply(x, b).pow(2).sum(), [(3, 4), (4,)]),
     "nested": (lambda x: NestedOuter.apply(x).sum(), [(4, 4)]),
+    "updates-its-gradient": (lambda x: (UpdatesItsGradient.apply(x) * 3).sum(), [(5,)]),
     "in-place-intermediate": (lambda x: InPlaceIntermediate.apply(x).sum(), [(5,)]),
     "used-twice": (lambda x: ScaledReLU.apply(ScaledReLU.apply(x) - 0.5).sum(), [(8,)]),
     "checkpointed": (lambda x: checkpoint(lambda t: ScaledReLU.apply(t.sin()), x, use_reentrant=False).sum(), [(6,)]),
@@ -418,6 +434,18 @@ def _use_after_base_update(x):
     return y * 2
 
 
+class _UpdatesForwardTensor(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.y = x.exp()
+        return ctx.y * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        ctx.y.mul_(2)
+        return g * ctx.y
+
+
 def _two(x):
     return x, x.clone()
 
@@ -442,6 +470,8 @@ ERRORS = {
     "mark-dirty": (lambda x: _Dirty.apply(x).sum(), _two, NotImplementedError, "ctx.mark_dirty"),
     "backward-updates-saved": (lambda x: _UpdatesSaved.apply(x).sum(), _two, NotImplementedError,
                                "updates .* a tensor from outside it, in place"),
+    "backward-updates-forward-tensor": (lambda x: _UpdatesForwardTensor.apply(x).sum(), _two, NotImplementedError,
+                                        "updates .* a tensor from outside it, in place"),
 }
 
 
@@ -449,7 +479,7 @@ ERRORS = {
 def test_function_errors(name):
     fn, make, error, match = ERRORS[name]
     x = torch.randn(3, 4, requires_grad=True)
-    if name not in ("mark-dirty", "backward-updates-saved"):
+    if name not in ("mark-dirty", "backward-updates-saved", "backward-updates-forward-tensor"):
         with pytest.raises(error, match=match):  # eager's error
             a, b = make(x)
             fn(b if name == "update-returned-input" else a).backward()

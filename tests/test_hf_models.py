@@ -388,3 +388,42 @@ def test_speech_and_image_text_training_parity(name, train):
     else:
         inputs = (torch.randn(2, 800, generator=g), torch.randint(0, 4, (2,), generator=g))
     check_training_parity(_SpeechOrImageTextLoss(model).train(train), inputs, loss_of=lambda loss: loss, lr=0.01)
+
+
+_HEAD_LABELS = {
+    "single_label_classification": lambda g: torch.tensor([0, 2]),
+    "multi_label_classification": lambda g: torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]]),
+    "regression": lambda g: torch.randn(BATCH, 3, generator=g),
+}
+HEADS = [("llama", "AutoModelForSequenceClassification", p) for p in _HEAD_LABELS] + [
+    ("gpt2", "AutoModelForSequenceClassification", "single_label_classification"),
+    ("qwen2", "AutoModelForTokenClassification", None),
+    ("bert", "AutoModelForTokenClassification", None),
+    ("roberta", "AutoModelForMultipleChoice", None),
+    ("deberta_v2", "AutoModelForQuestionAnswering", None),
+]
+
+
+@pytest.mark.parametrize("name,auto,problem", HEADS, ids=[f"{n}-{a[12:]}-{p or ''}" for n, a, p in HEADS])
+def test_task_heads_training_parity(name, auto, problem):
+    """Classification heads (a causal LM's pools its last non-padding token, found with argmax), their three losses,
+    token classification, multiple choice and extractive question answering."""
+    case = CASES[name]
+    extra = dict(num_labels=2 if "Question" in auto else 3, pad_token_id=0, **({"problem_type": problem} if problem else {}))
+    config = transformers.AutoConfig.for_model(case.model_type, **{**case.config, **extra})
+    torch.manual_seed(0)
+    model = getattr(transformers, auto).from_config(config).train()
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, VOCAB, (BATCH, SEQ), generator=g)
+    ids[1, -3:] = 0  # a right-padded row
+    inputs = dict(input_ids=ids, attention_mask=(ids != 0).long())
+    if problem:
+        inputs["labels"] = _HEAD_LABELS[problem](g)
+    elif "Token" in auto:
+        inputs["labels"] = torch.randint(0, 3, (BATCH, SEQ), generator=g)
+    elif "Question" in auto:
+        inputs.update(start_positions=torch.tensor([1, 3]), end_positions=torch.tensor([4, 5]))
+    else:  # multiple choice: three copies of each sequence
+        inputs = {k: v.unsqueeze(1).expand(BATCH, 3, SEQ).contiguous() for k, v in inputs.items()}
+        inputs["labels"] = torch.tensor([0, 2])
+    check_training_parity(model, inputs)

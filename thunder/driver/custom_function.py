@@ -190,6 +190,7 @@ def _trace_backward(tracer, cls, ctx, args, values, cotangents):
     aliases = tracer.aliases
     state = {k: dict(v) for k, v in vars(aliases).items() if isinstance(v, dict)}
     trace = tracer.trace
+    outside = set(trace.names) - {c.name for c in cotangents if c is not None}  # tensors from before the backward
     trace.push_scope()
     try:
         with torch.no_grad():
@@ -198,8 +199,7 @@ def _trace_backward(tracer, cls, ctx, args, values, cotangents):
             grads = tuple(tracer.resolve(g) if isinstance(g, torch.Tensor) else None for g in grads)
     finally:
         bsyms = trace.pop_scope()
-    updated = [k for k, v in state["current"].items() if aliases.current.get(k) is not v]
-    updated += [k for k in aliases.current if k not in state["current"] and k in tracer.input_names]
+    updated = [k for k, v in aliases.current.items() if k in outside and state["current"].get(k) is not v]
     if updated:
         raise NotImplementedError(
             f"the backward of the custom torch.autograd.Function {cls.__name__} updates {updated[0]}, a tensor from "

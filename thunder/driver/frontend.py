@@ -754,6 +754,7 @@ for _table, _method in ((tensor_queries.STORAGE_OFFSET, Tracer._storage_offset),
         _QUERIES[_obj] = _method
 
 _ITER = torch.Tensor.__iter__
+_SETITEM = torch._C.TensorBase.__dict__["__setitem__"]
 # Python's binary operators on tensors: torch turns a TypeError for the other operand into NotImplemented
 _OPERATORS = frozenset(
     obj for name in ("eq", "ne", "lt", "le", "gt", "ge", "add", "radd", "sub", "rsub", "mul", "rmul", "truediv",
@@ -764,7 +765,7 @@ _OPERATORS = frozenset(
 
 def _is_operand(x) -> bool:
     return isinstance(x, (torch.Tensor, numbers.Number, NumberProxy, torch.SymInt, torch.SymFloat, torch.SymBool))
-_SETITEM = torch._C.TensorBase.__dict__["__setitem__"]
+
 
 # Size queries of a tensor with run-time extents answer with its symbolic shape (see [Note: run-time
 # extents] in thunder/core/extents.py); its C-level tensor has placeholder sizes.
