@@ -409,7 +409,9 @@ def test_task_heads_training_parity(name, auto, problem):
     """Classification heads (a causal LM's pools its last non-padding token, found with argmax), their three losses,
     token classification, multiple choice and extractive question answering."""
     case = CASES[name]
-    extra = dict(num_labels=2 if "Question" in auto else 3, pad_token_id=0, **({"problem_type": problem} if problem else {}))
+    extra = dict(num_labels=2 if "Question" in auto else 3, pad_token_id=0)
+    if problem:
+        extra["problem_type"] = problem
     config = transformers.AutoConfig.for_model(case.model_type, **{**case.config, **extra})
     torch.manual_seed(0)
     model = getattr(transformers, auto).from_config(config).train()

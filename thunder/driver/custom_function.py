@@ -81,7 +81,10 @@ class FunctionSymbol(Symbol):
         return outs
 
     def vjp(self, inputs, outputs, saved):
-        return self(inputs, outputs, saved), lambda *cotangents: self.record.backward(inputs, outputs, saved, cotangents)
+        def backward(*cotangents):
+            return self.record.backward(inputs, outputs, saved, cotangents)
+
+        return self(inputs, outputs, saved), backward
 
 
 class _Record:
@@ -131,7 +134,8 @@ def needs_custom_backward(tracer, args, kwargs) -> bool:
 
 
 def apply(tracer, cls, args: tuple, kwargs: dict):
-    """``cls.apply(*args, **kwargs)`` in a traced program that needs gradients (see [Note: custom autograd functions])."""
+    """``cls.apply(*args, **kwargs)`` in a traced program that needs gradients (see [Note: custom autograd
+    functions])."""
     setup_context = _setup_context_defined(cls)
     if setup_context:
         bound = inspect.signature(cls.forward).bind(*args, **kwargs)
