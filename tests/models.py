@@ -282,3 +282,29 @@ class LMLoss(nn.Module):
     def forward(self, idx, targets):
         logits, _ = self.model(idx)
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+class LinearFunction(torch.autograd.Function):
+    """A linear layer with a hand-written backward (a custom autograd.Function): its gradients come from user code."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        ctx.save_for_backward(x, w)
+        return x @ w.t() + b
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return g @ w, g.t() @ x, g.sum(0)
+
+
+class CustomFunctionMLP(nn.Module):
+    """Two linear layers computed by ``LinearFunction``."""
+
+    def __init__(self, in_features=8, hidden=16, out_features=4):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(in_features, hidden), nn.Linear(hidden, out_features)
+
+    def forward(self, x):
+        h = LinearFunction.apply(x, self.fc1.weight, self.fc1.bias).tanh()
+        return LinearFunction.apply(h, self.fc2.weight, self.fc2.bias)

@@ -20,7 +20,7 @@ import thunder
 from thunder.distributed import DDPTransform, ddp
 from thunder.distributed.prims import all_reduce, wait
 from tests.distributed import run_ranks
-from tests.models import GPT, GPTConfig, MLP
+from tests.models import GPT, CustomFunctionMLP, GPTConfig, MLP
 
 pytestmark = [pytest.mark.distributed]
 
@@ -37,18 +37,18 @@ def _gpt():
     return GPT(GPTConfig(vocab_size=64, block_size=8, n_layer=2, n_head=2, n_embd=16, dropout=0.0))
 
 
-MODELS = {"mlp": _mlp, "gpt": _gpt}
+MODELS = {"mlp": _mlp, "gpt": _gpt, "custom-function": CustomFunctionMLP}
 
 
 def _batch(name: str, rank: int, step: int):
     g = torch.Generator().manual_seed(1000 * rank + step)
-    if name == "mlp":
+    if name != "gpt":
         return (torch.randn(5, 8, generator=g),)
     return torch.randint(0, 64, (2, 8), generator=g), torch.randint(0, 64, (2, 8), generator=g)
 
 
 def _loss(name, model, batch):
-    return model(*batch).square().mean() if name == "mlp" else model(*batch)[1]
+    return model(*batch)[1] if name == "gpt" else model(*batch).square().mean()
 
 
 def _bucket_mb(model, size):

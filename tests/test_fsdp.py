@@ -19,7 +19,7 @@ import torch.nn as nn
 import thunder
 from thunder.distributed import FSDPBucketingStrategy, FSDPTransform, FSDPType, ddp, fsdp
 from tests.distributed import run_ranks
-from tests.models import GPT, GPTConfig
+from tests.models import GPT, CustomFunctionMLP, GPTConfig
 
 pytestmark = [pytest.mark.distributed]
 
@@ -47,18 +47,18 @@ def _gpt():
     return GPT(GPTConfig(vocab_size=63, block_size=8, n_layer=2, n_head=2, n_embd=18, dropout=0.0))
 
 
-MODELS = {"odd_mlp": OddMLP, "gpt": _gpt}
+MODELS = {"odd_mlp": OddMLP, "gpt": _gpt, "custom-function": lambda: CustomFunctionMLP(5, 7, 3)}
 
 
 def _batch(name, rank, step):
     g = torch.Generator().manual_seed(1000 * rank + step)
-    if name == "odd_mlp":
+    if name != "gpt":
         return (torch.randn(4, 5, generator=g),)
     return torch.randint(0, 63, (2, 8), generator=g), torch.randint(0, 63, (2, 8), generator=g)
 
 
 def _loss(name, model, batch):
-    return model(*batch).square().mean() if name == "odd_mlp" else model(*batch)[1]
+    return model(*batch)[1] if name == "gpt" else model(*batch).square().mean()
 
 
 BUCKETINGS = tuple(FSDPBucketingStrategy)
@@ -69,8 +69,10 @@ CONFIGS = [(s, o, FSDPBucketingStrategy.NONE) for s in STRATEGIES for o in ORDER
 
 def _wrap(model, order, strategy, bucketing=FSDPBucketingStrategy.NONE):
     if order == ORDERS[0]:
-        # the GPT's blocks are found (its top-level ModuleList); the MLP's are given
-        blocks = [model.inp, model.frozen] if bucketing.name == "BLOCK" and isinstance(model, OddMLP) else None
+        # the GPT's blocks are found (its top-level ModuleList); the MLPs' are given
+        blocks = None
+        if bucketing.name == "BLOCK" and not isinstance(model, GPT):
+            blocks = [model.inp, model.frozen] if isinstance(model, OddMLP) else [model.fc1, model.fc2]
         return thunder.jit(fsdp(model, sharding_strategy=strategy, bucketing_strategy=bucketing, blocks=blocks))
     if order == ORDERS[1]:
         return fsdp(thunder.jit(model), sharding_strategy=strategy)
