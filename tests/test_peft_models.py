@@ -45,13 +45,7 @@ METHODS = {
     "lokr": lambda: peft.LoKrConfig(r=4, target_modules=_QV),
 }
 
-NOT_BITWISE = {
-    # (dropout(x) @ (lora_A * lora_E).T) with x not needing a gradient: eager's mm computes the gradient of the
-    # column-major (A * E).T column-major, by the operand's strides, which it saves; thunder decides such layouts on
-    # the tensors saved for the backward, and (A * E).T is not saved (see README, "Gradients")
-    "adalora": NotBitwise("a matrix product whose column-major right operand alone needs a gradient", atol=1e-6,
-                          rtol=1e-5),
-}
+NOT_BITWISE = {}  # every method is bitwise
 
 _MODULE_DROPOUT = ("LoHa's and LoKr's layers draw torch.rand(1) in training and compare it with module_dropout in "
                    "Python: a decision on a random value")

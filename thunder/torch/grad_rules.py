@@ -163,12 +163,22 @@ def _column_major(t) -> bool:
     return t.stride(0) == 1 and t.stride(1) == t.shape[0]
 
 
+def _layout_token(t):
+    return torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype, device="meta")
+
+
+# A tensor on the meta device (no memory) with ``t``'s shape and strides: for a backward kernel that reads only the
+# layout of an operand (see matmul_backward)
+layout_of = _aten_symbol(_layout_token, "layout_of", lambda t: (tuple(t.shape), t.dtype, torch.device("meta")))
+
+
 def _linear_backward_kernel(g, a, w, mask):
     """The gradients of the input and the weight of ``F.linear(a, w, bias)`` (those ``mask`` asks for) as eager
     computes them: eager multiplies the input flattened to rows by ``w.t()`` (one ``mm`` or ``addmm``), whose
     backward follows the operands' layouts, so that BLAS reads the same layouts (it rounds by layout): a
     column-major operand gets its gradient column-major. ``w`` is None where the input needs no gradient (nothing
-    else saves it then): taken as contiguous. (Also a matrix product ``a @ b`` of a 2-D ``b``: ``w = b.t()``.)"""
+    else saves it then): taken as contiguous. (Also a matrix product ``a @ b`` of a 2-D ``b``: ``w = b.t()``, or a
+    meta tensor laid out as ``b.t()`` where only ``b`` needs a gradient.)"""
     g2, a2 = g.reshape(-1, g.shape[-1]), a.reshape(-1, a.shape[-1])
     ga = gw = None
     if mask[0]:

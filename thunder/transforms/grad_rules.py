@@ -477,6 +477,16 @@ def matmul_rule(a, b):
 
 
 def matmul_backward(a, b):
+    # A batch (or a matrix) times a matrix that alone needs a gradient: eager's ``mm`` computes it by the matrix's
+    # layout, which it keeps (its strides) though not the matrix. So does the forward here: a memoryless tensor laid
+    # out as ``b`` (``layout_of``), read when the backward runs.
+    only_b = (a.ndim >= 2 and b.ndim == 2 and b.requires_grad and not a.requires_grad and a.dtype.is_floating_point
+              and b.dtype.is_floating_point)
+    if only_b:
+        from thunder.torch.grad_rules import layout_of
+
+        b_layout = layout_of(b)
+
     def backward(g):
         from thunder.torch import unsqueeze
 
@@ -495,6 +505,12 @@ def matmul_backward(a, b):
             # one mm (eager folds a batch into its rows), whose gradients follow the operands' layouts (both are
             # saved anyway): the product of a linear layer without bias, of weight b.t()
             ga, gbt = linear_backward(g, a, transpose(b, 0, 1), [True, True])
+            gb = transpose(gbt, 0, 1)
+        elif only_b:
+            from thunder.torch import transpose
+            from thunder.torch.grad_rules import linear_backward
+
+            ga, gbt = linear_backward(g, a, transpose(b_layout, 0, 1), [False, True])
             gb = transpose(gbt, 0, 1)
         elif a2.ndim >= 3 and b2.ndim >= 3:
             ga, gb = _batched_matmul_backward(g2, a2, b2)
@@ -567,6 +583,22 @@ def linear_backward(a, w, bias):
             return ga, gw, gb
 
         return backward_by_layout
+    if (w.ndim == 2 and bias is not None and bias.ndim == 1 and bias.requires_grad and a.ndim > 2
+            and a.dtype.is_floating_point):
+        # A frozen weight: the bias gradient follows the input's layout (see linear_bias_backward), and the input is
+        # not saved (the gradients need only the weight): a memoryless tensor laid out as it is.
+        from thunder.torch.grad_rules import layout_of
+
+        a_layout = layout_of(a)
+        generic = _holomorphic(backward, a, w, bias)
+
+        def backward_by_input_layout(g):
+            from thunder.torch.grad_rules import linear_bias_backward
+
+            ga, gw, _ = generic(g)
+            return ga, gw, linear_bias_backward(g, a_layout)
+
+        return backward_by_input_layout
     return _holomorphic(backward, a, w, bias)
 
 
