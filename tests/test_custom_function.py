@@ -267,7 +267,45 @@ PROGRAMS = {
     # a tensor inside a list is no input of the function's node: no gradient reaches it (as in eager)
     "list-argument": (lambda x, w: ListArgument.apply([x], w).sum() + w.sum(), [(3, 2), (2,)]),
     "no-grad-inside": (lambda x: _no_grad_call(x), [(4,)]),
+    "random-mask": (lambda x: (RandomMask.apply(x, 0.3) * x).sum(), [(6, 5)]),
+    "non-tensor-outputs": (lambda x: WithNone.apply(x)[0].sum() + WithNone.apply(x)[2], [(4,)]),
+    "update-output": (lambda x: _update_output(x), [(5,)]),
+    "same-tensor-twice": (lambda x: LinearFn.apply(x, x).sum(), [(4, 4)]),
 }
+
+
+class RandomMask(torch.autograd.Function):
+    """A hand-written dropout: the forward draws the mask and saves it for the backward."""
+
+    @staticmethod
+    def forward(ctx, x, p):
+        mask = (torch.rand_like(x) > p).to(x.dtype) / (1 - p)
+        ctx.save_for_backward(mask)
+        return x * mask
+
+    @staticmethod
+    def backward(ctx, g):
+        mask, = ctx.saved_tensors
+        return g * mask, None
+
+
+class WithNone(torch.autograd.Function):
+    """Outputs that are not tensors: None and a number (their cotangents are None)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2, None, 3
+
+    @staticmethod
+    def backward(ctx, g, g_none, g_number):
+        assert g_none is None and g_number is None
+        return g * 5
+
+
+def _update_output(x):
+    y = ScaledReLU.apply(x)
+    y.mul_(2)  # not a view: eager allows it
+    return y.sum()
 
 
 class ListArgument(torch.autograd.Function):
@@ -309,6 +347,7 @@ def test_function_matches_eager(name):
     fn, shapes = PROGRAMS[name]
     torch.manual_seed(0)
     inputs = [torch.randn(s, requires_grad=True) for s in shapes]
+    torch.manual_seed(1)  # the same random numbers in every run
     expected = fn(*inputs)
     _loss(expected).backward()
     expected_grads = _grads(inputs)
@@ -317,6 +356,7 @@ def test_function_matches_eager(name):
     for _ in range(2):  # the first call traces, the second runs from the cache
         for t in inputs:
             t.grad = None
+        torch.manual_seed(1)
         out = jfn(*inputs)
         _loss(out).backward()
         assert _same(out, expected)
