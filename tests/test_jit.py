@@ -998,3 +998,20 @@ def test_comparing_a_tensor_with_a_string_is_false():
     assert torch.equal(thunder.jit(f)(x, [x]), f(x, [x]))
     with pytest.raises(TypeError):
         thunder.jit(lambda t: t + "a")(x)
+
+
+@pytest.mark.parametrize("collective", ["all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor"])
+def test_torch_distributed_collectives_inside_the_function_are_refused_clearly(collective):
+    """No process group is needed to see it: thunder refuses while tracing, before torch.distributed is called."""
+    import torch.distributed as dist
+
+    def f(x):
+        y = x * 2
+        if collective in ("all_reduce", "broadcast"):
+            getattr(dist, collective)(y, *((0,) if collective == "broadcast" else ()))
+        else:
+            getattr(dist, collective)(torch.empty(6), y)
+        return y
+
+    with pytest.raises(NotImplementedError, match=r"torch.distributed.\w+ inside the function"):  # 2.13 renames some
+        thunder.jit(f)(torch.randn(3))

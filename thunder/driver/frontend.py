@@ -494,6 +494,13 @@ class Tracer:
 
     def _unknown(self, func, first, args, kwargs):
         tensors = _tensor_leaves((args, kwargs))
+        if tensors and getattr(func, "__module__", "") == "torch.distributed.distributed_c10d":
+            raise NotImplementedError(
+                f"thunder does not support calling torch.distributed.{func.__name__} inside the function it traces: "
+                "thunder.distributed.ddp and fsdp insert the collectives training needs into the traces. Call it "
+                "outside the jitted function (e.g. to reduce a logged loss), or use the collectives of "
+                "thunder.distributed.prims (all_reduce, all_gather, reduce_scatter and wait), which thunder traces and "
+                "differentiates.")
         args, kwargs = number_values(args), number_values(kwargs)  # torch sees numbers (specialized), not proxies
         if not tensors and not has_number_proxy((args, kwargs)):  # a run-time extent's use is traced
             out = func(*args, **kwargs)  # utilities such as torch.broadcast_shapes
