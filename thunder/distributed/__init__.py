@@ -6,6 +6,7 @@ from thunder.distributed.ddp import DDPTransform, ddp
 from thunder.distributed.fsdp import FSDPBucketingStrategy, FSDPTransform, FSDPType, fsdp
 from thunder.distributed import checkpoint
 from thunder.distributed.clip import clip_grad_norm_
+from thunder.distributed import program_collectives  # noqa: F401 - registers how torch.distributed's calls are traced
 
 __all__ = ["ddp", "DDPTransform", "fsdp", "FSDPTransform", "FSDPType", "FSDPBucketingStrategy", "checkpoint",
            "clip_grad_norm_"]

@@ -416,6 +416,13 @@ class Tracer:
                 "set it outside the jitted function")
         if key is _ITER:
             return iter(self.call(ltorch_shapes.unbind, (self.resolve(args[0]), 0), {}))
+        handler = TRACE_HANDLERS.get(key)
+        if handler is None and getattr(func, "__module__", "") == "torch.distributed.distributed_c10d":
+            import thunder.distributed  # noqa: F401 - loaded on first use (thunder/__init__.py); registers its handlers
+
+            handler = TRACE_HANDLERS.get(key)
+        if handler is not None:
+            return handler(self, args, kwargs)
         if key in _OPERATORS and len(args) == 2 and not _is_operand(args[1]):
             # torch's operators return NotImplemented for such operands, and Python decides: ``x == "Rep"`` is False
             # (Wan's video autoencoder asks that), ``x + "a"`` raises
@@ -496,11 +503,10 @@ class Tracer:
         tensors = _tensor_leaves((args, kwargs))
         if tensors and getattr(func, "__module__", "") == "torch.distributed.distributed_c10d":
             raise NotImplementedError(
-                f"thunder does not support calling torch.distributed.{func.__name__} inside the function it traces: "
-                "thunder.distributed.ddp and fsdp insert the collectives training needs into the traces. Call it "
-                "outside the jitted function (e.g. to reduce a logged loss), or use the collectives of "
-                "thunder.distributed.prims (all_reduce, all_gather, reduce_scatter and wait), which thunder traces and "
-                "differentiates.")
+                f"thunder does not support calling torch.distributed.{func.__name__} inside the function it traces "
+                "(it supports all_reduce, all_gather_into_tensor and reduce_scatter_tensor): call it outside the "
+                "jitted function, or use the collectives of thunder.distributed.prims (all_reduce, all_gather, "
+                "reduce_scatter and wait). thunder.distributed.ddp and fsdp insert the collectives training needs.")
         args, kwargs = number_values(args), number_values(kwargs)  # torch sees numbers (specialized), not proxies
         if not tensors and not has_number_proxy((args, kwargs)):  # a run-time extent's use is traced
             out = func(*args, **kwargs)  # utilities such as torch.broadcast_shapes
@@ -761,6 +767,9 @@ for _table, _method in ((tensor_queries.STORAGE_OFFSET, Tracer._storage_offset),
         _QUERIES[_obj] = _method
 
 _ITER = torch.Tensor.__iter__
+# torch callables whose tracing a higher layer defines: handler(tracer, args, kwargs) -> what the program gets
+# (torch.distributed's collectives: thunder/distributed/program_collectives.py)
+TRACE_HANDLERS: dict = {}
 _SETITEM = torch._C.TensorBase.__dict__["__setitem__"]
 # Python's binary operators on tensors: torch turns a TypeError for the other operand into NotImplemented
 _OPERATORS = frozenset(
