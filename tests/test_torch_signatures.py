@@ -290,3 +290,33 @@ def test_weighted_regression_losses_match_eager(loss, reduction):
                 assert torch.equal(a, e)
             else:
                 torch.testing.assert_close(a, e)
+
+
+# Tensor methods whose one list of ints torch's parser also takes one by one (``x.broadcast_to(2, 3)``), with such a
+# call on a (2, 1, 1, 3) tensor: every one registered must be listed (checked below)
+VARARGS_CALLS = {
+    "broadcast_to": (2, 2, 1, 1, 3), "expand": (2, 2, 1, 1, 3), "reshape": (3, 2), "view": (3, 2),
+    "new_empty": (2, 3), "new_ones": (2, 3), "new_zeros": (2, 3), "flip": (0, 3), "permute": (3, 2, 1, 0),
+    "tile": (1, 2, 1, 1), "repeat": (1, 2, 1, 1), "squeeze": (1, 2), "count_nonzero": (0, 3),
+}
+
+
+def test_every_method_taking_its_list_one_by_one_is_checked():
+    from thunder.torch.registry import takes_list_as_varargs
+
+    found = {key.__name__ for key in TORCH_TO_SYMBOL if takes_list_as_varargs(key)}
+    assert found == set(VARARGS_CALLS)
+
+
+@pytest.mark.parametrize("name", sorted(VARARGS_CALLS))
+def test_a_list_of_ints_given_one_by_one(name):
+    """HF diffusers' SVD UNet calls ``x.broadcast_to(b, c, h, w)``; ``x.squeeze(1, 2)`` squeezes two dims."""
+    x = torch.arange(6.0).reshape(2, 1, 1, 3)
+
+    def f(x):
+        out = getattr(x, name)(*VARARGS_CALLS[name])
+        return out.fill_(1.0) if name == "new_empty" else out
+
+    expected = f(x)
+    actual = thunder.jit(f)(x)
+    assert actual.shape == expected.shape and torch.equal(actual, expected)

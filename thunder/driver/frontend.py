@@ -39,7 +39,8 @@ from thunder.torch import TORCH_TO_SYMBOL
 from thunder.torch import shapes as ltorch_shapes
 from thunder.torch.fallback import fallback_symbol, describe, first_positional, inplace_call, inplace_fallback_symbol
 from thunder.torch.inplace import PlanKind, plan_for, detached_update
-from thunder.torch.registry import Updates, has_number_proxy, number_values, torch_positions, property_key
+from thunder.torch.registry import (Updates, has_number_proxy, number_values, property_key, takes_list_as_varargs,
+                                    torch_positions)
 from thunder.torch.utils import convert
 from thunder.torch import autocast as ltorch_autocast
 
@@ -268,6 +269,8 @@ def torch_arguments(sym, fn, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     params = sym.signature.parameters if getattr(sym, "signature", None) is not None else None
     if not params:
         return args, kwargs
+    if len(args) > 2 and takes_list_as_varargs(fn) and _one_positional_after_self(params):
+        args = (args[0], tuple(args[1:]))  # x.broadcast_to(2, 3): the list of ints given one by one
     positions, names = torch_positions(fn)
     positional = [p for p in params.values()
                   if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
@@ -288,6 +291,12 @@ def torch_arguments(sym, fn, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         if name is not None:
             args = tuple(args) + (kwargs.pop(name),)
     return args, kwargs
+
+
+def _one_positional_after_self(params) -> bool:
+    kinds = [p.kind for p in params.values()]
+    return inspect.Parameter.VAR_POSITIONAL not in kinds and len(
+        [k for k in kinds if k in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]) >= 2
 
 
 def _moved_by_name(args, names, params, positional) -> int:

@@ -159,6 +159,20 @@ def torch_positions(fn) -> tuple[dict[str, int], dict[int, str]]:
             {i: name for i, (name, *more) in names.items() if not more and i > 0})
 
 
+@functools.cache
+def takes_list_as_varargs(fn) -> bool:
+    """Whether torch's Python argument parser lets ``fn`` take its one list of ints one by one: a Tensor method whose
+    only positional parameter besides ``self`` is an int list, in one of its overloads (``x.broadcast_to(2, 3)``,
+    ``x.squeeze(0, 2)``, ``x.flip(0, 1)``)."""
+    if getattr(fn, "__objclass__", None) is not torch._C.TensorBase:
+        return False
+    for arguments in torch_overloads(fn):
+        positional = [a for a in arguments if not a.kwarg_only and a.name != "self"]
+        if len(positional) == 1 and str(positional[0].type) in ("List[int]", "List[SymInt]", "int[]", "SymInt[]"):
+            return True
+    return False
+
+
 def signature_of(fn):
     try:
         return inspect.signature(fn)
