@@ -510,8 +510,12 @@ def setitem(a, key, value):
     region = tuple(e - s for s, e in zip(starts, stops))
     value = convert(value, a.dtype)
     if isinstance(value, TensorProxy):
-        # broadcast to the indexed view's shape (integer-indexed dims dropped), then give those dims back
+        # broadcast to the indexed view's shape (integer-indexed dims dropped), then give those dims back; as torch
+        # copies, the value's leading ones are dropped first (``y[2:4] = v`` with ``v`` of shape (1, 2, 5))
         view_shape = _basic_getitem_shape(a, key)
+        lead = next((i for i, n in enumerate(value.shape) if not is_one(n)), value.ndim)
+        if lead and value.ndim > len(view_shape):
+            value = reshape(value, tuple(value.shape[lead:]))
         value = reshape(expand_to(value, view_shape), region)
     else:
         value = prims.full(region, value, device=a.device, dtype=a.dtype)
