@@ -668,12 +668,10 @@ def test_an_in_place_update_of_a_view_gets_its_gradient_as_eager(update):
         assert torch.equal(a, e), f"gradient of {what}: differs by up to {(a - e).abs().max()}"
 
 
-@pytest.mark.parametrize("value_shape", [(1, 2, 5), (1, 1, 2, 5), (1, 1, 5), (2, 5), (1,)])
-@pytest.mark.parametrize("index", ["slice", "int"])
-def test_setitem_drops_the_values_leading_ones(value_shape, index):
+@pytest.mark.parametrize("index,value_shape", [("slice", s) for s in [(1, 2, 5), (1, 1, 2, 5), (1, 1, 5), (2, 5), (1,)]]
+                         + [("int", s) for s in [(1, 1, 5), (1, 5), (1,)]])
+def test_setitem_drops_the_values_leading_ones(index, value_shape):
     """As torch copies into an indexed view: ``y[2:4] = v`` with ``v`` of shape (1, 2, 5) (diffusers' OmniGen)."""
-    if index == "int" and value_shape[-2:] == (2, 5):
-        pytest.skip("a (2, 5) value does not fit one row")
 
     def f(x, v):
         y = x.clone()
