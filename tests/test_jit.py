@@ -1018,3 +1018,37 @@ def test_unsupported_torch_distributed_collectives_inside_the_function_are_refus
 
     with pytest.raises(NotImplementedError, match=rf"torch.distributed.{collective} inside the function"):
         thunder.jit(f)(torch.randn(3))
+
+
+@pytest.mark.parametrize("make", ["transposed", "dtype", "sum"])
+def test_torch_tensor_of_a_tensor_is_a_detached_copy(make):
+    """As eager (which warns): diffusers' FIR resampling calls torch.tensor on a kernel it computed."""
+    f = {"transposed": lambda x: torch.tensor(x.t()), "dtype": lambda x: torch.tensor(x, dtype=torch.float64) * 2,
+         "sum": lambda x: torch.tensor(x).sum() + x.sum()}[make]
+    x = torch.randn(3, 4, requires_grad=True)
+    with pytest.warns(UserWarning, match="To copy construct from a tensor"):
+        expected = f(x)
+    with pytest.warns(UserWarning, match="To copy construct from a tensor"):
+        actual = thunder.jit(f)(x)
+    assert torch.equal(actual, expected) and actual.stride() == expected.stride()
+    assert actual.dtype == expected.dtype and actual.requires_grad == expected.requires_grad
+
+
+@pytest.mark.parametrize("op", ["reshape", "view", "view_as", "reshape_as"])
+def test_a_view_to_the_same_shape_is_a_view_as_in_eager(op):
+    """Eager's reshape/view to the shape a tensor has still makes a view, with the strides of size-one dims recomputed
+    (a convolution then picks its kernel by them: diffusers' FIR resampling), and a node autograd sums the gradient
+    of before it reaches the input (``x + f(x.reshape(x.shape))`` rounds as eager)."""
+    def f(x):
+        t = x.permute(0, 3, 1, 2)
+        h = getattr(t, op)(t if op.endswith("_as") else t.shape)
+        return h, t + (h + h.sin().pow(2))
+
+    x = torch.randn(16, 10, 10, 1, requires_grad=True)
+    expected = f(x)
+    (expected[1].square().mean()).backward()
+    grad, x.grad = x.grad, None
+    actual = thunder.jit(f)(x)
+    (actual[1].square().mean()).backward()
+    assert actual[0].stride() == expected[0].stride() == (100, 100, 10, 1)
+    assert torch.equal(actual[1], expected[1]) and torch.equal(x.grad, grad)

@@ -191,9 +191,19 @@ def _tensor_impl(data, *, dtype=None, device=None, requires_grad=False, pin_memo
 @torchsymbol(torch.tensor, torch_impl=torch.tensor)
 @_plain_tensor
 def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    if isinstance(data, TensorProxy):  # a copy, detached, as eager makes it (with its warning); diffusers' FIR kernels
+        import warnings
+
+        from thunder.torch.shapes import detach, to
+
+        warnings.warn("To copy construct from a tensor, it is recommended to use sourceTensor.detach().clone() or "
+                      "sourceTensor.detach().clone().requires_grad_(True), rather than torch.tensor(sourceTensor).",
+                      UserWarning, stacklevel=3)
+        return to(detach(data), device=_device(device) if device is not None else None, dtype=dtype, copy=True)
     traced = any(isinstance(x, (TensorProxy, NumberProxy)) for x in tree_leaves(data))
     check(not isinstance(data, torch.Tensor) and not traced,
-          "torch.tensor() of traced values is not supported; use torch.stack or torch.as_tensor", NotImplementedError)
+          "torch.tensor() of a list of traced values is not supported; use torch.stack or torch.as_tensor",
+          NotImplementedError)
     with torch._C.DisableTorchFunction():
         ref = torch.tensor(data, dtype=dtype, device="meta")
     return fallback.fallback_call(torch.tensor, (data,), dict(dtype=ref.dtype, device=_device(device)))

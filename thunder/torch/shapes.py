@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from thunder.core import prims
+from thunder.core.symbol import Symbol
 from thunder.core.extents import (as_extent, infer_shape, is_one, is_runtime, is_symbolic_shape, is_zero, prod, same,
                                   same_shape)
 from thunder.core.proxies import TensorProxy, NumberProxy
@@ -44,6 +45,19 @@ def _infer_shape(input_shape, shape) -> tuple:
 def reshape(a, *shape):
     shape = _infer_shape(tuple(a.shape), _shape_arg(shape))
     return a if same_shape(tuple(a.shape), shape) else prims.reshape(a, shape)
+
+
+def _reshape_to_same_shape(a, shape):
+    return prims.reshape(a, tuple(shape))
+
+
+# ``x.reshape(x.shape)``, and view, view_as, reshape_as to the shape ``x`` has: eager returns a new view even then (with
+# the strides of size-one dims recomputed, which decides some kernels' layouts: diffusers' FIR resampling feeds one to
+# a convolution), and autograd sees an operation (its output's gradient is summed before it reaches ``x``). The
+# definitions above have nothing to do there; the frontend records this instead, printed as ltorch.reshape.
+reshape_to_same_shape = Symbol("reshape", _reshape_to_same_shape, module="ltorch")
+reshape_to_same_shape.torch_impl = torch.reshape
+reshape_to_same_shape.is_view = True
 
 
 @torchsymbol(methods=("view",), view=True, torch_impl=torch.Tensor.view)
