@@ -462,8 +462,8 @@ class Tracer:
         args, kwargs = torch_arguments(sym, key, args, kwargs)  # key: a stable callable (cached)
         first = first if first is not None or not args else args[0]
         out = self.call(sym, args, kwargs, fn=func)
-        if args and out is args[0] and sym in _SAME_SHAPE_VIEWS:  # x.reshape(x.shape): see reshape_to_same_shape
-            out = self.call(ltorch_shapes.reshape_to_same_shape, (out, tuple(out.shape)), {}, fn=func)
+        if args and out is args[0] and sym in ltorch_shapes.SAME_SHAPE_VIEWS:  # x.reshape(x.shape): see there
+            out = self.call(ltorch_shapes.SAME_SHAPE_VIEWS[sym], args, kwargs, fn=func)
         if isinstance(out, Updates):  # F.batch_norm: running statistics updated as autograd does not record
             for t, v in out.updates:
                 self.inplace(t, v, no_grad=True)
@@ -808,7 +808,6 @@ for _name in ("shape", "size", "numel", "nelement", "__len__", "stride", "nbytes
 # and the dtype methods return the input when they change nothing).
 _MAYBE_VIEWS = frozenset({"reshape", "reshape_as", "flatten", "contiguous", "to", "float", "double", "half", "bfloat16",
                           "int", "long", "bool"})
-_SAME_SHAPE_VIEWS = frozenset({ltorch_shapes.reshape, ltorch_shapes.view, ltorch_shapes.view_as, ltorch_shapes.reshape_as})
 _VIEW_PRIMS = frozenset({"reshape", "squeeze", "broadcast_in_dim", "transpose", "slice_prim", "shallow_copy"})
 
 

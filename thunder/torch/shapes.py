@@ -47,19 +47,6 @@ def reshape(a, *shape):
     return a if same_shape(tuple(a.shape), shape) else prims.reshape(a, shape)
 
 
-def _reshape_to_same_shape(a, shape):
-    return prims.reshape(a, tuple(shape))
-
-
-# ``x.reshape(x.shape)``, and view, view_as, reshape_as to the shape ``x`` has: eager returns a new view even then (with
-# the strides of size-one dims recomputed, which decides some kernels' layouts: diffusers' FIR resampling feeds one to
-# a convolution), and autograd sees an operation (its output's gradient is summed before it reaches ``x``). The
-# definitions above have nothing to do there; the frontend records this instead, printed as ltorch.reshape.
-reshape_to_same_shape = Symbol("reshape", _reshape_to_same_shape, module="ltorch")
-reshape_to_same_shape.torch_impl = torch.reshape
-reshape_to_same_shape.is_view = True
-
-
 @torchsymbol(methods=("view",), view=True, torch_impl=torch.Tensor.view)
 def view(a, *shape):
     if len(shape) == 1 and isinstance(shape[0], torch.dtype):
@@ -76,6 +63,26 @@ def view_as(a, other):
 @torchsymbol(methods=("reshape_as",), torch_impl=torch.Tensor.reshape_as)
 def reshape_as(a, other):
     return reshape(a, tuple(other.shape))
+
+
+def _same_shape_view(name, torch_impl):
+    def fn(a, *args, **kwargs):
+        return prims.reshape(a, tuple(a.shape))
+
+    fn.__name__ = name
+    sym = Symbol(name, fn, module="ltorch")
+    sym.torch_impl = torch_impl
+    sym.is_view = True
+    return sym
+
+
+# ``x.reshape(x.shape)``, and view, view_as, reshape_as to the shape ``x`` has: eager returns a new view even then (with
+# the strides of size-one dims recomputed, which decides some kernels' layouts: diffusers' FIR resampling feeds one to
+# a convolution), and autograd sees an operation (its output's gradient is summed before it reaches ``x``). The
+# definitions above have nothing to do there; the frontend records these symbols instead, printed as the op called.
+SAME_SHAPE_VIEWS = {sym: _same_shape_view(sym.name, impl) for sym, impl in (
+    (reshape, torch.reshape), (view, torch.Tensor.view), (view_as, torch.Tensor.view_as),
+    (reshape_as, torch.Tensor.reshape_as))}
 
 
 @torchsymbol(torch.flatten, methods=("flatten",))  # a view, or a copy where the strides allow none (as reshape)
