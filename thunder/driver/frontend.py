@@ -426,7 +426,7 @@ class Tracer:
         if key is _ITER:
             return iter(self.call(ltorch_shapes.unbind, (self.resolve(args[0]), 0), {}))
         handler = TRACE_HANDLERS.get(key)
-        if handler is None and getattr(func, "__module__", "") == "torch.distributed.distributed_c10d":
+        if handler is None and getattr(func, "__module__", "") == _C10D:
             import thunder.distributed  # noqa: F401 - loaded on first use (thunder/__init__.py); registers its handlers
 
             handler = TRACE_HANDLERS.get(key)
@@ -512,7 +512,7 @@ class Tracer:
 
     def _unknown(self, func, first, args, kwargs):
         tensors = _tensor_leaves((args, kwargs))
-        if tensors and getattr(func, "__module__", "") == "torch.distributed.distributed_c10d":
+        if tensors and getattr(func, "__module__", "") == _C10D:
             raise NotImplementedError(
                 f"thunder does not support calling torch.distributed.{func.__name__} inside the function it traces "
                 "(it supports all_reduce, all_gather_into_tensor and reduce_scatter_tensor): call it outside the "
@@ -627,15 +627,12 @@ class Tracer:
     def _metadata_in_place(self, original, view_fn, args, kwargs, func):
         """``x.t_()``, ``x.unsqueeze_(0)``: ``x`` now has another shape; supported for tensors nothing else aliases."""
         proxy = original if isinstance(original, TensorProxy) else self._capture(original)
-        key = self.aliases.key(proxy)
-        if key in self.input_names or self.aliases.view_of(proxy) is not None or self.aliases.has_views(key):
+        if not self._unshared(proxy):
             raise NotImplementedError(
-                f"{describe(func)} changes the shape of {key} in place while it is an input or shares memory with another "
-                "tensor, which thunder cannot express; use the out-of-place operation instead")
-        new = self.handle(view_fn, args, kwargs)
-        self.aliases.views.pop(new.name, None)  # ``new`` is the tensor's own value now, not a view of it
-        self.aliases.current[key] = new
-        self.aliases.key_of[new.name] = key
+                f"{describe(func)} changes the shape of {self.aliases.key(proxy)} in place while it is an input or "
+                "shares memory with another tensor, which thunder cannot express; use the out-of-place operation "
+                "instead")
+        self._rebind(proxy, self.handle(view_fn, args, kwargs))
         return original
 
     def _resize(self, original, size, func):
@@ -646,17 +643,25 @@ class Tracer:
         value = self.resolve(proxy)
         if tuple(value.shape) == size:
             return original
-        key = self.aliases.key(proxy)
-        if value.numel() != 0 or key in self.input_names or self.aliases.view_of(proxy) is not None \
-                or self.aliases.has_views(key):
+        if value.numel() != 0 or not self._unshared(proxy):
             raise NotImplementedError(
                 f"{describe(func)} is supported by thunder only for a tensor with no elements that nothing else shares "
                 "memory with (x.new().resize_(...)): it changes a tensor's size and storage in place; use reshape or "
                 "a new tensor instead")
-        new = self.handle(torch.empty, (size,), {"dtype": value.dtype, "device": value.device})
+        self._rebind(proxy, self.handle(torch.empty, (size,), {"dtype": value.dtype, "device": value.device}))
+        return original
+
+    def _unshared(self, proxy) -> bool:
+        """Whether the program's tensor ``proxy`` is no input and shares memory with no other tensor."""
+        key = self.aliases.key(proxy)
+        return not (key in self.input_names or self.aliases.view_of(proxy) is not None or self.aliases.has_views(key))
+
+    def _rebind(self, proxy, new):
+        """The (unshared) tensor ``proxy`` has the value ``new`` now, of another shape: its own, not a view of it."""
+        key = self.aliases.key(proxy)
+        self.aliases.views.pop(new.name, None)
         self.aliases.current[key] = new
         self.aliases.key_of[new.name] = key
-        return original
 
     def finish(self, out):
         """Writes the inputs that got new values back into the caller's tensors; returns the outputs' current values."""
@@ -781,6 +786,7 @@ _ITER = torch.Tensor.__iter__
 # torch callables whose tracing a higher layer defines: handler(tracer, args, kwargs) -> what the program gets
 # (torch.distributed's collectives: thunder/distributed/program_collectives.py)
 TRACE_HANDLERS: dict = {}
+_C10D = "torch.distributed.distributed_c10d"  # the module of torch.distributed's collectives
 _SETITEM = torch._C.TensorBase.__dict__["__setitem__"]
 # Python's binary operators on tensors: torch turns a TypeError for the other operand into NotImplemented
 _OPERATORS = frozenset(
