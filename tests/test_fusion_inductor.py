@@ -431,6 +431,55 @@ def test_background_compilation_runs_unfused_until_ready_then_fused():
     assert compiling_threads and threading.main_thread() not in compiling_threads
 
 
+@requires_compiler
+def test_background_compilation_leaves_the_random_stream_alone(monkeypatch):
+    """Inductor saves the random-number state when a compilation starts and restores it when it ends: in the
+    background thread that would rewind the draws the training thread made meanwhile. Inductor's test hook (a
+    sleep between saving the state and compiling) holds the compilation while this thread draws."""
+    import time
+
+    import torch._inductor.config as inductor_config
+    from thunder.executors.inductorex import wait_for_compilation
+
+    holding, drawn, hold = threading.Event(), threading.Event(), 1234.5
+    real_sleep = time.sleep
+
+    def sleep(seconds):
+        if seconds == hold:
+            holding.set()
+            drawn.wait(60)
+        else:
+            real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    ex = InductorExecutor("inductor_background_rng", background=True)
+    compile_region, settings = ex.inductor_compile, {"sleep_sec_TESTING_ONLY": hold}
+
+    def holding_compile(*args, **kwargs):  # inductor's settings are the compiling thread's
+        with inductor_config.patch(fx_graph_cache=False, **settings):  # a cached graph is not compiled
+            return compile_region(*args, **kwargs)
+
+    ex.inductor_compile = holding_compile
+    jf = thunder.jit(lambda x: (x * 2).sin().exp(), executors=[ex, "torch"])
+    torch.manual_seed(0)
+    jf(torch.randn(8))
+    assert holding.wait(60)
+    during = torch.rand(4)
+    drawn.set()
+    wait_for_compilation()
+    after = torch.rand(4)
+    torch.manual_seed(0)
+    torch.randn(8)
+    assert torch.equal(during, torch.rand(4)) and torch.equal(after, torch.rand(4))
+    # and compiling draws none: with this thread idle, the state is as it was
+    settings.clear()
+    state = torch.random.get_rng_state()
+    thunder.jit(lambda x: (x * 3).cos().exp(), executors=[ex, "torch"])(torch.ones(8))
+    wait_for_compilation()
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert all(r.fn is not r._torch_boxed and r.failed is None for r in ex._compiled.values())
+
+
 # ---------------------------------------------------------------------------------------------
 # 11. Losses: cross-entropy's fused forward and backward (the scatter of its gradient is a select)
 # ---------------------------------------------------------------------------------------------

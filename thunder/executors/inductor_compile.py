@@ -88,6 +88,7 @@ class _BackgroundCompiler:
     def submit(self, compile_job):
         """``compile_job()`` compiles and returns the function that puts its result to use."""
         if self.thread is None or not self.thread.is_alive():
+            _leave_rng_state_alone_in_background()
             self.thread = threading.Thread(target=self._run, name="thunder-inductor", daemon=True)
             self.thread.start()
         self.queue.put(compile_job)
@@ -113,6 +114,36 @@ class _BackgroundCompiler:
 
 
 BACKGROUND = _BackgroundCompiler()
+
+# where inductor saves and restores the random-number state around a compilation (or a benchmark of its kernels)
+_RNG_PRESERVERS = ("torch._dynamo.utils", "torch._inductor.codegen.triton", "torch._inductor.select_algorithm")
+
+
+def _leave_rng_state_alone_in_background():
+    """Inductor saves the process's random-number state when it starts compiling and restores it when done.
+    In the background thread that would rewind the training thread's stream to where it was when the
+    compilation began (a dropout mask drawn twice, a shuffle repeated): there, thunder's version leaves the
+    state alone. Compiling a region draws no random numbers (thunder does not ask for autotuning's benchmarks),
+    which tests/test_fusion_inductor.py checks. Installed once, before the thread first starts; other threads
+    keep inductor's behaviour."""
+    import importlib
+
+    for name in _RNG_PRESERVERS:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # a module of inductor's that moved, or a backend missing here
+            continue
+        original = getattr(module, "preserve_rng_state", None)
+        if original is None or getattr(original, "_thunder_thread_aware", False):
+            continue
+
+        def preserve_rng_state(original=original):
+            if threading.current_thread() is BACKGROUND.thread:
+                return contextlib.nullcontext()
+            return original()
+
+        preserve_rng_state._thunder_thread_aware = True
+        module.preserve_rng_state = preserve_rng_state
 
 
 @contextlib.contextmanager

@@ -43,7 +43,9 @@ compiling up front. The price: the first steps run unfused,
 so their numbers are the unfused program's (equal within float tolerance, not bitwise), and on a small
 machine the compilation competes with training for the cores. Inductor's tracing state is global: thunder
 compiles one region at a time (a lock), and a ``torch.compile`` the program runs in another thread at the
-same moment is not protected from it.
+same moment is not protected from it. Inductor restores the random-number state a compilation began with
+when it ends, which would rewind the training thread's draws made meanwhile: in the background thread it
+leaves the state alone (``_leave_rng_state_alone_in_background``).
 
 [Note: random numbers in fused regions]
 A random torch operation (dropout's mask, ``torch.rand``, ``randint``) is not fused by default: it runs
