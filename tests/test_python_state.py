@@ -79,6 +79,19 @@ def uses_globals(x):
     return helper(x) * GLOBAL_SCALE
 
 
+# globals named as the prologue's own names (its parameters, its imports): checked as any other
+kwargs: dict = {}
+dtypes = Options(scale=3.0)
+
+
+def _scaled(x, scale=1.0, shift=0):
+    return x * scale + shift
+
+
+def uses_prologue_names(x):
+    return _scaled(x, **kwargs) * dtypes.scale
+
+
 def _closure():
     state = {"factor": None}
     factor = 2.0
@@ -186,6 +199,10 @@ CASES = [
                  _add_hook(lambda m: m, "global"), restore=_remove_hooks),
     Case("global number", lambda: (uses_globals, (torch.randn(3),)), _set_global("GLOBAL_SCALE", 3.0),
          restore=lambda: globals().__setitem__("GLOBAL_SCALE", 2.0)),
+    Case("global named kwargs", lambda: (uses_prologue_names, (torch.randn(3),)), _set_global("kwargs", {"shift": 4}),
+         restore=lambda: globals().__setitem__("kwargs", {})),
+    Case("attribute of a global named dtypes", lambda: (uses_prologue_names, (torch.randn(3),)),
+         lambda f, a: setattr(dtypes, "scale", 5.0), restore=lambda: setattr(dtypes, "scale", 3.0)),
     Case("global function replaced", lambda: (uses_globals, (torch.randn(3),)),
          _set_global("helper", lambda x: x * 7), restore=lambda: globals().__setitem__("helper", _helper)),
     Case("closure variable", lambda: (_closure()[0], (torch.randn(3),)),

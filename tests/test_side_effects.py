@@ -244,6 +244,57 @@ def test_a_parameter_replaced_in_forward_is_refused():
         thunder.jit(Replaces())(torch.ones(2))
 
 
+class CachedBias(nn.Module):
+    """Computes a buffer at its first call and keeps it (x-transformers' ALiBi bias): registered as None first,
+    not registered at all, or registered None and assigned."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+        self.lin = nn.Linear(4, 4)
+        if how != "registered in forward":
+            self.register_buffer("bias", None, persistent=False)
+
+    def forward(self, x):
+        bias = getattr(self, "bias", None)
+        if bias is None or bias.shape[0] < x.shape[0]:
+            bias = torch.arange(x.shape[0]).float()[:, None] * self.lin.weight[0].detach()
+            if self.how == "assigned":
+                self.bias = bias
+            else:
+                self.register_buffer("bias", bias, persistent=self.how == "registered in forward")
+        return self.lin(x) + self.bias[: x.shape[0]]
+
+
+@pytest.mark.parametrize("how", ["registered None, then registered", "registered in forward", "assigned"])
+def test_a_buffer_the_program_registers_is_its_tensor_after_the_call(how):
+    m, ref = CachedBias(how), CachedBias(how)
+    ref.load_state_dict(m.state_dict())
+    jm = thunder.jit(m)
+    for n, length in enumerate([3, 3, 2, 5, 5]):
+        x = torch.randn(length, 4)
+        assert torch.equal(jm(x), ref(x)), n
+        assert type(m.bias) is torch.Tensor and torch.equal(m.bias, ref.bias), n
+        assert list(m._buffers) == list(ref._buffers) and m.state_dict().keys() == ref.state_dict().keys(), n
+
+
+def test_a_parameter_registered_in_forward_is_refused_and_leaves_no_traced_tensor():
+    class RegistersParameter(nn.Module):  # (a parameter made in forward is refused before: requires_grad_)
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(2))
+
+        def forward(self, x):
+            self.register_buffer("scratch", x * 2)
+            self.register_parameter("alias", self.w)
+            return x * self.alias
+
+    m = RegistersParameter()
+    with pytest.raises(NotImplementedError, match="registers the parameter 'alias' of module while thunder traces"):
+        thunder.jit(m)(torch.ones(2))
+    assert list(m._buffers) == [] and list(m._parameters) == ["w"] and type(m.w) is nn.Parameter
+
+
 HISTORY: list = []
 TABLE: dict = {}
 

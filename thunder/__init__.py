@@ -96,6 +96,10 @@ def _check_jittable(fn):
     if not callable(fn):
         raise TypeError(f"thunder.jit needs a function or a torch.nn.Module, but got a {type(fn).__qualname__} object, "
                         "which is not callable")
+    if isinstance(fn, pytorch.nn.Module):
+        from thunder.driver.torchscript import check_module
+
+        check_module("", fn)
     target = type(fn).forward if isinstance(fn, pytorch.nn.Module) else fn
     if not inspect.isfunction(target) and not inspect.ismethod(target) and hasattr(type(target), "__call__"):
         target = getattr(type(target), "__call__")

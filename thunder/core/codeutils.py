@@ -20,6 +20,11 @@ def flat_proxies(x) -> list:
     return [p for p in tree_leaves(x) if isinstance(p, _PROXIES)]
 
 
+# Names a printed program uses for other things than its variables and constants: its imports, a prologue's
+# parameters, builtins and keywords.
+RESERVED_NAMES = frozenset({"torch", "dtypes", "devices", "no_autocast", "prims", "ltorch", "args", "kwargs"}) | frozenset(
+    __import__("keyword").kwlist) | frozenset(dir(__import__("builtins")))
+
 # Names that constants of these types print under (``process_group`` for a torch.distributed ProcessGroup),
 # registered by the modules that put them in traces. An object may also name itself (a ``trace_name`` attribute).
 CONSTANT_NAMES: dict[type, str] = {}
@@ -48,7 +53,7 @@ class Printer:
         name = self._constant_names.get(id(value))
         if name is None:
             name = hint if hint and hint not in self.constants else f"_C{len(self.constants)}"
-            while name in self.constants or name in self._variables:
+            while name in self.constants or name in self._variables or name in RESERVED_NAMES:
                 name += "_"
             self.constants[name] = value
             self._constant_names[id(value)] = name

@@ -79,13 +79,21 @@ class TraceCtx:
 
     def add_name(self, name: str) -> str:
         """Registers ``name`` if free, else returns a fresh variant of it."""
-        if not name.isidentifier() or name in self.names or name in _RESERVED:
+        if not name.isidentifier() or name in self.names or name in codeutils.RESERVED_NAMES:
             base = name if name.isidentifier() else "t_"
             i = 0
             while f"{base}_{i}" in self.names:
                 i += 1
             name = f"{base}_{i}"
         self.names.add(name)
+        return name
+
+    def constant_name(self, hint: str) -> str:
+        """A name for a constant the program refers to: ``hint``, unless a variable, another constant or a name
+        the printed program uses otherwise (its imports, its parameters, builtins) has it."""
+        name = hint
+        while name in self.constants or name in self.names or name in codeutils.RESERVED_NAMES:
+            name += "_"
         return name
 
     def tensor(self, shape, dtype, device, requires_grad=False, name: str | None = None) -> TensorProxy:
@@ -189,7 +197,3 @@ def _group_imports(imports) -> list[str]:
             others.append(line)
     return others + [f"from {m} import {', '.join(dict.fromkeys(ns))}" for m, ns in by_module.items()]
 
-
-_RESERVED = frozenset({"torch", "dtypes", "devices", "no_autocast", "prims", "ltorch", "args", "kwargs"}) | frozenset(
-    __import__("keyword").kwlist
-) | frozenset(dir(__import__("builtins")))

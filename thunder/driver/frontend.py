@@ -914,7 +914,10 @@ def scan_function_sources(fn, sources: dict):
 
 def scan_module_sources(module: torch.nn.Module, sources: dict):
     """Plain tensor attributes of the module's submodules (not parameters or buffers)."""
+    from thunder.driver.torchscript import check_module
+
     for qualname, m in module.named_modules(remove_duplicate=True):
+        check_module(qualname, m)
         for k, v in vars(m).items():
             if isinstance(v, torch.Tensor) and id(v) not in sources:
                 sources[id(v)] = AttrSource(m, qualname, k)

@@ -8,13 +8,13 @@ import time
 
 import torch
 
-from thunder.driver import checkpointing, frontend, python_state, random_state, side_effects
+from thunder.driver import checkpointing, frontend, python_state, random_state, side_effects, torchscript
 from thunder.driver.compile_data import CacheEntry, CompileData
 from thunder.driver.interpreter import InstructionRecorder
 from thunder.driver.outputs import flatten_output, is_printable_structure
 from thunder.driver.runtime import GradInfo, output_rebuild
 from thunder.driver.prologue import PrologueBuilder
-from thunder.core.proxies import TensorProxy
+from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.executors import pythonex as px
 from thunder.executors.passes import transform_for_execution
@@ -93,6 +93,7 @@ def module_tensors_as_proxies(module, comp: TraceCtx, prologue: PrologueBuilder,
             for (p, _), new in zip(created, transform.transform_module_tensors(tensors, compilation)):
                 program_sees[p.name] = new
     swaps = []
+    before = {id(m.__dict__[c]): dict(m.__dict__[c]) for _, m in modules for c in ("_parameters", "_buffers")}
     try:
         for d, name, t, collection in holders:
             proxy = seen[id(t)]
@@ -103,11 +104,20 @@ def module_tensors_as_proxies(module, comp: TraceCtx, prologue: PrologueBuilder,
     finally:
         for d, name, t, _, _ in reversed(swaps):
             d[name] = t
+        for _, m in modules:  # entries the program added (``register_buffer``) hold no traced tensor afterwards
+            for collection in ("_parameters", "_buffers"):
+                d, old = m.__dict__[collection], before[id(m.__dict__[collection])]
+                for name in [n for n, v in d.items() if isinstance(v, Proxy) and old.get(n) is not v]:
+                    if name in old:
+                        d[name] = old[name]
+                    else:
+                        del d[name]
 
 
 def trace_program(cd: CompileData, args, kwargs, compilation: "Compilation") -> TraceResult:
     checkpointing.install()
     random_state.install()
+    torchscript.install()
     comp = TraceCtx("computation")
     prologue = compilation._prologue = PrologueBuilder(comp, cd.cache_option, cd.functional)
     prologue.start_ns = time.perf_counter_ns()
@@ -179,6 +189,21 @@ def _adopt_replaced_module_tensors(swaps, tracer, modules) -> list:
     shape, compiles again, as timm's ConViT replaces its position indices at its first call. Anything else (a
     parameter replaced, a buffer set to None) is refused."""
     writes = []
+    swapped = {(id(d), name) for d, name, *_ in swaps}
+    for qualname, m in modules:  # a buffer the program registers (``register_buffer``), or set where it was None
+        for collection in ("_parameters", "_buffers"):
+            d = m.__dict__[collection]
+            for name, new in list(d.items()):
+                if not isinstance(new, Proxy) or (id(d), name) in swapped:
+                    continue
+                if collection == "_parameters" or not isinstance(new, TensorProxy):
+                    raise NotImplementedError(
+                        f"The program registers the parameter {name!r} of module.{qualname} while thunder traces it; "
+                        "thunder cannot add parameters to a module. Register it in __init__ (or call the module "
+                        "once before thunder.jit).".replace("module.;", "module;").replace("module. ", "module "))
+                label = f"module.{qualname}.{name}".replace("..", ".")
+                writes.append(python_state.StateWrite(m, name, new, label))
+                d[name] = None  # a buffer after the call, which the write gives its tensor
     for d, name, _, proxy, collection in swaps:
         new = d.get(name)
         if new is proxy:

@@ -246,9 +246,7 @@ class PrologueBuilder:
         name = self.constant_names.get(id(obj))
         if name is not None:
             return Var(name)
-        name = frontend._sanitize(hint)
-        while name in self.trace.constants or name in self.trace.names:
-            name += "_"
+        name = self.trace.constant_name(frontend._sanitize(hint))
         self.trace.constants[name] = obj
         self.constant_names[id(obj)] = name
         self.trace.names.add(name)
