@@ -119,7 +119,7 @@ def check_training_parity(model: torch.nn.Module, inputs: Any, *, loss_of: Calla
                           transforms=(), compilations: int = 1):
     """One forward+backward, then ``steps`` SGD steps, of ``thunder.jit(model, executors=executors,
     transforms=transforms)`` against an eager deep copy; ``compilations``: the cache misses expected (a model whose
-    first call replaces a buffer by one of another shape compiles again for it)."""
+    first call replaces a buffer by one of another shape compiles again for it), or a range of them."""
     with one_thread():
         return _training_parity(model, inputs, loss_of, steps, not_bitwise, lr, executors, transforms, compilations)
 
@@ -145,7 +145,8 @@ def _training_parity(model, inputs, loss_of, steps, not_bitwise, lr, executors=N
         ref_opt.zero_grad()
         _compare_state(model, ref, not_bitwise, mismatches, what, grads=False)
         _check_bitwise(mismatches)
-    assert thunder.cache_misses(jmodel) == compilations, "every step after the first compilations must hit the cache"
+    expected = compilations if isinstance(compilations, range) else (compilations,)
+    assert thunder.cache_misses(jmodel) in expected, "every step after the first compilations must hit the cache"
     if not_bitwise is not None and not not_bitwise.depends_on_machine:
         assert mismatches.tolerated, f"bitwise equal to eager after all: remove the NotBitwise entry ({not_bitwise.reason})"
     return jmodel, mismatches

@@ -92,6 +92,27 @@ def uses_prologue_names(x):
     return _scaled(x, **kwargs) * dtypes.scale
 
 
+class _RegistryState:
+    def __init__(self, table):
+        self.table = dict(table)
+
+    def get(self, key):
+        return _RegistryState(self.table), self.table[key]
+
+
+class _Registry:  # replaces its state object on every call, as einx's backend registry does
+    def __init__(self, scale=2.0):
+        self.state = _RegistryState({"scale": scale})
+
+
+REGISTRY = _Registry()
+
+
+def uses_registry(x):
+    REGISTRY.state, scale = REGISTRY.state.get("scale")
+    return x * scale
+
+
 def _closure():
     state = {"factor": None}
     factor = 2.0
@@ -203,6 +224,9 @@ CASES = [
          restore=lambda: globals().__setitem__("kwargs", {})),
     Case("attribute of a global named dtypes", lambda: (uses_prologue_names, (torch.randn(3),)),
          lambda f, a: setattr(dtypes, "scale", 5.0), restore=lambda: setattr(dtypes, "scale", 3.0)),
+    Case("object the program replaces on every call", lambda: (uses_registry, (torch.randn(3),)),
+         lambda f, a: setattr(REGISTRY, "state", _RegistryState({"scale": 5.0})),
+         restore=lambda: setattr(REGISTRY, "state", _RegistryState({"scale": 2.0}))),
     Case("global function replaced", lambda: (uses_globals, (torch.randn(3),)),
          _set_global("helper", lambda x: x * 7), restore=lambda: globals().__setitem__("helper", _helper)),
     Case("closure variable", lambda: (_closure()[0], (torch.randn(3),)),
@@ -403,3 +427,35 @@ def test_fresh_argument_objects_holding_the_same_values_reuse_the_trace():
     assert torch.equal(jstep(batch), step(batch))
     assert thunder.cache_misses(jstep) == 2
     assert "check_same_object" not in str(thunder.last_prologue_traces(jstep)[-1])
+
+
+class _Mode:
+    def __init__(self, flag):
+        self.flag = flag
+
+
+class _ModeHolder:
+    def __init__(self):
+        self.mode = _Mode(True)
+
+
+MODE = _ModeHolder()
+
+
+def toggles_mode(x):
+    mode = MODE.mode
+    MODE.mode = _Mode(not mode.flag)
+    return x * 2 if mode.flag else x * 3
+
+
+def test_an_object_replaced_by_one_holding_other_values_recompiles():
+    """The replaced object is checked by what was read from it: the new one holds another flag."""
+    x = torch.randn(3)
+    MODE.mode = _Mode(True)
+    expected = [toggles_mode(x) for _ in range(5)]
+    MODE.mode = _Mode(True)
+    jf = thunder.jit(toggles_mode)
+    for n, e in enumerate(expected):
+        assert torch.equal(jf(x), e), n
+        assert MODE.mode.flag == (n % 2 == 1)
+    assert thunder.cache_misses(jf) == 2 and thunder.cache_hits(jf) == 3

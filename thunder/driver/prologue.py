@@ -228,6 +228,14 @@ class PrologueBuilder:
         var = self.object_vars.get(id(obj))
         return var if var is not None else self.constant_var(obj, hint)
 
+    def attribute_var(self, obj_var: Var, name: str, hint: str) -> Var:
+        """A variable bound, among the checks of Python state, to ``obj_var.name`` as it is on each call."""
+        from thunder.core.symbol import BoundSymbol
+
+        var = Var(self.trace.add_name(hint))
+        self.state_bsyms.append(BoundSymbol(st.unpack_attr, (obj_var, name), {}, var))
+        return var
+
     def missing_var(self) -> Var:
         return self.constant_var(MISSING, "MISSING")
 

@@ -372,6 +372,23 @@ class StateRecorder:
             return True  # (an object nothing was read from may be a sentinel, compared with `is`)
         return not all(c is object or c.__flags__ & (1 << 9) for c in type(obj).__mro__)  # heap (Python) classes
 
+    def replaced_objects(self) -> dict:
+        """Objects the program read from and then replaced where it found them (``holder.state = new_state``; einx
+        replaces its backend registry's state object on every call): ``id(object) -> (the holder's Watched, the
+        attribute)``. Such an object is checked by its class and by what the program read from it, on whatever
+        object the attribute holds at the call, not as the very object, which the program's own write replaced
+        (it would miss on every call). Plain Python objects only, as for argument objects (``by_identity``)."""
+        found = {}
+        for obj, name, old, _ in self.writes.values():
+            holder, w = self.watched.get(id(obj)), self.watched.get(id(old))
+            if (holder is None or w is None or not w.seen or w.whole or w.var is not None or w.qualname is not None
+                    or isinstance(old, torch.nn.Module) or id(old) in self.write_targets
+                    or holder.items.get(name) is not old
+                    or not all(c is object or c.__flags__ & (1 << 9) for c in w.cls.__mro__)):
+                continue
+            found[id(old)] = (holder, name)
+        return found
+
     # -- what is watched ----------------------------------------------------------------------
     def watch(self, obj, label: str, *, var: Var | None = None, qualname: str | None = None) -> bool:
         if id(obj) in self.watched:
@@ -571,17 +588,16 @@ class StateRecorder:
         return value
 
     def _contents(self, value, label: str, depth: int):
+        if isinstance(value, (set, frozenset)) and all(isinstance(v, _VALUE_TYPES) for v in value):
+            snapshot = Contents(type(value), frozenset(value))  # of any size: compared as one set, in C
+            self.snapshots.setdefault(id(value), []).append(snapshot)
+            return snapshot
         if len(value) > _MAX_CONTENTS or depth >= 3:
             self._problem(f"{label} is a {type(value).__name__} of {len(value)} items{' nested in others' if depth else ''}"
                           ": thunder checks that it is the same object on each call, but not its contents (it compares "
                           f"the contents of lists, dicts and sets of up to {_MAX_CONTENTS} items, 3 levels deep)")
             return value
         if isinstance(value, (set, frozenset)):
-            items = tuple(value)
-            if all(isinstance(v, _VALUE_TYPES) for v in items):
-                snapshot = Contents(type(value), items)
-                self.snapshots.setdefault(id(value), []).append(snapshot)
-                return snapshot
             self._problem(f"{label} is a set of objects: thunder checks that it is the same set, but not its contents")
             return value
         if isinstance(value, dict):

@@ -16,17 +16,24 @@ import torch
 from thunder.core import statements as st
 from thunder.core.proxies import Var
 from thunder.driver.python_state import _CALL_STATE, _HOOK_DICTS, _NO_CHECK
-from thunder.executors.pythonex import MISSING, Contents, global_module_hooks
+from thunder.executors.pythonex import MISSING, Contents, InstanceOf, global_module_hooks
 
 
 def emit_checks(rec, pb):
     """Adds a check of everything ``rec`` (a ``StateRecorder``) recorded to the prologue ``pb`` (a ``PrologueBuilder``)."""
     objects, classes, calls, call_classes = [], [], [], []
     any_call = False
-    for w in rec.watched.values():
+    replaced = rec.replaced_objects()
+    for holder, name in replaced.values():
+        holder.items[name] = InstanceOf(holder.items[name].__class__)
+    # replaced objects last: each is read from its holder once the holder's checks have found it there
+    for w in sorted(rec.watched.values(), key=lambda w: id(w.obj) in replaced):
         if not w.seen and w.var is None:
             continue  # never read: the trace does not depend on it (an argument's type is checked in any case)
         any_call = any_call or (isinstance(w.obj, torch.nn.Module) and "_compiled_call_impl" in w.items)
+        if id(w.obj) in replaced:
+            holder, name = replaced[id(w.obj)]
+            w.var = pb.attribute_var(_var(pb, holder), name, name)
         var = _var(pb, w)
         cls = pb.constant_var(w.cls, w.cls.__name__)
         if _standard_call(w):

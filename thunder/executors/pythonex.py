@@ -167,7 +167,7 @@ class Contents:
         if type(x) is not self.type or len(x) != len(self.items) or (self.same is not None and x is not self.same):
             return False
         if isinstance(x, (set, frozenset)):
-            return x == set(self.items)
+            return x == self.items  # (a frozenset)
         pairs = zip(x.items(), self.items) if isinstance(x, dict) else zip(x, self.items)
         if isinstance(x, dict):
             return all((k is k0 or same_value(k, k0)) and (v is v0 or same_value(v, v0)) for (k, v), (k0, v0) in pairs)
@@ -192,10 +192,26 @@ class MethodOf:
         return f"MethodOf({self.func.__qualname__})"
 
 
+class InstanceOf:
+    """An object the program replaced after reading it (see ``StateRecorder.replaced_objects``): any object of its
+    class matches; what the program read from it is checked on the object found there."""
+
+    __slots__ = ("cls",)
+
+    def __init__(self, cls: type):
+        self.cls = cls
+
+    def matches(self, x) -> bool:
+        return type(x) is self.cls
+
+    def __repr__(self):
+        return f"InstanceOf({self.cls.__qualname__})"
+
+
 _EQUAL_TYPES = frozenset({int, bool, str, bytes, type(None), torch.dtype, torch.device, type(Ellipsis), range})
 
 
-_SNAPSHOT_TYPES = {Contents, MethodOf}
+_SNAPSHOT_TYPES = {Contents, MethodOf, InstanceOf}
 
 
 def register_snapshot_type(cls: type):
