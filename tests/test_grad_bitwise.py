@@ -442,3 +442,21 @@ def test_the_gradient_of_unsqueeze_keeps_its_layout(consumer):
     for what, actual, expected in zip(("output", "gradient of x", "gradient of w", "gradient of b"),
                                       run(thunder.jit(f)), run(f)):
         assert_bitwise(actual, expected, what)
+
+
+_SINGULAR = [0.0, -0.0, 1e-30, -1e-30, 1e-20, 2.0, -3.0, float("inf"), -float("inf"), 1e20]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_atan2_gradient_at_singular_points_is_eager_bit_for_bit(dtype):
+    """At (0, 0) and where the squares underflow to 0 eager's gradient is zero (PyG's PPFConv takes atan2 of a
+    self-loop's zero vectors); denormal squares and infinities give eager's infinities and NaNs. Compared as bits,
+    so signed zeros count."""
+    y = torch.tensor([a for a in _SINGULAR for _ in _SINGULAR], dtype=dtype)
+    x = torch.tensor([b for _ in _SINGULAR for b in _SINGULAR], dtype=dtype)
+    ct = torch.linspace(-1.5, 1.5, y.numel(), dtype=dtype)
+    bits = torch.int32 if dtype == torch.float32 else torch.int64
+    expected = torch.autograd.grad(torch.atan2(y.requires_grad_(), x.requires_grad_()), (y, x), ct)
+    actual = torch.autograd.grad(thunder.jit(torch.atan2)(y, x), (y, x), ct)
+    for a, e in zip(actual, expected):
+        assert torch.equal(a.view(bits), e.view(bits)), torch.stack([y, x, a, e], 1)[a.view(bits) != e.view(bits)]

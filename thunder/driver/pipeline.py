@@ -196,12 +196,13 @@ def _adopt_replaced_module_tensors(swaps, tracer, modules) -> list:
             for name, new in list(d.items()):
                 if not isinstance(new, Proxy) or (id(d), name) in swapped:
                     continue
+                owner = f"module.{qualname}" if qualname else "module"
                 if collection == "_parameters" or not isinstance(new, TensorProxy):
                     raise NotImplementedError(
-                        f"The program registers the parameter {name!r} of module.{qualname} while thunder traces it; "
-                        "thunder cannot add parameters to a module. Register it in __init__ (or call the module "
-                        "once before thunder.jit).".replace("module.;", "module;").replace("module. ", "module "))
-                label = f"module.{qualname}.{name}".replace("..", ".")
+                        f"The program registers the parameter {name!r} of {owner} while thunder traces it; thunder "
+                        "cannot add parameters to a module. Register it in __init__ (or call the module once before "
+                        "thunder.jit).")
+                label = f"{owner}.{name}"
                 writes.append(python_state.StateWrite(m, name, new, label))
                 d[name] = None  # a buffer after the call, which the write gives its tensor
     for d, name, _, proxy, collection in swaps:

@@ -219,7 +219,8 @@ def atan2_rule(a, b):
     out = ew.atan2(a, b)
 
     def backward(g):
-        recip = ew.reciprocal(ew.add(ew.mul(a, a), ew.mul(b, b)))
+        denominator = ew.add(ew.mul(a, a), ew.mul(b, b))
+        recip = ew.where(ew.eq(denominator, 0), 0, ew.reciprocal(denominator))  # as eager: no gradient at (0, 0)
         return _grad_for(ew.mul(ew.mul(g, b), recip), a), _grad_for(ew.mul(ew.mul(g, ew.neg(a)), recip), b)
 
     return out, backward
