@@ -312,6 +312,11 @@ def _importing(frame) -> bool:
     return False
 
 
+def _python_class(cls: type) -> bool:
+    """Whether ``cls`` and its bases are all defined in Python (heap types), ``object`` aside."""
+    return all(c is object or c.__flags__ & (1 << 9) for c in cls.__mro__)
+
+
 def _watchable(cls: type, skipped: tuple) -> bool:
     """Instances of classes defined in Python outside torch, thunder and the standard library, and all modules."""
     if cls.__flags__ & (1 << 8) or not cls.__flags__ & (1 << 9):  # immutable or static (C) types
@@ -370,7 +375,7 @@ class StateRecorder:
         w = self.watched.get(id(obj))
         if w is None or w.whole or not w.seen or isinstance(obj, torch.nn.Module) or id(obj) in self.write_targets:
             return True  # (an object nothing was read from may be a sentinel, compared with `is`)
-        return not all(c is object or c.__flags__ & (1 << 9) for c in type(obj).__mro__)  # heap (Python) classes
+        return not _python_class(type(obj))
 
     def replaced_objects(self) -> dict:
         """Objects the program read from and then replaced where it found them (``holder.state = new_state``; einx
@@ -384,7 +389,7 @@ class StateRecorder:
             if (holder is None or w is None or not w.seen or w.whole or w.var is not None or w.qualname is not None
                     or isinstance(old, torch.nn.Module) or id(old) in self.write_targets
                     or holder.items.get(name) is not old
-                    or not all(c is object or c.__flags__ & (1 << 9) for c in w.cls.__mro__)):
+                    or not _python_class(w.cls)):
                 continue
             found[id(old)] = (holder, name)
         return found
