@@ -91,6 +91,21 @@ def _randn(*shape):
 
 
 # name -> (program, inputs(), differentiable)
+def _slices_of_extent_sums(x):
+    y = torch.cat([_rows(x), x])  # i0 + 6 rows: every slice below has the same extents for every i0
+    return torch.cat([y[-1] * 2, y[2:].sum(0), y[:-3].mean(0), y[1:-1][..., 1:].sum(0), y[6:].sum(0)])
+
+
+def _coalesce_index(edge_index):
+    """PyG's ``coalesce`` (GraphUNet): an index one longer than a run-time count, filled after its first element."""
+    e = edge_index[:, edge_index[0] != edge_index[1]]
+    idx = e.new_empty(e.size(1) + 1)
+    idx[0] = -1
+    idx[1:] = e[1]
+    idx[1:].mul_(10).add_(e[0])
+    return idx
+
+
 CASES = {
     "nonzero": (lambda x: torch.nonzero(x > 0), _randn(6, 3), False),
     "nonzero_as_tuple": (lambda x: torch.nonzero(x > 0, as_tuple=True), _randn(6, 3), False),
@@ -153,6 +168,13 @@ CASES = {
     "cross_entropy_on_valid_targets": (lambda x, t: F.cross_entropy(x[t >= 0], t[t >= 0]),
                                        lambda: (torch.randn(8, 4), torch.randint(-1, 4, (8,))), True),
     "moe_litgpt_routing": (_moe_litgpt, lambda: (torch.randn(8, 4), torch.randn(8, 3), torch.randn(3, 4, 4)), True),
+    # slices whose extents hold for every run-time value; a -1 inferred by dividing a sum of extents
+    "slices_of_extent_sums": (_slices_of_extent_sums, _randn(6, 4), True),
+    "coalesce_index_of_extent_plus_one": (_coalesce_index, lambda: (torch.randint(0, 10, (2, 30)),), False),
+    "inplace_on_slice_of_extent": (lambda x: (lambda y: (y[1:].mul_(2), y)[1])(torch.cat([_rows(x), x])),
+                                   _randn(6, 4), True),
+    "view_minus_one_of_extent_sum": (lambda x: (lambda y: y.view(y.size(0), 2, -1).sum(-1))(torch.cat([_rows(x), x])),
+                                     _randn(6, 4), True),
     "moe_hf_token_loop": (_moe_hf_token_loop, lambda: (torch.randn(8, 4), torch.randn(8, 3), torch.randn(3, 4, 4)), True),
 }
 
@@ -260,6 +282,18 @@ def test_fallback_op_on_unmatched_extents_raises():
         assert "index_copy on inputs whose shapes hold extents known only" in str(e)
     else:
         assert torch.__version__ < "2.13" and torch.equal(out, fn(x))
+
+
+@pytest.mark.parametrize("fn,match", [
+    (lambda x: _rows(x)[:3], "is 3 only when the extents known at run time .i0. are large enough"),
+    (lambda x: torch.cat([_rows(x), x])[:7], "is 7 only when"),
+    (lambda x: _rows(x)[1:], r"cannot name \(torch gives 7918 and 8622 when i0 is 7919 and 8623\)"),
+], ids=["head", "head_of_sum", "tail"])
+def test_slice_clamped_at_small_extents_raises(fn, match):
+    """``x[:3]`` of ``i0`` rows has 3 rows only when ``i0 >= 3``, ``x[1:]`` has ``max(i0 - 1, 0)``: a trace for every
+    value cannot name their extents (it once took the first for 3 and gave fewer rows than its shapes said)."""
+    with pytest.raises(NotImplementedError, match=match):
+        thunder.jit(fn)(torch.randn(6, 3))
 
 
 def test_fallback_op_changing_an_extent_raises_naming_it():

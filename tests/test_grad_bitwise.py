@@ -460,3 +460,46 @@ def test_atan2_gradient_at_singular_points_is_eager_bit_for_bit(dtype):
     actual = torch.autograd.grad(thunder.jit(torch.atan2)(y, x), (y, x), ct)
     for a, e in zip(actual, expected):
         assert torch.equal(a.view(bits), e.view(bits)), torch.stack([y, x, a, e], 1)[a.view(bits) != e.view(bits)]
+
+
+# Every path of eager's matmul (tensor and vector products, folds of a batch into one mm, the transposed fold of a
+# matrix times a batch, the squeeze of a batch of one, broadcast bmm) for every requires-grad pattern and operand
+# layout: outputs, gradients and their strides bit for bit (eager's path depends on which operands require grad).
+_MATMUL_A = [(4,), (3, 4), (1, 3, 4), (2, 3, 4), (2, 1, 3, 4), (1, 2, 3, 4)]
+_MATMUL_B = [(4,), (4, 5), (1, 4, 5), (2, 4, 5), (2, 1, 4, 5)]
+
+
+def _operand(shape, layout):
+    if layout == "columns":
+        return torch.randn(*shape[:-2], shape[-1], shape[-2]).transpose(-1, -2)
+    if layout == "strided":
+        return torch.randn(*shape[:-1], 2 * shape[-1])[..., ::2]
+    return torch.randn(shape)
+
+
+def _matmul_cases():
+    for sa in _MATMUL_A:
+        for sb in _MATMUL_B:
+            if len(sa) == 1 and len(sb) == 1:
+                continue
+            for la in ("rows", "columns", "strided") if len(sa) >= 2 else ("rows",):
+                for lb in ("rows", "columns") if len(sb) >= 2 else ("rows",):
+                    for grads in ("a", "b", "ab"):
+                        yield pytest.param(sa, sb, la, lb, grads, id=f"{sa}{la}@{sb}{lb}-{grads}")
+
+
+@pytest.mark.parametrize("a_shape,b_shape,a_layout,b_layout,grads", list(_matmul_cases()))
+def test_matmul_paths_and_gradients_are_eager_bit_for_bit(a_shape, b_shape, a_layout, b_layout, grads):
+    torch.manual_seed(0)
+    a, b = _operand(a_shape, a_layout), _operand(b_shape, b_layout)
+    g = torch.randn((a @ b).shape)
+    results = []
+    for fn in (torch.matmul, thunder.jit(lambda x, y: x @ y)):
+        x = torch.empty_strided(a.shape, a.stride()).copy_(a).requires_grad_("a" in grads)
+        y = torch.empty_strided(b.shape, b.stride()).copy_(b).requires_grad_("b" in grads)
+        out = fn(x, y)
+        results.append((out, torch.autograd.grad(out, [t for t in (x, y) if t.requires_grad], g)))
+    (expected, expected_grads), (out, out_grads) = results
+    assert torch.equal(out, expected) and out.stride() == expected.stride()
+    for actual, e in zip(out_grads, expected_grads):
+        assert torch.equal(actual, e) and actual.stride() == e.stride()

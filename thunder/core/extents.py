@@ -83,21 +83,23 @@ class Poly:
         return None
 
     def exact_div(self, other: "Poly"):
-        """``self // other`` when ``other`` is one term dividing every term of ``self`` exactly; else None."""
-        if len(other.terms) != 1:
+        """``self // other`` when ``other`` divides ``self`` exactly as polynomials with integer coefficients
+        (``32*i0 + 320`` by ``2*i0 + 20`` is ``16``); else None. Long division by leading terms (degree, then names):
+        with one divisor, its remainder is zero exactly when the division is."""
+        if not other.terms:
             return None
-        (m2, c2), = other.terms.items()
-        terms = {}
-        for m, c in self.terms.items():
-            rest = list(m)
-            for r in m2:
-                if r not in rest:
-                    return None
-                rest.remove(r)
-            if c % c2:
+        lead = max(other.terms, key=_monomial_order)
+        lead_c = other.terms[lead]
+        quotient, rest = {}, Poly(dict(self.terms), self.roots, self.nonneg)
+        while rest.terms:
+            m = max(rest.terms, key=_monomial_order)
+            c = rest.terms[m]
+            factor = _monomial_div(m, lead)
+            if factor is None or c % lead_c:
                 return None
-            terms[tuple(rest)] = c // c2
-        return self._join(other, terms)
+            quotient[factor] = quotient.get(factor, 0) + c // lead_c
+            rest = rest - other * Poly({factor: c // lead_c}, {}, frozenset())
+        return self._join(other, quotient)
 
     def bounds(self) -> tuple:
         """(lower, upper) bounds that hold for every value of the roots (None: unbounded)."""
@@ -114,6 +116,20 @@ class Poly:
     def __repr__(self):
         parts = [f"{c}*{'*'.join(m)}" if m else str(c) for m, c in self.terms.items()]
         return " + ".join(parts) or "0"
+
+
+def _monomial_order(m: tuple):
+    return len(m), m
+
+
+def _monomial_div(m: tuple, d: tuple):
+    """The monomial ``m / d`` (sorted tuples of root names, with repeats), or None if ``d`` does not divide ``m``."""
+    rest = list(m)
+    for r in d:
+        if r not in rest:
+            return None
+        rest.remove(r)
+    return tuple(rest)
 
 
 def poly_of(x) -> Poly:

@@ -35,6 +35,7 @@ from thunder.core.proxies import TensorProxy
 from thunder.extend import OperatorExecutor, register_executor
 from thunder.torch import nn as tnn
 from thunder.torch.grad_rules import linear_backward
+from thunder.torch.matmul_grads import matmul_requiring_grad
 
 MIN_MULTIPLY_ADDS = 1 << 21  # below this torch's kernel call is cheaper (measured on the VM above)
 _IMPORT = "from thunder.executors.onednnex import {}"
@@ -67,8 +68,9 @@ def onednn_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = 
     return torch.ops.aten._unsafe_view(out, (*x.shape[:-1], w.shape[0]))
 
 
-def onednn_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``torch.matmul(a, b)`` by oneDNN, for a 2-D ``b`` and an ``a`` of at least 2 dimensions."""
+def onednn_matmul(a: torch.Tensor, b: torch.Tensor, requires_grad=None) -> torch.Tensor:
+    """``torch.matmul(a, b)`` by oneDNN, for a 2-D ``b`` and an ``a`` of at least 2 dimensions (a product folded
+    as eager folds it where ``b`` requires grad: ``requires_grad`` is that of thunder.torch.matmul_grads)."""
     if a.ndim == 2 and not a.is_contiguous():
         # (B.T @ A.T).T reads A in place; it copies B.T unless that is contiguous, and the result back
         copied = (0 if b.t().is_contiguous() else b.numel()) + a.shape[0] * b.shape[1]
@@ -109,7 +111,7 @@ class OneDNNExecutor(OperatorExecutor):
         matmul = self.register_operator("onednn_matmul", fn=onednn_matmul, imports=(_IMPORT.format("onednn_matmul"),))
         for sym in (tnn.linear, prims.linear):
             self.register_implementation(sym, linear, checker=self._claims_linear)
-        for sym in (tnn.matmul, tnn.mm, prims.matmul):
+        for sym in (tnn.matmul, tnn.mm, prims.matmul, matmul_requiring_grad):  # the last: a folded product
             self.register_implementation(sym, matmul, checker=self._claims_matmul)
         backward = self.register_operator("onednn_linear_backward", fn=onednn_linear_backward,
                                           imports=(_IMPORT.format("onednn_linear_backward"),))
@@ -129,7 +131,7 @@ class OneDNNExecutor(OperatorExecutor):
             return False
         return _float32_cpu_static(g, a, w) and _multiply_adds(g, a.shape[-1]) >= self.min_multiply_adds
 
-    def _claims_matmul(self, a, b) -> bool:
+    def _claims_matmul(self, a, b, requires_grad=None) -> bool:
         if not (isinstance(a, TensorProxy) and a.ndim >= 2 and isinstance(b, TensorProxy) and b.ndim == 2):
             return False
         return _float32_cpu_static(a, b) and _multiply_adds(a, b.shape[1]) >= self.min_multiply_adds

@@ -129,7 +129,35 @@ def meta_outputs(fn, args, kwargs, *, device=None):
         return trace.tensor(shape, x.dtype, device, requires_grad and (x.dtype.is_floating_point or x.dtype.is_complex))
 
     flat_out, spec = tree_flatten(runs[0])
-    return tree_unflatten([to_proxy(k, x) for k, x in enumerate(flat_out)], spec)
+    out = [to_proxy(k, x) for k, x in enumerate(flat_out)]
+    if roots:
+        _check_small_extents(fn, args, kwargs, roots, out)
+    return tree_unflatten(out, spec)
+
+
+def _check_small_extents(fn, args, kwargs, roots, out):
+    """Refuses an output extent that holds at the large placeholders but not when the run-time extents are small:
+    torch clamps (``x[:3]`` of ``i0`` rows has 3 only when ``i0 >= 3``). Where torch raises at the small sizes, it
+    raises when the program runs too (the fallback runs torch's own operation)."""
+    from thunder.core.extents import poly_of
+
+    for small in (0, 1):
+        try:
+            run = tree_leaves(_run(fn, args, kwargs, {r: small for r in roots}))
+        except Exception:
+            continue
+        for k, (x, p) in enumerate(zip(run, out)):
+            if not isinstance(p, TensorProxy):
+                continue
+            for d, (got, s) in enumerate(zip(x.shape, p.shape)):
+                if not isinstance(got, int) or isinstance(s, NumberProxy) and not set(poly_of(s).roots) <= set(roots):
+                    continue  # a fresh extent of a data-dependent shape
+                if got != (_evaluate(s, {r: (small, small) for r in roots}, 0) if isinstance(s, NumberProxy) else s):
+                    raise NotImplementedError(
+                        f"thunder cannot trace {describe(fn)}: the extent of dim {d} of its output is {s} only when the "
+                        f"extents known at run time ({', '.join(roots)}) are large enough (torch gives {got} when they are "
+                        f"{small}). Slice or size it so that its extents hold for every value.")
+        return
 
 
 def _roots(flat) -> list:
@@ -168,9 +196,14 @@ class _Extents:
                 return found
             check(values[0] == values[1], lambda: (
                 f"thunder cannot trace {describe(self.fn)}: the extent of dim {d} of its output depends on run-time "
-                "extents of its inputs in a way thunder cannot name. Compute it with simpler torch operations."),
+                f"extents of its inputs in a way thunder cannot name (torch gives {values[0]} and {values[1]} when "
+                f"{self._described_placeholders()}). Compute it with simpler torch operations."),
                 NotImplementedError)
         return int(values[0])
+
+    def _described_placeholders(self) -> str:
+        extents = sorted(self.known.items(), key=lambda kv: kv[1].name)
+        return "; ".join(f"{s.name} is {a} and {b}" for (a, b), s in extents)
 
     def _unbacked(self, k, d, value):
         from thunder.core.extents import fresh

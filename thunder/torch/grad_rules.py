@@ -168,7 +168,7 @@ def _layout_token(t):
 
 
 # A tensor on the meta device (no memory) with ``t``'s shape and strides: for a backward kernel that reads only the
-# layout of an operand (see matmul_backward)
+# layout of an operand (see thunder/torch/matmul_grads.py)
 layout_of = _aten_symbol(_layout_token, "layout_of", lambda t: (tuple(t.shape), t.dtype, torch.device("meta")))
 
 
@@ -179,7 +179,7 @@ def _linear_backward_kernel(g, a, w, mask):
     column-major operand gets its gradient column-major. ``w`` is None where the input needs no gradient (nothing
     else saves it then): taken as contiguous. (Also a matrix product ``a @ b`` of a 2-D ``b``: ``w = b.t()``, or a
     meta tensor laid out as ``b.t()`` where only ``b`` needs a gradient.)"""
-    g2, a2 = g.reshape(-1, g.shape[-1]), a.reshape(-1, a.shape[-1])
+    g2, a2 = (t.reshape(math.prod(t.shape[:-1]), t.shape[-1]) for t in (g, a))  # not (-1, 0): ambiguous when empty
     ga = gw = None
     if mask[0]:
         ga = (w.t().mm(g2.t()).t() if _column_major(a2) else g2.mm(w)).reshape(a.shape)
@@ -256,9 +256,9 @@ def _addmm_rule(sym, product):
 
 @register_vjp(tnn.matmul)
 def matmul_rule(a, b):
-    from thunder.transforms.grad_rules import matmul_backward
+    from thunder.torch import matmul_grads
 
-    return tnn.matmul(a, b), matmul_backward(a, b)
+    return matmul_grads.rule(tnn.matmul, a, b)
 
 
 @register_vjp(ew.gelu)
@@ -561,6 +561,7 @@ def logsumexp_rule(a, dim, keepdim=False):
 
 
 from thunder.torch import grad_rules_elementwise  # noqa: E402,F401  (rules of the elementwise operations)
+from thunder.torch import matmul_grads  # noqa: E402,F401  (the kernels of matrix products' gradients)
 
 
 # split (q, k, v = c_attn(x).split(...)): the cotangents concatenated, zeros for the unused pieces, as eager's

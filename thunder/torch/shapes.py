@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from thunder.core import prims
 from thunder.core.symbol import Symbol
-from thunder.core.extents import (as_extent, infer_shape, is_one, is_runtime, is_symbolic_shape, is_zero, prod, same,
+from thunder.core.extents import (as_extent, decide, infer_shape, is_one, is_runtime, is_symbolic_shape, is_zero, prod, same,
                                   same_shape)
 from thunder.core.proxies import TensorProxy, NumberProxy
 from thunder.torch.registry import torchsymbol
@@ -450,7 +450,17 @@ def _basic_getitem(a, key):
             out_shape_with_none.append(("new", None))
             continue
         size = a.shape[dim]
-        if isinstance(x, int):
+        if is_runtime(size):
+            bounds = _runtime_bounds(a, dim, x)
+            if bounds is None:
+                return None
+            s, e, st = bounds
+            starts.append(s), stops.append(e), steps.append(st)
+            if isinstance(x, int):
+                squeeze_dims.append(dim)
+            else:
+                out_shape_with_none.append(("dim", dim))
+        elif isinstance(x, int):
             check(-size <= x < size, lambda: f"index {x} is out of bounds for dimension {dim} with size {size}", IndexError)
             x = x % size
             starts.append(x), stops.append(x + 1), steps.append(1)
@@ -463,7 +473,8 @@ def _basic_getitem(a, key):
             out_shape_with_none.append(("dim", dim))
         dim += 1
     out = a
-    if starts != [0] * a.ndim or stops != list(a.shape) or steps != [1] * a.ndim:
+    if any(is_runtime(s) or s != 0 for s in starts) or not all(same(e, n) for e, n in zip(stops, a.shape)) \
+            or steps != [1] * a.ndim:
         out = prims.slice_prim(a, starts, stops, steps)
     if squeeze_dims:
         out = prims.squeeze(out, tuple(squeeze_dims))
@@ -480,25 +491,36 @@ def _basic_getitem(a, key):
     return out
 
 
-def _full_on_runtime_dims(a, key) -> bool:
-    """Whether a basic index takes every run-time extent of ``a`` whole (``x[:, 0]`` on a ``[i0, 4]`` tensor)."""
-    if not is_symbolic_shape(a.shape):
-        return True
-    items = list(key) if isinstance(key, tuple) else [key]
-    if Ellipsis in items:
-        i = items.index(Ellipsis)
-        n_real = sum(1 for x in items if x is not None and x is not Ellipsis)
-        items[i:i + 1] = [slice(None)] * (a.ndim - n_real)
-    dims = [x for x in items if x is not None]
-    return all(not is_runtime(s) or d >= len(dims) or dims[d] == slice(None) for d, s in enumerate(a.shape))
+def _runtime_bounds(a, dim: int, x):
+    """(start, stop, step) of an int or a unit-step slice indexing a dim whose extent is known only at run time, where
+    they hold for every run-time value (``x[1:]`` of an ``i0 + 1`` extent has ``i0`` elements, ``x[-1]`` of one is at
+    ``i0``); None where they depend on the value (``x[:3]`` of ``i0``: 3 or fewer; ``x[3]`` of ``i0``: an IndexError
+    below 4), which torch's own indexing then handles."""
+    size = a.shape[dim]
+
+    def position(k):  # k (negative: from the end) as a position in [0, size] for every run-time value, else None
+        k = size + k if decide(operator.lt, k, 0) is True else k
+        return k if decide(operator.ge, k, 0) is True and decide(operator.le, k, size) is True else None
+
+    if isinstance(x, int):
+        start = position(x)
+        return None if start is None or decide(operator.lt, start, size) is not True else (start, start + 1, 1)
+    if x.step not in (None, 1):
+        return None
+    start = 0 if x.start is None else position(x.start)
+    stop = size if x.stop is None else position(x.stop)
+    if start is None or stop is None or decide(operator.ge, stop, start) is not True:
+        return None
+    return start, stop, 1
 
 
 @torchsymbol(methods=("__getitem__",), view=True, torch_impl=operator.getitem)
 def getitem(a, key):
     """Basic indexing decomposes into slices and reshapes; a 1-D integer tensor index is a ``take``; other keys
     (boolean masks, several tensor indices) run torch's own indexing, with run-time extents where needed."""
-    if _is_basic_index(key) and _full_on_runtime_dims(a, key):
-        return _basic_getitem(a, key)
+    out = _basic_getitem(a, key) if _is_basic_index(key) else None
+    if out is not None:
+        return out
     if isinstance(key, TensorProxy) and key.dtype in (torch.int64, torch.int32) and key.ndim <= 1 and a.ndim >= 1:
         index = key if key.ndim == 1 else reshape(key, (1,))
         out = prims.take(a, index, 0)

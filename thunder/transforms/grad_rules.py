@@ -473,84 +473,9 @@ def cumsum_rule(a, dim):
 
 @register_vjp(prims.matmul)
 def matmul_rule(a, b):
-    return prims.matmul(a, b), matmul_backward(a, b)
+    from thunder.torch import matmul_grads  # eager's paths and gradients of matrix products
 
-
-def matmul_backward(a, b):
-    # A batch (or a matrix) times a matrix that alone needs a gradient: eager's ``mm`` computes it by the matrix's
-    # layout, which it keeps (its strides) though not the matrix. So does the forward here: a memoryless tensor laid
-    # out as ``b`` (``layout_of``), read when the backward runs.
-    only_b = (a.ndim >= 2 and b.ndim == 2 and b.requires_grad and not a.requires_grad and a.dtype.is_floating_point
-              and b.dtype.is_floating_point)
-    if only_b:
-        from thunder.torch.grad_rules import layout_of
-
-        b_layout = layout_of(b)
-
-    def backward(g):
-        from thunder.torch import unsqueeze
-
-        if a.ndim == 1 and b.ndim == 1:  # dot product: g is a scalar
-            return prims.mul(prims.broadcast_in_dim(g, tuple(b.shape), ()), b), prims.mul(
-                prims.broadcast_in_dim(g, tuple(a.shape), ()), a)
-        a2 = unsqueeze(a, 0) if a.ndim == 1 else a
-        b2 = unsqueeze(b, 1) if b.ndim == 1 else b
-        g2 = unsqueeze(g, -2) if a.ndim == 1 else g
-        g2 = unsqueeze(g2, -1) if b.ndim == 1 else g2
-        if (a.ndim >= 2 and b.ndim == 2 and a.requires_grad and b.requires_grad and a.dtype.is_floating_point
-                and b.dtype.is_floating_point):
-            from thunder.torch import transpose
-            from thunder.torch.grad_rules import linear_backward
-
-            # one mm (eager folds a batch into its rows), whose gradients follow the operands' layouts (both are
-            # saved anyway): the product of a linear layer without bias, of weight b.t()
-            ga, gbt = linear_backward(g, a, transpose(b, 0, 1), [True, True])
-            gb = transpose(gbt, 0, 1)
-        elif only_b:
-            from thunder.torch import transpose
-            from thunder.torch.grad_rules import linear_backward
-
-            ga, gbt = linear_backward(g, a, transpose(b_layout, 0, 1), [False, True])
-            gb = transpose(gbt, 0, 1)
-        elif a2.ndim >= 3 and b2.ndim >= 3:
-            ga, gb = _batched_matmul_backward(g2, a2, b2)
-        else:
-            ga, gb = _matmul_backward(g2, a2, b2)
-        if a.ndim == 1:
-            ga = prims.reshape(ga, tuple(a.shape))
-        if b.ndim == 1:
-            gb = prims.reshape(gb, tuple(b.shape))
-        return ga, gb
-
-    return _holomorphic(backward, a, b)
-
-
-def _batched_matmul_backward(g, a, b):
-    """As eager: torch's matmul expands both operands to the common batch and folds them to 3-D (copying those a
-    view cannot fold, such as ``k.transpose(-2, -1)`` of a head-split ``k``), then runs one ``bmm``, whose gradients
-    are ``bmm``s of those folded operands. The same layouts give the same products: BLAS rounds by layout."""
-    from thunder.torch import expand, matmul, reshape, transpose
-
-    batch = prims.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
-    (n, m), p = a.shape[-2:], b.shape[-1]
-    a3 = reshape(expand(a, batch + (n, m)), (-1, n, m))
-    b3 = reshape(expand(b, batch + (m, p)), (-1, m, p))
-    g3 = reshape(g, (-1, n, p))
-    ga = _reduce_to(reshape(matmul(g3, transpose(b3, 1, 2)), batch + (n, m)), a.shape)
-    gb = _reduce_to(reshape(matmul(transpose(a3, 1, 2), g3), batch + (m, p)), b.shape)
-    return ga, gb
-
-
-def _matmul_backward(g2, a2, b2):
-    from thunder.torch import matmul, reshape, transpose
-
-    ga = _reduce_to(matmul(g2, transpose(b2, -1, -2)), a2.shape)
-    if b2.ndim == 2 and a2.ndim > 2:  # as torch's matmul: the batch folded into the rows, one matrix product
-        k, n = b2.shape
-        gb = matmul(transpose(reshape(a2, (-1, k)), 0, 1), reshape(g2, (-1, n)))
-    else:
-        gb = _reduce_to(matmul(transpose(a2, -1, -2), g2), b2.shape)
-    return ga, gb
+    return matmul_grads.rule(prims.matmul, a, b)
 
 
 @register_vjp(prims.linear)
