@@ -503,3 +503,32 @@ def test_matmul_paths_and_gradients_are_eager_bit_for_bit(a_shape, b_shape, a_la
     assert torch.equal(out, expected) and out.stride() == expected.stride()
     for actual, e in zip(out_grads, expected_grads):
         assert torch.equal(actual, e) and actual.stride() == e.stride()
+
+
+# Found by the generated programs (tests/program_generator.py): gradients summed or computed otherwise than eager's
+_FOUND_GRADS = {
+    "square_and_another_use": lambda x: (x.square(), x * 1),  # eager's square is pow(x, 2): one term, 2 * x
+    "stack_of_one_tensor_thrice": lambda x: torch.stack([x, x, x]),  # parts summed in the inputs' order
+    "copysign_of_both": lambda x: x.copysign(x.flip(0) * 1),  # the sign's gradient is zeros, not None
+    "softmax_to_float64": lambda x: torch.softmax(torch.softmax(x, 0), 0, dtype=torch.float64),
+    "log_softmax_and_softmax_to_float64": lambda x: (x.log_softmax(0), x.softmax(0, dtype=torch.float64)),
+    "negative_indices": lambda x: x[torch.tensor([-1, 0, -1])],
+    "empty_batched_product": lambda x: (x.reshape(2, 500, 1)[..., 1:] @ x.reshape(2, 500, 1)[..., 1:].mT).reciprocal(),
+}
+
+
+@pytest.mark.parametrize("name", list(_FOUND_GRADS))
+def test_found_gradients_are_eager_bit_for_bit(name):
+    fn = _FOUND_GRADS[name]
+    x0 = torch.randn(1000, generator=torch.Generator().manual_seed(1))
+    results = []
+    for f in (fn, thunder.jit(fn)):
+        x = x0.clone().requires_grad_()
+        outs = f(x)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        cotangents = [torch.randn(o.shape, generator=torch.Generator().manual_seed(i), dtype=o.dtype)
+                      for i, o in enumerate(outs)]
+        results.append((outs, torch.autograd.grad(outs, x, cotangents)))
+    (outs, grads), (j_outs, j_grads) = results
+    for a, b in zip(outs + grads, j_outs + j_grads):
+        assert a.dtype == b.dtype and torch.equal(a, b), name

@@ -683,3 +683,121 @@ def test_setitem_drops_the_values_leading_ones(index, value_shape):
 
     x, v = torch.randn(6, 5), torch.randn(*value_shape)
     assert torch.equal(thunder.jit(f)(x, v), f(x, v))
+
+
+# ---------------------------------------------------------------------------------------------
+# Found by the generated programs (tests/program_generator.py): aliasing, layouts and autograd state of updates
+# ---------------------------------------------------------------------------------------------
+
+
+def _run_both(fn, make, grad=False):
+    """``fn`` eagerly and jitted on fresh inputs: (outputs, inputs after, gradients of the floating inputs)."""
+    results = []
+    for f in (fn, thunder.jit(fn)):
+        torch.manual_seed(0)
+        inputs = make()
+        out = f(*inputs)
+        outs = out if isinstance(out, tuple) else (out,)
+        grads = ()
+        if grad:
+            leaves = [x for x in inputs if x.requires_grad]
+            grads = torch.autograd.grad([o for o in outs if o.requires_grad], leaves,
+                                        [torch.ones_like(o) for o in outs if o.requires_grad], allow_unused=True)
+        results.append((outs, inputs, grads))
+    return results
+
+
+def _same(a, b):
+    if a is None or b is None:
+        return a is b
+    return (a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride() and a.requires_grad == b.requires_grad
+            and torch.equal(a.detach(), b.detach()))
+
+
+def _cat_of_one(x):
+    y = x * 1
+    torch.cat([y]).add_(1)  # a new tensor: y stays
+    return y
+
+
+def _copy_into_a_view_then_update_the_base(x):
+    b = x.exp()
+    a = torch.ones(3, 1)
+    a.reshape(-1).copy_(b)
+    a.sin_()  # b, copied from, stays
+    return b, a
+
+
+def _update_through_reshape_after_masked_select(x):
+    y = x * x.masked_select(x > 0).sum()  # a 0-dim factor made by an op without a meta kernel
+    y.reshape(-1).pow_(2)
+    return y
+
+
+def _strided_view_updated_in_place(x):
+    v = (x * 1)[:, ::2]
+    v.sigmoid_()
+    return v  # a view, with eager's strides
+
+
+def _gapped_input_updated_in_place(x):
+    x /= 5
+    return F.gelu(x)  # eager's gelu reads x's gapped memory: its strided loop
+
+
+def _zeroed_keeps_requires_grad(x):
+    y = x * 1
+    y.zero_()
+    return y
+
+
+def _filled_keeps_requires_grad(x):
+    y = x * 1
+    y.fill_(2.0)
+    return y * x
+
+
+def _returns_the_updated_input(x, y):
+    y.view(-1).add_(x, alpha=2)
+    return y
+
+
+_FOUND = {
+    "cat_of_one": (_cat_of_one, lambda: [torch.zeros(3)], False),
+    "roll_by_nothing": (lambda x: (lambda y: (y.roll(0).add_(1), y)[1])(x * 1), lambda: [torch.zeros(3)], False),
+    "flip_of_no_dims": (lambda x: (lambda y: (y.flip([]).add_(1), y)[1])(x * 1), lambda: [torch.zeros(3)], False),
+    "copy_into_a_view_then_update_the_base": (_copy_into_a_view_then_update_the_base, lambda: [torch.zeros(3)], False),
+    "update_through_reshape_after_masked_select": (_update_through_reshape_after_masked_select,
+                                                   lambda: [torch.tensor([[1.0, -2.0], [3.0, 4.0]])], False),
+    "strided_view_updated_in_place": (_strided_view_updated_in_place, lambda: [torch.randn(3, 4)], False),
+    "gapped_input_updated_in_place": (_gapped_input_updated_in_place,
+                                      lambda: [torch.randn(3, 3, 2, 10)[..., ::2]], False),
+    "zeroed_keeps_requires_grad": (_zeroed_keeps_requires_grad, lambda: [torch.randn(3, requires_grad=True)], True),
+    "filled_keeps_requires_grad": (_filled_keeps_requires_grad, lambda: [torch.randn(3, requires_grad=True)], True),
+    "new_tensor_requires_no_grad": (lambda x, w: x + w.new_tensor([1.0, 2.0]),
+                                    lambda: [torch.randn(2, requires_grad=True), torch.randn(1, requires_grad=True)], True),
+    "returns_the_updated_input": (_returns_the_updated_input,
+                                  lambda: [torch.randn(1, dtype=torch.float64, requires_grad=True),
+                                           torch.randn(2, 2, requires_grad=True) * 1], True),
+}
+
+
+@pytest.mark.parametrize("name", list(_FOUND))
+def test_found_by_generated_programs(name):
+    fn, make, grad = _FOUND[name]
+    (outs, inputs, grads), (j_outs, j_inputs, j_grads) = _run_both(fn, make, grad)
+    assert len(outs) == len(j_outs) and all(_same(a, b) for a, b in zip(outs, j_outs)), (outs, j_outs)
+    assert all(_same(a, b) for a, b in zip(inputs, j_inputs))
+    assert all(_same(a, b) for a, b in zip(grads, j_grads)), (grads, j_grads)
+
+
+def test_unsqueeze_in_place_of_an_identity_view_is_refused():
+    """``x.transpose(0, -1)`` of a vector is a new tensor viewing ``x``: changing its shape in place leaves ``x``'s (it
+    once changed ``x`` too); thunder refuses metadata updates of tensors that share memory."""
+    def fn(x):
+        v = (x > 0).transpose(0, -1)
+        v.unsqueeze_(0)
+        return v
+
+    with pytest.raises(NotImplementedError, match="changes the shape of .* in place while it is an input or shares"):
+        thunder.jit(fn)(torch.randn(3))

@@ -374,3 +374,32 @@ def test_data_dependent_shapes_trace(fn, name):
     """Ops whose output shape depends on tensor values trace with run-time extents (tests/test_dynamic_shapes.py)."""
     a = torch.randn(3, 4)
     assert_same(thunder.jit(fn)(a), fn(a), what=name)
+
+
+# Found by the generated programs (tests/program_generator.py): eager's results where thunder crashed
+_FOUND = {
+    "masked_fill_mask_broadcasting_beyond_self": (lambda x, m: x.masked_fill(m, -3.0),
+                                                   lambda: (torch.zeros(3, 1), torch.tensor([[True, False]] * 3))),
+    "masked_fill_value_tensor": (lambda x, m: x.masked_fill(m, torch.tensor(2.0)),
+                                 lambda: (torch.zeros(3, 1), torch.tensor([[True, False]] * 3))),
+    "bool_add_with_alpha": (lambda x: (lambda m: (m.add_(m, alpha=2), torch.add(m, m, alpha=0))[1])(x > 0),
+                            lambda: (torch.randn(3),)),
+    "int_add_with_int_alpha": (lambda x: torch.add(x, x, alpha=3), lambda: (torch.arange(4),)),
+}
+
+
+@pytest.mark.parametrize("name", list(_FOUND))
+def test_found_by_generated_programs(name):
+    fn, make = _FOUND[name]
+    inputs = make()
+    expected, actual = fn(*[x.clone() for x in inputs]), thunder.jit(fn)(*[x.clone() for x in inputs])
+    assert expected.dtype == actual.dtype and expected.stride() == actual.stride() and torch.equal(expected, actual)
+
+
+@pytest.mark.parametrize("fn,error,match", [
+    (lambda x: torch.add(x, x, alpha=1.5), RuntimeError, "For integral input tensors, argument alpha must not be"),
+    (lambda x: x[..., ..., :1], NotImplementedError, "at most one Ellipsis"),
+])
+def test_found_refusals(fn, error, match):
+    with pytest.raises(error, match=match):
+        thunder.jit(fn)(torch.arange(4))

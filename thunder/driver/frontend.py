@@ -38,7 +38,7 @@ from thunder.core.trace import TraceCtx, tracectx
 from thunder.torch import TORCH_TO_SYMBOL
 from thunder.torch import shapes as ltorch_shapes
 from thunder.torch.fallback import fallback_symbol, describe, first_positional, inplace_call, inplace_fallback_symbol
-from thunder.torch.inplace import PlanKind, plan_for, detached_update
+from thunder.torch.inplace import PlanKind, plan_for, detached_update, laid_out_as
 from thunder.torch.registry import (Updates, has_number_proxy, number_values, property_key, takes_list_as_varargs,
                                     torch_positions)
 from thunder.torch.utils import convert
@@ -462,8 +462,8 @@ class Tracer:
         args, kwargs = torch_arguments(sym, key, args, kwargs)  # key: a stable callable (cached)
         first = first if first is not None or not args else args[0]
         out = self.call(sym, args, kwargs, fn=func)
-        if args and out is args[0] and sym in ltorch_shapes.SAME_SHAPE_VIEWS:  # x.reshape(x.shape): see there
-            out = self.call(ltorch_shapes.SAME_SHAPE_VIEWS[sym], args, kwargs, fn=func)
+        if args and out is args[0] and (sym in ltorch_shapes.SAME_SHAPE_VIEWS or _is_view_call(sym, args, kwargs)):
+            out = self.call(ltorch_shapes.same_shape_view(sym), args, kwargs, fn=func)  # x.reshape(x.shape): see there
         if isinstance(out, Updates):  # F.batch_norm: running statistics updated as autograd does not record
             for t, v in out.updates:
                 self.inplace(t, v, no_grad=True)
@@ -588,8 +588,22 @@ class Tracer:
         elif target.requires_grad:
             with torch.no_grad():
                 new = detached_update(target, new)
+        if view is None and self._sparsely_laid_out(target):
+            new = laid_out_as(new, target)
         self.aliases.update(proxy, new)
         return original
+
+    def _sparsely_laid_out(self, target) -> bool:
+        """Whether the tensor updated in place is laid out with gaps (a strided slice of the caller's memory): its
+        new value must be too (see laid_out_as). The prologue then checks the layout it depends on."""
+        from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_overlapping_and_dense
+
+        if target.ndim == 0 or target.name not in self.layouts.inputs and target.name not in self.layouts.value_of:
+            return False
+        try:
+            return not is_non_overlapping_and_dense(self.layouts.meta(target))
+        except UnknownLayout:
+            return False
 
     def _check_input_update(self, root, view, target, new):
         """Updates recorded by autograd, of inputs: eager refuses them for leaves that require grad."""
@@ -815,6 +829,11 @@ for _name in ("shape", "size", "numel", "nelement", "__len__", "stride", "nbytes
 _MAYBE_VIEWS = frozenset({"reshape", "reshape_as", "flatten", "contiguous", "to", "float", "double", "half", "bfloat16",
                           "int", "long", "bool"})
 _VIEW_PRIMS = frozenset({"reshape", "squeeze", "broadcast_in_dim", "transpose", "slice_prim", "shallow_copy"})
+
+
+def _is_view_call(sym, args, kwargs) -> bool:
+    is_view = getattr(sym, "is_view", False)
+    return bool(is_view(*args, **kwargs) if callable(is_view) else is_view) and getattr(sym, "torch_impl", None) is not None
 
 
 def _is_view_prim(bsym) -> bool:

@@ -282,6 +282,8 @@ class Aliases:
         self.current[view.root] = new
         self.key_of[new.name] = view.root
         self.on_new_value(view.root, new)
+        if all(step.kind == "view" for step in view.steps):
+            value = self.regenerate_from(view, new)  # the view of the new root: eager's strides, not the op's output
         self._set_view_value(key, new, value)
 
     def view_of(self, proxy: TensorProxy) -> ViewOf | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from thunder.core.extents import is_symbolic_shape
 from thunder.core.proxies import TensorProxy, NumberProxy
 from thunder.core.pytree import tree_leaves, tree_map
 
@@ -68,6 +69,8 @@ class Layouts:
         memo = self.memo.get(name)
         if memo is not None:
             return memo
+        if proxy.ndim == 0:
+            return (), 0, frozenset()  # the only layout (whatever made it)
         tensor = self.value_of.get(name)
         producer = self.producer.get(name)
         if tensor is not None:
@@ -98,6 +101,11 @@ class Layouts:
             with torch._C.DisableTorchFunction():
                 out = fn(*margs, **mkwargs)
         except Exception as e:  # noqa: BLE001 - any failure means: layout unknown
+            if is_symbolic_shape(proxy.shape) and not any(
+                    isinstance(x, TensorProxy) and is_symbolic_shape(x.shape) for x in tree_leaves((args, kwargs))):
+                # an operation whose output shape depends on data (x[mask], nonzero): a new contiguous tensor
+                return contiguous_strides([1 if isinstance(s, NumberProxy) else s for s in proxy.shape]), 0, \
+                    frozenset(deps)
             raise UnknownLayout(f"thunder cannot compute the strides of {proxy.name}: running "
                                 f"{getattr(fn, '__name__', fn)} on meta tensors failed ({e})") from e
         leaves = tree_leaves(out)
@@ -120,7 +128,7 @@ class Layouts:
             mbase = margs[0]
             with torch._C.DisableTorchFunction():
                 out = fn(*margs, **mkwargs)
-        except Exception:  # noqa: BLE001 - no meta kernel: assume a fresh tensor
+        except Exception:  # noqa: BLE001 - no meta kernel, or a layout unknown: assume a fresh tensor
             return False
         leaves = tree_leaves(out)
         t = leaves[out_index] if out_index < len(leaves) else None
@@ -129,6 +137,9 @@ class Layouts:
 
 def _empty_strided(proxy: TensorProxy, strides, offset) -> torch.Tensor:
     shape = tuple(proxy.shape)
+    if is_symbolic_shape(shape):
+        raise UnknownLayout(f"thunder cannot compute the strides of {proxy.name}: its shape holds extents known only "
+                            "at run time")
     t = torch.empty_strided(shape, strides, dtype=proxy.dtype, device="meta")
     if offset:
         t = t.as_strided(shape, strides, offset)

@@ -311,7 +311,8 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
 
     outer_grad = torch.is_grad_enabled()
     fb = forward_and_backward(trace, candidates)
-    outputs = fb.flat_outputs + [src for _, src in fb.dirty]
+    outputs = [fb.written.get(o.name, o) if isinstance(o, TensorProxy) else o for o in fb.flat_outputs] + [
+        src for _, src in fb.dirty]  # an updated input as an output: its gradient is the written value's
     reached = inputs_reached(fb.forward, fb.inputs, outputs)
     output_meta = tuple((tuple(o.shape) if all(type(d) is int for d in o.shape) else None, o.dtype, o.device)
                         if isinstance(o, TensorProxy) else None for o in outputs)  # (None: a run-time extent)
@@ -324,7 +325,8 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     bwd_traces = [bwd]
     traces += _executable(fwd, cd, compilation, "forward")
     bwd_traces += _executable(bwd, cd, compilation, "backward")
-    nondiff = tuple(i for i, o in enumerate(fb.flat_outputs) if not (isinstance(o, TensorProxy) and o.requires_grad))
+    nondiff = tuple(i for i, o in enumerate(fb.flat_outputs)
+                    if not (isinstance(o, TensorProxy) and (o.requires_grad or o.name in fb.written)))
     position = {p.name: j for j, p in enumerate(candidates) if isinstance(p, TensorProxy)}
     dirty = {candidates[i].name for i, _ in fb.dirty}
     passed = tuple((i, position[o.name]) for i, o in enumerate(fb.flat_outputs)

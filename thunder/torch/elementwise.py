@@ -107,14 +107,24 @@ def positive(a):
 @number_torchsymbol(torch.add, methods=("add", "__add__", "__radd__"), inplace_methods=("add_", "__iadd__"))
 def add(a, b, *, alpha=None):
     if alpha is not None:
-        b = mul(b, alpha)
+        b = mul(b, _alpha(a, b, alpha))
     return elementwise_binary(prims.add, a, b)
+
+
+def _alpha(a, b, alpha):
+    """``alpha`` as eager reads it: a bool for bool tensors, never a float for integral ones."""
+    dtype = promote(a, b)[1]
+    if dtype is torch.bool:
+        return bool(alpha)
+    check(dtype.is_floating_point or dtype.is_complex or not isinstance(alpha, float),
+          "For integral input tensors, argument alpha must not be a floating point number.", RuntimeError)
+    return alpha
 
 
 @number_torchsymbol(torch.sub, torch.subtract, methods=("sub", "subtract", "__sub__"), inplace_methods=("sub_", "__isub__"))
 def sub(a, b, *, alpha=None):
     if alpha is not None:
-        b = mul(b, alpha)
+        b = mul(b, _alpha(a, b, alpha))
     return elementwise_binary(prims.sub, a, b)
 
 
@@ -348,12 +358,14 @@ TORCH_TO_SYMBOL[_method("where")] = _where_method
 @number_torchsymbol(torch.masked_fill, methods=("masked_fill",), inplace_methods=("masked_fill_",))
 def masked_fill(a, mask, value):
     if isinstance(value, TensorProxy):
-        value = convert(value, a.dtype)
-        mask, a2, value = broadcast(mask, a, value)
-        check(same_shape(tuple(a2.shape), tuple(a.shape)), "masked_fill: the mask must be broadcastable to the input")
-        return prims.where(mask, value, a)
-    mask = broadcast(mask, a)[0] if not same_shape(tuple(mask.shape), tuple(a.shape)) else mask
-    return prims.where(mask, convert(value, a.dtype), a)
+        check(value.ndim == 0, lambda: "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with "
+              f"{value.ndim} dimension(s).")
+    value = convert(value, a.dtype)
+    if not same_shape(tuple(mask.shape), tuple(a.shape)):  # eager's result has the shape both broadcast to
+        mask, a = broadcast(mask, a)
+    if isinstance(value, TensorProxy):
+        value = broadcast(value, a)[0]
+    return prims.where(mask, value, a)
 
 
 @number_torchsymbol(torch.clamp, torch.clip, methods=("clamp", "clip"), inplace_methods=("clamp_", "clip_"))

@@ -119,6 +119,7 @@ def meta_outputs(fn, args, kwargs, *, device=None):
             "tensor data, which is not known while tracing")
     requires_grad = (torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
                      and any(p.requires_grad for p in proxies))
+    grads = _outputs_requiring_grad(fn, args, kwargs, dict(zip(roots, _PLACEHOLDERS[0]))) if requires_grad else None
     trace = get_tracectx()
     extents = _Extents(fn, flat, dict(zip(roots, zip(*_PLACEHOLDERS))) if roots else {}, trace)
 
@@ -126,9 +127,12 @@ def meta_outputs(fn, args, kwargs, *, device=None):
         if not isinstance(x, torch.Tensor):
             return x
         shape = tuple(extents.extent(k, d, [o[k].shape[d] for o in outs]) for d in range(x.ndim))
-        return trace.tensor(shape, x.dtype, device, requires_grad and (x.dtype.is_floating_point or x.dtype.is_complex))
+        differentiable = x.dtype.is_floating_point or x.dtype.is_complex
+        return trace.tensor(shape, x.dtype, device, (grads[k] if grads is not None else requires_grad) and differentiable)
 
     flat_out, spec = tree_flatten(runs[0])
+    if grads is not None and len(grads) != len(flat_out):
+        grads = None
     out = [to_proxy(k, x) for k, x in enumerate(flat_out)]
     if roots:
         _check_small_extents(fn, args, kwargs, roots, out)
@@ -240,6 +244,30 @@ def _concrete(x, values: dict, fake_mode):
         return torch.empty(shape, dtype=x.dtype, device="meta")
     with fake_mode:
         return torch.empty(shape, dtype=x.dtype, device=x.device)
+
+
+def _outputs_requiring_grad(fn, args, kwargs, values: dict) -> list | None:
+    """Which outputs eager's autograd marks as requiring grad (``x.new_tensor(data)`` does not, though ``x`` does):
+    ``fn`` run on meta tensors that require grad where the proxies do; None where that run fails."""
+    if fn in _MANUAL_META:
+        return None  # a hand-written meta function makes new tensors: it says nothing of autograd
+    single = {r: (v, v) for r, v in values.items()}
+
+    def concrete(x):
+        t = _concrete(x, single, None)
+        if isinstance(x, TensorProxy) and x.requires_grad and (t.dtype.is_floating_point or t.dtype.is_complex):
+            t.requires_grad_()
+        return t
+
+    try:
+        margs, mkwargs = tree_map(concrete, (args, kwargs))
+        if mkwargs.get("device") is not None:
+            mkwargs["device"] = "meta"
+        with torch._C.DisableTorchFunction(), torch.enable_grad():
+            out = fn(*margs, **mkwargs)
+    except Exception:  # noqa: BLE001 - no plain meta run (a data-dependent shape, an in-place update of a leaf)
+        return None
+    return [isinstance(x, torch.Tensor) and x.requires_grad for x in tree_leaves(out)]
 
 
 def _run(fn, args, kwargs, values: dict):

@@ -87,8 +87,12 @@ def _softmax_rule(sym, backward_kernel):
         out = sym(a, dim, _stacklevel, dtype)
         d = dim % a.ndim if a.ndim else 0
 
+        # softmax(x, dtype=...) is eager's softmax of x converted to dtype (of float16 x itself, to float32, on CUDA)
+        half_to_float = a.device.type == "cuda" and a.dtype is torch.float16 and out.dtype is torch.float32
+        input_dtype = a.dtype if half_to_float else out.dtype
+
         def backward(g):
-            ga = backward_kernel(g, out, d, a.dtype)
+            ga = backward_kernel(g, out, d, input_dtype)
             return (ga if ga.dtype is a.dtype else prims.convert_element_type(ga, a.dtype),)
 
         return out, backward
@@ -631,5 +635,19 @@ def mean_rule(a, dim=None, keepdim=False, *, dtype=None):
             g = prims.reshape(g, tuple(a.shape[i] for i in kept))
         expanded = prims.broadcast_in_dim(g, tuple(a.shape), kept)
         return (prims.div(expanded, n if _reductions.is_runtime(n) else float(n)),)
+
+    return out, backward
+
+
+@register_vjp(_shapes.stack)
+def stack_rule(tensors, dim=0):
+    """eager's ``StackBackward``: the output gradient unbound, one part per input, given in the inputs' order (a tensor
+    stacked several times gets its parts summed in that order, as eager's engine sums them)."""
+    out = _shapes.stack(tensors, dim)
+
+    def backward(g):
+        d = dim % out.ndim
+        parts = [_shapes.select(g, d, i) for i in range(len(tensors))]
+        return [p if p.dtype is t.dtype else prims.convert_element_type(p, t.dtype) for p, t in zip(parts, tensors)], None
 
     return out, backward

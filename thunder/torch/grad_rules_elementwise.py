@@ -214,6 +214,25 @@ def pow_rule(a, b):
     return out, backward
 
 
+@register_vjp(ew.square)
+def square_rule(a):
+    out = ew.square(a)
+    return out, lambda g: (_grad_for(_pow_self_grad(g, a, 2), a),)  # eager's square is pow(a, 2)
+
+
+@register_vjp(ew.copysign)
+def copysign_rule(a, b):
+    out = ew.copysign(a, b)
+
+    def backward(g):
+        from thunder.torch.creation import zeros_like
+
+        ratio = ew.masked_fill(ew.div(out, a), ew.eq(a, 0), 0)  # eager's copysign_tensor_self_backward
+        return _grad_for(ew.mul(g, ratio), a), (zeros_like(b) if _t(b) else None)  # eager: zeros for the sign
+
+    return out, backward
+
+
 @register_vjp(ew.atan2)
 def atan2_rule(a, b):
     out = ew.atan2(a, b)

@@ -53,6 +53,18 @@ def _fill_value_impl(a, value):
     return torch.empty_like(a).fill_(value)
 
 
+def _overwriting(a, value):
+    """``value`` (a number or a tensor of ``a``'s shape and dtype) as the new value of ``a`` that it overwrites whole:
+    as in eager, the result still requires grad where ``a`` does, and ``a``'s gradient is zeros (a selection of
+    ``value`` everywhere, never ``a * 0``, which is NaN where ``a`` is infinite)."""
+    from thunder.core import prims
+
+    if not a.requires_grad or isinstance(value, torch.Tensor) and value.requires_grad:
+        return value
+    everywhere = prims.full(tuple(a.shape), True, device=a.device, dtype=torch.bool)
+    return prims.where(everywhere, value, a)
+
+
 @torchsymbol(name="copy_value", torch_impl=_copy_value_impl)
 def copy_value(a, src, non_blocking=False):
     """The value ``a.copy_(src)`` gives ``a``: ``src`` converted to ``a``'s dtype and device, broadcast to its shape."""
@@ -62,8 +74,13 @@ def copy_value(a, src, non_blocking=False):
         src = convert(src, a.dtype)
         from thunder.torch.creation import full
 
-        return full(tuple(a.shape), src, dtype=a.dtype, device=a.device)
-    return expand_to(to(src, a.device, a.dtype), tuple(a.shape))
+        return _overwriting(a, full(tuple(a.shape), src, dtype=a.dtype, device=a.device))
+    value = expand_to(to(src, a.device, a.dtype), tuple(a.shape))
+    if value is src:  # a new value, not src's proxy: src is another tensor, which later updates must not reach
+        from thunder.torch.shapes import clone
+
+        value = clone(src)
+    return _overwriting(a, value)
 
 
 @torchsymbol(name="fill_value", torch_impl=_fill_value_impl)
@@ -74,14 +91,28 @@ def fill_value(a, value):
     if isinstance(value, torch.Tensor):
         check(value.ndim == 0, lambda: f"fill_ only supports 0-dimension value tensor but got tensor with {value.ndim} dimensions.")
         return copy_value(a, value)
-    return full(tuple(a.shape), value, dtype=a.dtype, device=a.device)
+    return _overwriting(a, full(tuple(a.shape), value, dtype=a.dtype, device=a.device))
 
 
 @torchsymbol(name="zero_value", torch_impl=torch.zeros_like)
 def zero_value(a):
     from thunder.torch.creation import full
 
-    return full(tuple(a.shape), 0, dtype=a.dtype, device=a.device)
+    return _overwriting(a, full(tuple(a.shape), 0, dtype=a.dtype, device=a.device))
+
+
+def _laid_out_as_impl(value, like):
+    return torch.empty_strided(like.shape, like.stride(), dtype=value.dtype, device=value.device).copy_(value)
+
+
+@torchsymbol(name="laid_out_as", torch_impl=_laid_out_as_impl)
+def laid_out_as(value, like):
+    """``value`` in memory laid out as ``like`` (its strides, gaps included): the new value of a tensor without a dense
+    layout (``x[..., ::2]`` passed in) that an in-place update gives it, as eager writes it into that memory; kernels
+    that read it then take eager's (strided) loops, which round their functions differently."""
+    from thunder.torch.shapes import clone
+
+    return clone(value)
 
 
 def _detached_update_impl(old, new):

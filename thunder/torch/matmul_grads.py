@@ -204,14 +204,16 @@ def _batched_backward(g, a, b):
     batch and folded to 3-D (copying those a view cannot fold, such as ``k.transpose(-2, -1)`` of a head-split ``k``),
     the gradients ``bmm``s of those folded operands (the same layouts as eager's: the same roundings)."""
     from thunder.core import prims
+    from thunder.core.extents import prod
     from thunder.torch import expand, matmul, reshape, transpose
     from thunder.transforms.grad_rules import _reduce_to
 
     batch = prims.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
     (n, m), p = a.shape[-2:], b.shape[-1]
-    a3 = reshape(expand(a, batch + (n, m)), (-1, n, m))
-    b3 = reshape(expand(b, batch + (m, p)), (-1, m, p))
-    g3 = reshape(g, (-1, n, p))
+    size = prod(batch)  # not -1: ambiguous for empty matrices
+    a3 = reshape(expand(a, batch + (n, m)), (size, n, m))
+    b3 = reshape(expand(b, batch + (m, p)), (size, m, p))
+    g3 = reshape(g, (size, n, p))
     ga = _reduce_to(reshape(matmul(g3, transpose(b3, 1, 2)), batch + (n, m)), a.shape)
     gb = _reduce_to(reshape(matmul(transpose(a3, 1, 2), g3), batch + (m, p)), b.shape)
     return ga, gb

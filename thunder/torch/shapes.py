@@ -85,6 +85,16 @@ SAME_SHAPE_VIEWS = {sym: _same_shape_view(sym.name, impl) for sym, impl in (
     (reshape_as, torch.Tensor.reshape_as))}
 
 
+def same_shape_view(sym):
+    """The symbol to record for a view op whose definition returned its input (``x.t()`` of a vector, ``x[:]``,
+    ``x.permute(0, 1)``): eager returns a new tensor viewing the same memory, whose shape a later ``unsqueeze_`` or
+    ``t_`` changes alone; the input itself would make them one tensor."""
+    view_sym = SAME_SHAPE_VIEWS.get(sym)
+    if view_sym is None:
+        view_sym = SAME_SHAPE_VIEWS[sym] = _same_shape_view(sym.name, sym.torch_impl)
+    return view_sym
+
+
 @torchsymbol(torch.flatten, methods=("flatten",))  # a view, or a copy where the strides allow none (as reshape)
 def flatten(a, start_dim=0, end_dim=-1):
     if a.ndim == 0:
@@ -224,7 +234,7 @@ def cat(tensors, dim=0):
     _, dtype = promote(*tensors)
     dim = canonicalize_dim(tensors[0].ndim, dim)
     tensors = [convert(t, dtype) for t in tensors]
-    return tensors[0] if len(tensors) == 1 else prims.cat(tensors, dim)
+    return prims.cat(tensors, dim)  # a new tensor even of one (eager's cat never returns its input)
 
 
 @torchsymbol(torch.stack)
@@ -328,7 +338,7 @@ def unbind(a, dim=0):
 @torchsymbol(torch.flip, methods=("flip",), torch_impl=torch.Tensor.flip)  # (a, dims) and (a, *dims)
 def flip(a, *dims):
     dims = canonicalize_dims(a.ndim, _shape_arg(dims))
-    return prims.flip(a, dims) if dims else a
+    return prims.flip(a, dims) if dims else clone(a)  # eager returns a new tensor, even flipping nothing
 
 
 @torchsymbol(torch.roll, methods=("roll",))
@@ -346,7 +356,7 @@ def roll(a, shifts, dims=None):
         s = s % n
         if s:
             out = cat([_slice_dim(out, d, n - s, n, 1), _slice_dim(out, d, 0, n - s, 1)], d)
-    return out
+    return out if out is not a else clone(a)  # eager returns a new tensor, even rolling by nothing
 
 
 def _tri(a, diagonal, upper):
@@ -491,6 +501,12 @@ def _basic_getitem(a, key):
     return out
 
 
+def _check_one_ellipsis(key):
+    items = key if isinstance(key, tuple) else (key,)
+    check(sum(1 for x in items if x is Ellipsis) <= 1, "thunder supports at most one Ellipsis (...) in an index (torch "
+          "accepts several, with a meaning of its own): write the index with one", NotImplementedError)
+
+
 def _runtime_bounds(a, dim: int, x):
     """(start, stop, step) of an int or a unit-step slice indexing a dim whose extent is known only at run time, where
     they hold for every run-time value (``x[1:]`` of an ``i0 + 1`` extent has ``i0`` elements, ``x[-1]`` of one is at
@@ -518,6 +534,7 @@ def _runtime_bounds(a, dim: int, x):
 def getitem(a, key):
     """Basic indexing decomposes into slices and reshapes; a 1-D integer tensor index is a ``take``; other keys
     (boolean masks, several tensor indices) run torch's own indexing, with run-time extents where needed."""
+    _check_one_ellipsis(key)
     out = _basic_getitem(a, key) if _is_basic_index(key) else None
     if out is not None:
         return out
@@ -538,6 +555,7 @@ def setitem(a, key, value):
     A boolean mask, and basic indexing by integers and unit-step slices, decompose into a
     ``where`` over the input; other keys (advanced indexing, strided slices) run torch's own.
     """
+    _check_one_ellipsis(key)
     if isinstance(key, TensorProxy) and key.dtype is torch.bool:
         one_value = isinstance(value, Number) or isinstance(value, TensorProxy) and all(is_one(s) for s in value.shape)
         if not one_value or not same_shape(tuple(key.shape), tuple(a.shape[:key.ndim])):

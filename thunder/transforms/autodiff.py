@@ -273,6 +273,8 @@ class ForwardBackward:
     cotangents: list
     dirty: list  # (input index, value written) of inputs updated with values that require grad
     recomputable: set  # forward values the backward recomputes instead of saving (checkpointed regions)
+    # the result of each write-back of a value that requires grad (the updated input, as an output) -> that value
+    written: dict = dataclasses.field(default_factory=dict)
 
     def grad_of(self, i: int):
         """The forward input whose gradient the backward's output ``i`` is."""
@@ -314,14 +316,17 @@ def _forward_and_backward(trace: TraceCtx, inputs: list) -> ForwardBackward:
     flat_outputs = flat_proxies(output) if isinstance(output, (TensorProxy, NumberProxy)) or output is not None else []
 
     # Backward (an input updated in place with a value that requires grad is an output too: [Note: dirty inputs])
-    dirty = _differentiable_writes(fwd, inputs)
-    bwd, cotangents = _build_backward(builder, fwd, flat_outputs + [src for _, src in dirty], inputs)
+    dirty, written = _differentiable_writes(fwd, inputs)
+    # an output that is an updated input: its cotangent is the written value's (autograd gives it to this output or
+    # to the input's dirty position, one of them)
+    differentiated = [written.get(o.name, o) if isinstance(o, TensorProxy) else o for o in flat_outputs]
+    bwd, cotangents = _build_backward(builder, fwd, differentiated + [src for _, src in dirty], inputs)
     bwd = dce(bwd, name="Backward construction")
     bwd.set_provenance("Backward pass", t0)
     with tracectx(fwd):
         px.python_return(forward_return(output, inputs, flat_outputs, (), ()))
     fwd.set_provenance("Augmented forward pass", t0)
-    return ForwardBackward(fwd, bwd, inputs, output, flat_outputs, cotangents, dirty, builder.recomputable)
+    return ForwardBackward(fwd, bwd, inputs, output, flat_outputs, cotangents, dirty, builder.recomputable, written)
 
 
 def inputs_reached(fwd: TraceCtx, inputs: list, outputs: list) -> tuple:
@@ -352,10 +357,11 @@ def forward_return(output, inputs, flat_outputs, saved_tensors, saved_others):
 # and marked dirty (``ctx.mark_dirty``), which rebases its history onto the Function as eager's in-place
 # op does, and the value's cotangent flows into the backward like an output's.
 def _differentiable_writes(fwd: TraceCtx, params: list) -> list:
-    """(index of the parameter, value written) for each write-back of a value that requires grad."""
+    """(index of the parameter, value written) for each write-back of a value that requires grad; and the map from
+    each such write-back's result to the value written."""
     index = {p.name: i for i, p in enumerate(params) if isinstance(p, TensorProxy)}
     producer = {}
-    writes = []
+    writes, written = [], {}  # written: the copy_'s result (the input itself, as an output) -> the value written
     for b in fwd.bound_symbols:
         for o in b.flat_outs:
             producer[o.name] = b
@@ -366,6 +372,7 @@ def _differentiable_writes(fwd: TraceCtx, params: list) -> list:
                 continue  # an update made where autograd does not record it (no_grad): the input's history stays
             if isinstance(src, TensorProxy) and src.requires_grad and dst.name in index:
                 writes.append((index[dst.name], src))
-    return writes
+                written[b.output.name] = src
+    return writes, written
 
 

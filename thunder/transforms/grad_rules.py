@@ -355,7 +355,12 @@ def flip_rule(a, dims):
 @register_vjp(prims.take)
 def take_rule(a, index, dim):
     out = prims.take(a, index, dim)
-    return out, lambda g: (prims.index_add(_zeros_like(a), index, g, dim), None, None)
+
+    def backward(g):  # negative indices count from the end, as in x[torch.tensor([-1, 0])]; index_add takes none
+        positions = prims.where(prims.lt(index, 0), prims.add(index, a.shape[dim]), index)
+        return prims.index_add(_zeros_like(a), positions, g, dim), None, None
+
+    return out, backward
 
 
 @register_vjp(prims.gather)

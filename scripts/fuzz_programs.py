@@ -1,0 +1,69 @@
+"""Differential fuzzing of thunder against eager PyTorch with generated programs.
+
+    python scripts/fuzz_programs.py --start 0 -n 1000 --out /tmp/fuzz/out
+
+Runs seeds start..start+n-1 of tests/program_generator.py, prints a summary (results by kind, op usage) and writes
+each failure's standalone repro and its error or difference to the output folder (``<kind>_<seed>.py``).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import program_generator as pg  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--start", type=int, default=0)
+    ap.add_argument("-n", type=int, default=200)
+    ap.add_argument("--out", default="/tmp/fuzz/out")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--perturb", action="store_true", help="spoil thunder's first output (checks the comparison)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    os.makedirs(args.out, exist_ok=True)
+    kinds = collections.Counter()
+    tags = collections.Counter()
+    grad_programs = 0
+    t0 = time.time()
+    for seed in range(args.start, args.start + args.n):
+        prog = pg.generate(seed)
+        if prog is None:
+            kinds["DISCARD"] += 1
+            continue
+        tags.update(prog.tags)
+        tags.update({'input_' + spec.layout for spec in prog.inputs})
+        tags.update({'input_' + str(spec.dtype).split('.')[-1] for spec in prog.inputs})
+        grad_programs += prog.grad
+        try:
+            res = pg.run_program(prog, perturb=args.perturb)
+        except Exception as e:  # noqa: BLE001 - the runner itself must not stop the campaign
+            res = pg.Result(seed, "CRASH", f"runner: {type(e).__name__}: {e}", prog)
+        kinds[res.kind] += 1
+        if res.kind in ("WRONG", "CRASH", "REFUSED"):
+            first = res.detail.splitlines()[0] if res.detail else ""
+            if not args.quiet:
+                print(f"seed {seed}: {res.kind}: {first[:200]}", flush=True)
+            with open(os.path.join(args.out, f"{res.kind}_{seed}.py"), "w") as f:
+                f.write(prog.repro())
+                f.write('\n"""\n' + res.kind + "\n" + res.detail.replace('"""', "'''") + '\n"""\n')
+    dt = time.time() - t0
+    print(f"\n{args.n} seeds in {dt:.1f}s: " + ", ".join(f"{k}={v}" for k, v in sorted(kinds.items())))
+    print(f"programs with gradients: {grad_programs}")
+    print("op usage (programs using each rule):")
+    for tag, c in sorted(tags.items(), key=lambda kv: -kv[1]):
+        print(f"  {tag:32s} {c}")
+
+
+if __name__ == "__main__":
+    main()
