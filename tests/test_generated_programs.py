@@ -22,10 +22,12 @@ import program_generator as pg
 N_SEEDS = 600
 
 KNOWN_FAILURES = {
-    127: "WRONG: in-place update of a non-contiguous tensor: later ops run on another layout and round differently",
-    221: "WRONG: gradient not bitwise: accumulation order / square decomposed / softmax(dtype=)",
-    503: "WRONG: gradient not bitwise: accumulation order / square decomposed / softmax(dtype=)",
-    539: "WRONG: gradient not bitwise: accumulation order / square decomposed / softmax(dtype=)",
+    221: "WRONG (rounding): the order in which a gradient's parts are summed where outputs alias inputs or "
+         "each other (eager's engine order)",
+    503: "WRONG (rounding): the order in which a gradient's parts are summed where outputs alias inputs or "
+         "each other (eager's engine order)",
+    539: "WRONG (rounding): the order in which a gradient's parts are summed where outputs alias inputs or "
+         "each other (eager's engine order)",
 }
 
 

@@ -690,7 +690,7 @@ def test_setitem_drops_the_values_leading_ones(index, value_shape):
 # ---------------------------------------------------------------------------------------------
 
 
-def _run_both(fn, make, grad=False):
+def _run_found(fn, make, grad=False):
     """``fn`` eagerly and jitted on fresh inputs: (outputs, inputs after, gradients of the floating inputs)."""
     results = []
     for f in (fn, thunder.jit(fn)):
@@ -785,7 +785,7 @@ _FOUND = {
 @pytest.mark.parametrize("name", list(_FOUND))
 def test_found_by_generated_programs(name):
     fn, make, grad = _FOUND[name]
-    (outs, inputs, grads), (j_outs, j_inputs, j_grads) = _run_both(fn, make, grad)
+    (outs, inputs, grads), (j_outs, j_inputs, j_grads) = _run_found(fn, make, grad)
     assert len(outs) == len(j_outs) and all(_same(a, b) for a, b in zip(outs, j_outs)), (outs, j_outs)
     assert all(_same(a, b) for a, b in zip(inputs, j_inputs))
     assert all(_same(a, b) for a, b in zip(grads, j_grads)), (grads, j_grads)

@@ -29,7 +29,7 @@ from thunder.core import prims, pytree
 from thunder.driver import python_state, tensor_queries
 from thunder.driver.functionalization import Aliases, ViewStep, view_chain
 from thunder.driver.interpreter import InterpreterError
-from thunder.driver.layouts import Layouts, UnknownLayout
+from thunder.driver.layouts import Layouts, UnknownLayout, contiguous_strides
 from thunder.driver.outputs import flatten_output
 from thunder.core.proxies import TensorProxy, NumberProxy, SymbolicTensorProxy
 from thunder.core.symbol import Symbol
@@ -588,20 +588,32 @@ class Tracer:
         elif target.requires_grad:
             with torch.no_grad():
                 new = detached_update(target, new)
-        if view is None and self._sparsely_laid_out(target):
+        if view is None and self._laid_out_otherwise(new, target):
             new = laid_out_as(new, target)
         self.aliases.update(proxy, new)
         return original
 
-    def _sparsely_laid_out(self, target) -> bool:
-        """Whether the tensor updated in place is laid out with gaps (a strided slice of the caller's memory): its
-        new value must be too (see laid_out_as). The prologue then checks the layout it depends on."""
+    def _laid_out_otherwise(self, new, target) -> bool:
         from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_overlapping_and_dense
 
-        if target.ndim == 0 or target.name not in self.layouts.inputs and target.name not in self.layouts.value_of:
+        """Whether ``new``, computed out of place, is laid out otherwise than the tensor it updates in place, which
+        keeps its memory in eager: with gaps (a strided slice of the caller's memory), or other strides of size-one
+        dims (which decide matmul's path). Its new value is then laid out as it (see laid_out_as, which reads the
+        layout of each call: nothing to check in the prologue)."""
+        if target.ndim == 0:
             return False
         try:
-            return not is_non_overlapping_and_dense(self.layouts.meta(target))
+            laid_out = self.layouts.peek(target).stride()
+            if not is_non_overlapping_and_dense(self.layouts.peek(target)):
+                return True
+            if 1 in tuple(target.shape) and laid_out != contiguous_strides(target.shape):
+                return True  # strides of size-one dims: torch's meta kernels do not always give the CPU kernels' ones
+            producer = next((b for b in reversed(self.trace._scopes[-1]) if any(o is new for o in b.flat_outs)), None)
+            torch_fn = getattr(producer.sym, "torch_impl", None) if producer is not None else None
+            if torch_fn is None:
+                return False
+            i = next(k for k, o in enumerate(producer.flat_outs) if o is new)
+            return self.layouts.replayed(new, torch_fn, producer.args, producer.kwargs, i).stride() != laid_out
         except UnknownLayout:
             return False
 

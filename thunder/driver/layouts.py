@@ -61,6 +61,18 @@ class Layouts:
         self.observed |= deps
         return _empty_strided(proxy, strides, offset)
 
+    def peek(self, proxy: TensorProxy) -> torch.Tensor:
+        """``meta`` without marking the inputs it depends on as observed: for choices that stay right (if slower or
+        rounded otherwise) whatever the layout of a later call."""
+        strides, offset, _ = self._layout(proxy)
+        return _empty_strided(proxy, strides, offset)
+
+    def replayed(self, proxy: TensorProxy, fn, args, kwargs, index: int) -> torch.Tensor:
+        """A meta tensor laid out as output ``index`` of ``fn(*args, **kwargs)`` (``proxy``'s shape) would be, without
+        marking inputs observed: the layout an operation computing ``proxy`` gives it."""
+        strides, offset, _ = self._replay(proxy, fn, args, kwargs, index)
+        return _empty_strided(proxy, strides, offset)
+
     def _layout(self, proxy: TensorProxy) -> tuple:
         name = proxy.name
         known = self.inputs.get(name)

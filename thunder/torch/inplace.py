@@ -112,6 +112,7 @@ def laid_out_as(value, like):
     that read it then take eager's (strided) loops, which round their functions differently."""
     from thunder.torch.shapes import clone
 
+    check(tuple(value.shape) == tuple(like.shape), "laid_out_as: the value and the tensor differ in shape")
     return clone(value)
 
 
