@@ -776,6 +776,14 @@ _FOUND = {
     "filled_keeps_requires_grad": (_filled_keeps_requires_grad, lambda: [torch.randn(3, requires_grad=True)], True),
     "new_tensor_requires_no_grad": (lambda x, w: x + w.new_tensor([1.0, 2.0]),
                                     lambda: [torch.randn(2, requires_grad=True), torch.randn(1, requires_grad=True)], True),
+    "cumsum_of_a_0_dim_tensor_then_updated": (lambda x: (lambda t: (t.div_(x), t)[1])(torch.cumsum(x, -1)),
+                                              lambda: [torch.randn((), requires_grad=True)], True),
+    "einsum_identity_is_a_view": (lambda x: (lambda y: (torch.einsum("...->...", y).mul_(3.0), y * 1)[1])(x * 1),
+                                  lambda: [torch.ones(2)], False),
+    "bool_power_of_a_bool_stays_bool": (lambda x: torch.ones(2, dtype=((x > 0) ** True).dtype), lambda: [torch.randn(2)],
+                                        False),
+    "empty_linear": (lambda x, w: F.linear(x, w, torch.arange(4.0)), lambda: [torch.randn(3, 0, requires_grad=True),
+                                                                          torch.randn(4, 0, requires_grad=True)], True),
     "returns_the_updated_input": (_returns_the_updated_input,
                                   lambda: [torch.randn(1, dtype=torch.float64, requires_grad=True),
                                            torch.randn(2, 2, requires_grad=True) * 1], True),
@@ -789,6 +797,13 @@ def test_found_by_generated_programs(name):
     assert len(outs) == len(j_outs) and all(_same(a, b) for a, b in zip(outs, j_outs)), (outs, j_outs)
     assert all(_same(a, b) for a, b in zip(inputs, j_inputs))
     assert all(_same(a, b) for a, b in zip(grads, j_grads)), (grads, j_grads)
+
+
+def test_reshape_of_a_data_dependent_size_to_a_constant_is_refused_naming_it():
+    from thunder.core.proxies import DataDependentError
+
+    with pytest.raises(DataDependentError, match=r"Reshaping a tensor of shape \(i0,\) to \[1, 10, 1\]"):
+        thunder.jit(lambda x: x[x > 0].reshape(1, 10, 1))(torch.randn(20))
 
 
 def test_unsqueeze_in_place_of_an_identity_view_is_refused():

@@ -275,6 +275,9 @@ def infer_shape(input_shape, shape) -> tuple:
                 "other extents do not divide the input's size exactly for every run-time value. Give the extent explicitly.")
         shape[i] = materialize(inferred)
     if prod_poly(shape).key() != total.key():
+        runtime = [x for x in tuple(input_shape) + tuple(shape) if is_runtime(x)]
+        if runtime:  # the sizes match only for some values of the extents (x[mask].reshape(1, 10): when 10 are selected)
+            raise runtime[0].data_dependent(f"Reshaping a tensor of shape {tuple(input_shape)} to {list(shape)}")
         raise RuntimeError(f"shape '{list(shape)}' is invalid for input of shape {tuple(input_shape)}")
     return tuple(shape)
 

@@ -464,6 +464,8 @@ class Tracer:
         out = self.call(sym, args, kwargs, fn=func)
         if args and out is args[0] and (sym in ltorch_shapes.SAME_SHAPE_VIEWS or _is_view_call(sym, args, kwargs)):
             out = self.call(ltorch_shapes.same_shape_view(sym), args, kwargs, fn=func)  # x.reshape(x.shape): see there
+        elif args and out is args[0] and self._copies_in_eager(sym, func, args, kwargs):
+            out = self.call(ltorch_shapes.same_value_copy(sym), args, kwargs, fn=func)  # cumsum of a 0-dim x
         if isinstance(out, Updates):  # F.batch_norm: running statistics updated as autograd does not record
             for t, v in out.updates:
                 self.inplace(t, v, no_grad=True)
@@ -481,17 +483,28 @@ class Tracer:
         bsym = scope[-1] if len(scope) > n else None
         torch_fn = fn if fn is not None else getattr(sym, "torch_impl", None)
         self.layouts.add_output(torch_fn, args, kwargs, out)
-        if bsym is not None and isinstance(sym, Symbol) and args and isinstance(args[0], TensorProxy):
+        if bsym is not None and isinstance(sym, Symbol) and any(isinstance(x, TensorProxy) for x in args):
             self._record_views(sym, bsym, args, kwargs, out, torch_fn)
         return out
 
+    def _copies_in_eager(self, sym, func, args, kwargs) -> bool:
+        """For an operation whose definition returned its input: whether eager returns a new tensor (with the same
+        values) rather than the input itself (``x.type_as(x)``, ``F.dropout(x, training=False)``), decided by running
+        it on meta tensors laid out as the inputs. Otherwise the two would be one tensor to later updates."""
+        if (not isinstance(args[0], TensorProxy) or getattr(sym, "is_fallback", False) or sym.name in _MAYBE_VIEWS
+                or sym.name in ("cpu", "cuda")):  # on meta tensors these move them: no answer there
+            return False
+        torch_fn = func if func is not None else getattr(sym, "torch_impl", None)
+        return torch_fn is not None and not self.layouts.aliases(torch_fn, args, kwargs, 0, args[0])
+
     def _record_views(self, sym, bsym, args, kwargs, out, torch_fn):
-        base = args[0]
+        position = next(i for i, x in enumerate(args) if isinstance(x, TensorProxy))  # 1 for einsum's operand
+        base, others = args[position], args[:position] + args[position + 1:]
         is_view = getattr(sym, "is_view", False)
         if callable(is_view):  # e.g. indexing: a view for basic indices, a copy for tensor indices
             is_view = is_view(*args, **kwargs)
         if sym.name in ("detach", "data"):
-            self.aliases.add_view(base, out, ViewStep(sym, args[1:], kwargs, None, (), kind="detach"))
+            self.aliases.add_view(base, out, ViewStep(sym, others, kwargs, None, (), kind="detach"))
             return
         might_alias = is_view or sym.name in _MAYBE_VIEWS or getattr(sym, "is_fallback", False)
         if not might_alias:
@@ -507,7 +520,8 @@ class Tracer:
             decide = None if definite else functools.partial(self.layouts.aliases, torch_fn, args, kwargs, i, base)
             index = i if isinstance(out, (tuple, list)) else None
             usable = chain is not None and all(_is_view_prim(b) or _is_fallback_view(b) for b in chain)
-            step = ViewStep(sym, args[1:], kwargs, index, chain or (), kind="view" if usable else "opaque", aliases=decide)
+            step = ViewStep(sym, others, kwargs, index, chain or (), kind="view" if usable else "opaque", aliases=decide,
+                            base_position=position)
             self.aliases.add_view(base, o, step)
 
     def _unknown(self, func, first, args, kwargs):
@@ -594,17 +608,18 @@ class Tracer:
         return original
 
     def _laid_out_otherwise(self, new, target) -> bool:
-        from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_overlapping_and_dense
-
         """Whether ``new``, computed out of place, is laid out otherwise than the tensor it updates in place, which
         keeps its memory in eager: with gaps (a strided slice of the caller's memory), or other strides of size-one
         dims (which decide matmul's path). Its new value is then laid out as it (see laid_out_as, which reads the
         layout of each call: nothing to check in the prologue)."""
+        from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_overlapping_and_dense
+
         if target.ndim == 0:
             return False
         try:
-            laid_out = self.layouts.peek(target).stride()
-            if not is_non_overlapping_and_dense(self.layouts.peek(target)):
+            target_meta = self.layouts.peek(target)
+            laid_out = target_meta.stride()
+            if not is_non_overlapping_and_dense(target_meta):
                 return True
             if 1 in tuple(target.shape) and laid_out != contiguous_strides(target.shape):
                 return True  # strides of size-one dims: torch's meta kernels do not always give the CPU kernels' ones
@@ -839,7 +854,7 @@ for _name in ("shape", "size", "numel", "nelement", "__len__", "stride", "nbytes
 # Operations whose result is their input itself, or a view of it, only when its strides allow (or their arguments: ``to``
 # and the dtype methods return the input when they change nothing).
 _MAYBE_VIEWS = frozenset({"reshape", "reshape_as", "flatten", "contiguous", "to", "float", "double", "half", "bfloat16",
-                          "int", "long", "bool"})
+                          "int", "long", "bool", "einsum"})  # einsum of one operand permuting it: a view
 _VIEW_PRIMS = frozenset({"reshape", "squeeze", "broadcast_in_dim", "transpose", "slice_prim", "shallow_copy"})
 
 

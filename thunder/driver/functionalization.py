@@ -48,6 +48,7 @@ class ViewStep:
     # once its base is updated)
     kind: str = "view"
     aliases: Any = None  # for ops that alias only when strides allow (reshape): a function deciding it, when needed
+    base_position: int = 0  # where the base goes among the arguments (einsum's operand follows its equation)
 
     def apply(self, base):
         if self.kind == "custom_function":
@@ -57,7 +58,8 @@ class ViewStep:
             from thunder.torch.shapes import detach
 
             return detach(base)
-        out = self.sym(base, *self.args, **self.kwargs)
+        p = self.base_position
+        out = self.sym(*self.args[:p], base, *self.args[p:], **self.kwargs)
         return out if self.index is None else out[self.index]
 
     def scatter(self, base, value):

@@ -113,11 +113,6 @@ class Layouts:
             with torch._C.DisableTorchFunction():
                 out = fn(*margs, **mkwargs)
         except Exception as e:  # noqa: BLE001 - any failure means: layout unknown
-            if is_symbolic_shape(proxy.shape) and not any(
-                    isinstance(x, TensorProxy) and is_symbolic_shape(x.shape) for x in tree_leaves((args, kwargs))):
-                # an operation whose output shape depends on data (x[mask], nonzero): a new contiguous tensor
-                return contiguous_strides([1 if isinstance(s, NumberProxy) else s for s in proxy.shape]), 0, \
-                    frozenset(deps)
             raise UnknownLayout(f"thunder cannot compute the strides of {proxy.name}: running "
                                 f"{getattr(fn, '__name__', fn)} on meta tensors failed ({e})") from e
         leaves = tree_leaves(out)
@@ -128,16 +123,19 @@ class Layouts:
 
     def aliases(self, fn, args, kwargs, out_index: int, base: TensorProxy) -> bool:
         """Whether output ``out_index`` of ``fn(*args, **kwargs)`` shares memory with ``base``, as in eager."""
+        metas = {}
+
         def to_meta(x):
             if isinstance(x, TensorProxy):
-                return self.meta(x)
+                metas.setdefault(x.name, self.meta(x))
+                return metas[x.name]
             if isinstance(x, NumberProxy):
                 return x.value
             return x
 
         try:
             margs, mkwargs = tree_map(to_meta, (args, kwargs))
-            mbase = margs[0]
+            mbase = metas.get(base.name)  # the first tensor argument (einsum's operand follows its equation)
             with torch._C.DisableTorchFunction():
                 out = fn(*margs, **mkwargs)
         except Exception:  # noqa: BLE001 - no meta kernel, or a layout unknown: assume a fresh tensor

@@ -204,6 +204,9 @@ def fmod(a, b):
 
 @number_torchsymbol(torch.pow, methods=("pow", "__pow__"), inplace_methods=("pow_",))
 def pow(a, b):
+    if isinstance(a, TensorProxy) and a.dtype is torch.bool and isinstance(b, bool):  # eager: a bool, x ** True is x
+        return prims.reshape(a, tuple(a.shape)) if b else prims.full(tuple(a.shape), True, device=a.device,
+                                                                     dtype=torch.bool)
     return elementwise_binary(prims.pow, a, b, Kind.BOOL_TO_LONG)
 
 

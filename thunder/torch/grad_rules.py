@@ -204,7 +204,7 @@ def _linear_bias_backward_kernel(g, a):
     and a separate ``add_``, whose gradient sums the output gradient over its leading dimensions as laid out
     (another order of additions). Only ``a``'s layout is read."""
     if a.ndim <= 2 or a.is_contiguous():
-        return g.reshape(-1, g.shape[-1]).sum(0)
+        return g.reshape(math.prod(g.shape[:-1]), g.shape[-1]).sum(0)
     return g.sum(tuple(range(g.ndim - 1)))
 
 

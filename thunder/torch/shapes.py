@@ -85,6 +85,20 @@ SAME_SHAPE_VIEWS = {sym: _same_shape_view(sym.name, impl) for sym, impl in (
     (reshape_as, torch.Tensor.reshape_as))}
 
 
+def same_value_copy(sym):
+    """The symbol to record for an operation whose definition returned its input where eager returns a new tensor
+    with the same values (``torch.cumsum(x, 0)`` of a 0-dim ``x``, ``nan_to_num`` of integers): printed as the op
+    called, a fresh value (a copy) in the trace."""
+    copy_sym = SAME_VALUE_COPIES.get(sym)
+    if copy_sym is None:
+        copy_sym = SAME_VALUE_COPIES[sym] = _same_shape_view(sym.name, sym.torch_impl)
+        copy_sym.is_view = False
+    return copy_sym
+
+
+SAME_VALUE_COPIES: dict = {}
+
+
 def same_shape_view(sym):
     """The symbol to record for a view op whose definition returned its input (``x.t()`` of a vector, ``x[:]``,
     ``x.permute(0, 1)``): eager returns a new tensor viewing the same memory, whose shape a later ``unsqueeze_`` or

@@ -17,7 +17,7 @@ from typing import NamedTuple
 import torch
 
 from thunder.core import prims
-from thunder.core.extents import is_one, same_shape
+from thunder.core.extents import is_one, prod, same_shape
 from thunder.core.proxies import TensorProxy
 
 VJP_RULES: dict[str, callable] = {}
@@ -494,12 +494,12 @@ def linear_backward(a, w, bias):
 
         if w.ndim == 1:  # out = a @ w (the last dimension is contracted away)
             ga = mul(unsqueeze(g, -1), w)
-            gw = matmul(reshape(g, (-1,)), reshape(a, (-1, a.shape[-1])))
+            gw = matmul(reshape(g, (-1,)), reshape(a, (prod(a.shape[:-1]), a.shape[-1])))
             gb = _reduce_to(g, tuple(bias.shape)) if bias is not None else None
             return ga, gw, gb
         ga = matmul(g, w)
-        g2 = reshape(g, (-1, w.shape[0]))
-        a2 = reshape(a, (-1, a.shape[-1]))
+        g2 = reshape(g, (prod(g.shape[:-1]), w.shape[0]))  # not -1: ambiguous for empty tensors
+        a2 = reshape(a, (prod(a.shape[:-1]), a.shape[-1]))
         gw = matmul(transpose(g2, 0, 1), a2)
         gb = _reduce_to(prims.sum(g2, (0,)), tuple(bias.shape)) if bias is not None else None
         return ga, gw, gb
