@@ -245,6 +245,15 @@ class _Gen:
     def tensors(self, pred=lambda t: True):
         return [n for n in self.names if isinstance(self.env.get(n), torch.Tensor) and pred(self.env[n])]
 
+    def start(self):
+        """A rule's usual start: a tensor picked to work on, the generator, its shape and rank, a new name; None when
+        there is no tensor yet."""
+        t = self.pick()
+        if t is None:
+            return None
+        shape = self.shape_list(t)
+        return t, self.rng, shape, len(shape), self.new()
+
     def pick(self, pred=lambda t: True, prefer_recent=True):
         c = self.tensors(pred)
         if not c:
@@ -487,13 +496,10 @@ class _Gen:
         return self.emit([wline, f"{n} = {t} @ {w}.T"], "matmul_weight", [w, n])
 
     def r_view(self):
-        t = self.pick()
-        if t is None:
+        start = self.start()
+        if start is None:
             return False
-        rng = self.rng
-        shape = self.shape_list(t)
-        nd = len(shape)
-        n = self.new()
+        t, rng, shape, nd, n = start
         opts = []
         numel = math.prod(shape)
         opts.append(f"{t}.view(-1)")
@@ -574,13 +580,10 @@ class _Gen:
         return self.emit(lines, "shape_control_flow", [n])
 
     def r_cat_stack(self):
-        t = self.pick()
-        if t is None:
+        start = self.start()
+        if start is None:
             return False
-        rng = self.rng
-        shape = self.shape_list(t)
-        nd = len(shape)
-        n = self.new()
+        t, rng, shape, nd, n = start
         r = rng.random()
         if r < 0.3:
             same = [u for u in self.tensors(lambda x: x.shape == self.env[t].shape)]
