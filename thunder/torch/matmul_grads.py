@@ -75,6 +75,8 @@ def depends_on_requires_grad(a, b, requires_grad) -> bool:
 
 
 def _matmul(a, b, requires_grad):
+    if b.dim() == 2 and a.dim() >= 3 and a.is_contiguous():
+        return torch.matmul(a, b)  # a batch times a matrix folds into one mm with or without grad: the common case
     squeezed = _squeezed(a, b, requires_grad)
     if squeezed is not None:
         return _matmul(a.squeeze(0), b, requires_grad) if squeezed == 0 else _matmul(a, b.squeeze(0), requires_grad)
