@@ -1131,6 +1131,7 @@ SKIPPED = {
     "fill_value": "the new value of Tensor.fill_ (no torch spelling); differential tests in tests/test_inplace.py",
     "zero_value": "the new value of Tensor.zero_ (no torch spelling); differential tests in tests/test_inplace.py",
     "detached_update": "updates made under no_grad or through detach(); differential tests in tests/test_inplace.py",
+    "without_gradient": "the 0-norm's place in the autograd graph; differential tests in tests/test_generated_programs.py",
     "laid_out_as": "the new value of a gapped input updated in place, laid out as it; differential tests in tests/test_inplace.py",
     "view_update": "the new value of a view updated in place, in the autograd graph; differential tests in tests/test_inplace.py",
     "manual_seed": "changes the random state (no tensor result); tests/test_side_effects.py compares it with eager",

@@ -532,3 +532,16 @@ def test_found_gradients_are_eager_bit_for_bit(name):
     (outs, grads), (j_outs, j_grads) = results
     for a, b in zip(outs + grads, j_outs + j_grads):
         assert a.dtype == b.dtype and torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("norm", [lambda x: torch.norm(x, p=0), lambda x: torch.linalg.vector_norm(x, ord=0),
+                                  lambda x: x.norm(0, dim=0, keepdim=True)], ids=["norm", "vector_norm", "method"])
+def test_zero_norm_requires_grad_and_gives_no_gradient_as_eager(norm):
+    """Eager's 0-norm (a count) is in the autograd graph, and its backward gives its input ``None``."""
+    results = []
+    for f in (norm, thunder.jit(norm)):
+        x = torch.tensor([1.0, 0.0, -2.0, 3.0], requires_grad=True)
+        out = f(x) * 1
+        results.append((out.requires_grad, out.detach(), torch.autograd.grad(out.sum(), x, allow_unused=True)[0]))
+    (rg, value, grad), (j_rg, j_value, j_grad) = results
+    assert rg == j_rg is True and torch.equal(value, j_value) and grad is None and j_grad is None

@@ -822,3 +822,21 @@ def test_unsqueeze_in_place_of_an_identity_view_is_refused():
 
     with pytest.raises(NotImplementedError, match="changes the shape of .* in place while it is an input or shares"):
         thunder.jit(fn)(torch.randn(3))
+
+
+def test_an_update_through_detach_keeps_the_updated_tensor_in_the_graph():
+    """``t1.detach().floor_()`` changes ``t1``'s values, not its place in the autograd graph (its output once lost
+    requires_grad: the two outputs were one tensor at run time)."""
+    def fn(x):
+        t1 = -1.5 / x
+        t3 = t1.detach()
+        t3.floor_()
+        return t3, t1
+
+    results = []
+    for f in (fn, thunder.jit(fn)):
+        x = torch.tensor([0.5, -2.0, 3.0], requires_grad=True)
+        t3, t1 = f(x)
+        results.append((t3.requires_grad, t1.requires_grad, t1.detach(), torch.autograd.grad(t1.sum(), x)[0]))
+    (a, b, v, g), (ja, jb, jv, jg) = results
+    assert (a, b) == (ja, jb) == (False, True) and torch.equal(v, jv) and torch.equal(g, jg)

@@ -441,8 +441,20 @@ def _norm_meta(a, ord_or_p=2, dim=None, keepdim=False, *rest, dtype=None, **kwar
     return ((shape, dtype or to_real(a.dtype), a.device),)
 
 
-register_vjp(red.vector_norm)(torch_autograd_rule(torch.linalg.vector_norm, _norm_meta))
-register_vjp(red.norm)(torch_autograd_rule(torch.norm, _norm_meta))
+def _norm_rule(fn):
+    """torch's autograd, except for the 0-norm, whose decomposition gives its input no gradient (eager's ``None``;
+    torch's autograd here would materialize zeros)."""
+    by_torch = torch_autograd_rule(fn, _norm_meta)
+
+    def rule(a, *args, **kwargs):
+        order = args[0] if args else kwargs.get("ord", kwargs.get("p", 2))
+        return NotImplemented if isinstance(order, (int, float)) and order == 0 else by_torch(a, *args, **kwargs)
+
+    return rule
+
+
+register_vjp(red.vector_norm)(_norm_rule(torch.linalg.vector_norm))
+register_vjp(red.norm)(_norm_rule(torch.norm))
 
 
 def _var_meta_fn(two_outputs):

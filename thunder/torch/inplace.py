@@ -117,7 +117,7 @@ def laid_out_as(value, like):
 
 
 def _detached_update_impl(old, new):
-    return new
+    return new.detach()  # another tensor on the same memory: marking ``new`` non-differentiable leaves it alone
 
 
 @torchsymbol(name="detached_update", torch_impl=_detached_update_impl)

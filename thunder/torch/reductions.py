@@ -202,6 +202,31 @@ def cumsum(a, dim, *, dtype=None):
     return prims.cumsum(convert(a, out_dtype), d) if a.ndim else convert(a, out_dtype)
 
 
+def _without_gradient_impl(value, of):
+    return value
+
+
+@torchsymbol(name="without_gradient", torch_impl=_without_gradient_impl)
+def without_gradient(value, of):
+    """``value``, requiring grad where ``of`` does, whose backward gives ``of`` no gradient (eager's 0-norm: a count
+    in the autograd graph, whose input gets ``None``)."""
+    with torch.no_grad():
+        out = prims.shallow_copy(value)
+    out.requires_grad = of.requires_grad
+    return out
+
+
+def _register_without_gradient_rule():
+    from thunder.transforms.grad_rules import register_vjp
+
+    @register_vjp(without_gradient)
+    def rule(value, of):
+        return without_gradient(value, of), lambda g: (None, None)
+
+
+_register_without_gradient_rule()
+
+
 def _vector_norm(a, ord, dim, keepdim, dtype):
     """The vector ``ord``-norm over ``dim``, computed in float32 for low-precision inputs as torch's kernels do."""
     from thunder.torch.elementwise import abs as abs_, mul, ne, pow, sqrt
@@ -218,6 +243,8 @@ def _vector_norm(a, ord, dim, keepdim, dtype):
         out = amin(x, dim if dim is not None else (), keepdim)
     elif ord == 0:
         out = sum(convert(ne(x, 0), compute), dim, keepdim)
+        if x.requires_grad:  # eager's 0-norm is in the autograd graph, and its backward gives no gradient
+            out = without_gradient(out, x)
     elif ord == 1:
         out = sum(x, dim, keepdim)
     elif ord == 2:
