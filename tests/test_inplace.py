@@ -762,6 +762,12 @@ def _returns_the_updated_input(x, y):
     return y
 
 
+def _copy_into_a_view_of_a_sum(x, y):
+    s = y.sum(dtype=torch.float64)
+    s.unsqueeze(0).copy_(x.mean())  # s overwritten: y gets a zero gradient (not none), x the copy's
+    return s * 1
+
+
 _FOUND = {
     "cat_of_one": (_cat_of_one, lambda: [torch.zeros(3)], False),
     "roll_by_nothing": (lambda x: (lambda y: (y.roll(0).add_(1), y)[1])(x * 1), lambda: [torch.zeros(3)], False),
@@ -784,6 +790,9 @@ _FOUND = {
                                         False),
     "empty_linear": (lambda x, w: F.linear(x, w, torch.arange(4.0)), lambda: [torch.randn(3, 0, requires_grad=True),
                                                                           torch.randn(4, 0, requires_grad=True)], True),
+    "copy_of_a_value_requiring_grad_into_a_view": (_copy_into_a_view_of_a_sum,
+                                                   lambda: [torch.randn(3, requires_grad=True),
+                                                            torch.randn(5, requires_grad=True)], True),
     "returns_the_updated_input": (_returns_the_updated_input,
                                   lambda: [torch.randn(1, dtype=torch.float64, requires_grad=True),
                                            torch.randn(2, 2, requires_grad=True) * 1], True),

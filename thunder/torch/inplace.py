@@ -59,7 +59,7 @@ def _overwriting(a, value):
     ``value`` everywhere, never ``a * 0``, which is NaN where ``a`` is infinite)."""
     from thunder.core import prims
 
-    if not a.requires_grad or isinstance(value, torch.Tensor) and value.requires_grad:
+    if not a.requires_grad:
         return value
     everywhere = prims.full(tuple(a.shape), True, device=a.device, dtype=torch.bool)
     return prims.where(everywhere, value, a)
