@@ -849,3 +849,18 @@ def test_an_update_through_detach_keeps_the_updated_tensor_in_the_graph():
         results.append((t3.requires_grad, t1.requires_grad, t1.detach(), torch.autograd.grad(t1.sum(), x)[0]))
     (a, b, v, g), (ja, jb, jv, jg) = results
     assert (a, b) == (ja, jb) == (False, True) and torch.equal(v, jv) and torch.equal(g, jg)
+
+
+@pytest.mark.parametrize("program,refused", [
+    (lambda x: (lambda t: (t.sub_(t[0]), t)[1])(x * 1), True),  # eager's result depends on its kernel's order
+    (lambda x: (lambda t: (t[1:].add_(t[:-1]), t)[1])(x * 1), True),
+    (lambda x: (lambda t: (t.add_(t.detach()), t)[1])(x * 1), False),  # the same memory laid out alike
+    (lambda x: (lambda t: (t[1].copy_(t[0]), t)[1])(x * 1), False),  # different rows (CrossMapLRN2d's pattern)
+], ids=["row_of_itself", "shifted_slices", "detached_self", "other_row"])
+def test_an_update_reading_another_view_of_its_memory(program, refused):
+    x = torch.randn(4, 5)
+    if refused:
+        with pytest.raises(NotImplementedError, match="another view of the same memory"):
+            thunder.jit(program)(x)
+    else:
+        assert torch.equal(thunder.jit(program)(x), program(x))

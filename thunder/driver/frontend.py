@@ -552,6 +552,8 @@ class Tracer:
         if plan.kind == PlanKind.REFUSE:
             raise NotImplementedError(f"{describe(func)} is not supported by thunder: {plan.message}")
         self_value = args[0]
+        if plan.kind in (PlanKind.TWIN, PlanKind.VALUE, PlanKind.CLONE_APPLY):
+            self._check_no_partial_overlap(func, self_value, args[1:], kwargs)
         if plan.kind == PlanKind.TWIN:
             if isinstance(plan.fn, Symbol):
                 if kwargs.get("dtype") not in (None, getattr(self_value, "dtype", None)):  # x.cumsum_(0, dtype=...)
@@ -652,6 +654,29 @@ class Tracer:
                 f"{describe(func)} with an out= tensor of another shape or dtype than the result (which eager resizes "
                 "or casts) is not supported by thunder; assign the result instead")
         return self.inplace(out, value)
+
+    def _check_no_partial_overlap(self, func, target, others, kwargs):
+        """An in-place update reading another view of the memory it writes (``t -= t[0]``): eager's result depends on
+        the order its kernel visits the elements; thunder computes out of place, so it refuses. The same memory laid
+        out alike (``x.add_(x.detach())``) is fine."""
+        target_view = self.aliases.view_of(target)
+        target_root = target_view.root if target_view is not None else self.aliases.key(target)
+        for other in pytree.tree_leaves((others, kwargs)):
+            if not isinstance(other, TensorProxy) or other is target:
+                continue
+            view = self.aliases.view_of(other)
+            root = view.root if view is not None else self.aliases.key(other)
+            if root != target_root:
+                continue
+            try:
+                a, b = self.layouts.peek(target), self.layouts.peek(other)
+            except UnknownLayout:
+                continue  # a layout thunder cannot compute: as before, not checked
+            same = a.shape == b.shape and a.stride() == b.stride() and a.storage_offset() == b.storage_offset()
+            if not same and _share_elements(a, b):
+                raise NotImplementedError(
+                    f"{describe(func)} updates {target.name} in place reading {other.name}, another view of the same "
+                    "memory: eager's result depends on the order its kernel visits the elements. Read a clone() of it.")
 
     def _detach_in_place(self, original, new):
         proxy = original if isinstance(original, TensorProxy) else self._capture(original)
@@ -856,6 +881,21 @@ for _name in ("shape", "size", "numel", "nelement", "__len__", "stride", "nbytes
 _MAYBE_VIEWS = frozenset({"reshape", "reshape_as", "flatten", "contiguous", "to", "float", "double", "half", "bfloat16",
                           "int", "long", "bool", "einsum"})  # einsum of one operand permuting it: a view
 _VIEW_PRIMS = frozenset({"reshape", "squeeze", "broadcast_in_dim", "transpose", "slice_prim", "shallow_copy"})
+
+
+def _share_elements(a, b) -> bool:
+    """Whether two layouts (meta tensors) on one storage reach a common element (different slices of a tensor do
+    not); up to 2**22 elements, beyond which the answer is no (not checked)."""
+    def extent(t):
+        return t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1 if t.numel() else 0
+
+    size = max(extent(a), extent(b))
+    if not a.numel() or not b.numel() or size > 2 ** 22:
+        return False
+    with torch._C.DisableTorchFunction():  # plain torch while tracing
+        offsets = torch.arange(size)
+        reached = [offsets.as_strided(t.shape, t.stride(), t.storage_offset()).flatten() for t in (a, b)]
+        return bool(torch.isin(reached[0], reached[1]).any())
 
 
 def _is_view_call(sym, args, kwargs) -> bool:
