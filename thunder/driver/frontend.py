@@ -23,6 +23,7 @@ import types
 from typing import Any, Callable
 
 import torch
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch.overrides import TorchFunctionMode
 
 from thunder.core import prims, pytree
@@ -614,14 +615,12 @@ class Tracer:
         keeps its memory in eager: with gaps (a strided slice of the caller's memory), or other strides of size-one
         dims (which decide matmul's path). Its new value is then laid out as it (see laid_out_as, which reads the
         layout of each call: nothing to check in the prologue)."""
-        from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_overlapping_and_dense
-
         if target.ndim == 0:
             return False
         try:
             target_meta = self.layouts.peek(target)
             laid_out = target_meta.stride()
-            if not is_non_overlapping_and_dense(target_meta):
+            if not is_non_overlapping_and_dense_or_false(target_meta):
                 return True
             if 1 in tuple(target.shape) and laid_out != contiguous_strides(target.shape):
                 return True  # strides of size-one dims: torch's meta kernels do not always give the CPU kernels' ones

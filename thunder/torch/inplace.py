@@ -124,11 +124,17 @@ def _detached_update_impl(old, new):
 def detached_update(old, new):
     """``new``'s value with ``old``'s place in the autograd graph: an update made under ``torch.no_grad()`` (or
     through ``detach()``/``.data``) changes a tensor's value but not how gradients flow through it."""
+    return value_requiring_grad(new, old.requires_grad)
+
+
+def value_requiring_grad(value, requires_grad: bool):
+    """A new proxy of ``value`` that requires grad as said, whatever ``value`` does (its gradient rule says where
+    the gradient goes)."""
     from thunder.core import prims
 
     with torch.no_grad():
-        out = prims.shallow_copy(new)
-    out.requires_grad = old.requires_grad
+        out = prims.shallow_copy(value)
+    out.requires_grad = requires_grad
     return out
 
 

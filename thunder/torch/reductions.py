@@ -210,10 +210,9 @@ def _without_gradient_impl(value, of):
 def without_gradient(value, of):
     """``value``, requiring grad where ``of`` does, whose backward gives ``of`` no gradient (eager's 0-norm: a count
     in the autograd graph, whose input gets ``None``)."""
-    with torch.no_grad():
-        out = prims.shallow_copy(value)
-    out.requires_grad = of.requires_grad
-    return out
+    from thunder.torch.inplace import value_requiring_grad
+
+    return value_requiring_grad(value, of.requires_grad)
 
 
 def _register_without_gradient_rule():
