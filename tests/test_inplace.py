@@ -711,7 +711,8 @@ def _same(a, b):
     if a is None or b is None:
         return a is b
     return (a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride() and a.requires_grad == b.requires_grad
-            and torch.equal(a.detach(), b.detach()))
+            and torch.equal(a.detach().isnan(), b.detach().isnan())
+            and torch.equal(a.detach().nan_to_num(), b.detach().nan_to_num()))
 
 
 def _cat_of_one(x):
@@ -768,7 +769,39 @@ def _copy_into_a_view_of_a_sum(x, y):
     return s * 1
 
 
+def _type_as_of_a_masked_selection_is_itself(x):
+    s = x[x > 0]
+    t = s.type_as(x)  # the same dtype: eager returns s itself, whose size is known only at run time
+    s += t
+    return t
+
+
+def _element_of_a_masked_selection_updated(x):
+    s = x[x > 0]
+    s[0].fill_(3.0)  # a view of s: s sees it
+    return s
+
+
+def _transposed_view_updated_then_base_read(x):
+    t = x.transpose(0, -1)
+    t.masked_fill_(t > 0, 5.0)  # masked_fill's result is contiguous: x's new value keeps x's layout, as in eager
+    return x * 1
+
+
+def _max_of_a_tensor_with_nan(x):
+    return torch.max(torch.log2(x)), torch.min(torch.xlogy(x.bool(), x))
+
+
 _FOUND = {
+    "type_as_of_a_masked_selection_is_itself": (_type_as_of_a_masked_selection_is_itself,
+                                                lambda: [torch.tensor([1.0, -1.0, 2.0])], False),
+    "element_of_a_masked_selection_updated": (_element_of_a_masked_selection_updated,
+                                              lambda: [torch.tensor([1.0, -1.0, 2.0])], False),
+    "transposed_view_updated_then_base_read": (_transposed_view_updated_then_base_read,
+                                               lambda: [torch.randn(3, 1, 2)], False),
+    "max_and_min_of_a_tensor_with_nan": (_max_of_a_tensor_with_nan,
+                                         lambda: [torch.tensor([-1.0, 2.0, 0.5], dtype=torch.float64,
+                                                               requires_grad=True)], True),
     "cat_of_one": (_cat_of_one, lambda: [torch.zeros(3)], False),
     "roll_by_nothing": (lambda x: (lambda y: (y.roll(0).add_(1), y)[1])(x * 1), lambda: [torch.zeros(3)], False),
     "flip_of_no_dims": (lambda x: (lambda y: (y.flip([]).add_(1), y)[1])(x * 1), lambda: [torch.zeros(3)], False),
@@ -864,3 +897,28 @@ def test_an_update_reading_another_view_of_its_memory(program, refused):
             thunder.jit(program)(x)
     else:
         assert torch.equal(thunder.jit(program)(x), program(x))
+
+
+@pytest.mark.parametrize("program", [
+    lambda x: (lambda t: (lambda d: (d.mul_(x.mean()), t.mul_(2), d)[2])(t.detach()))(x * 2),
+    lambda x: (lambda t: (lambda d: (d[0].mul_(x.mean()), d)[1])(t.detach()))(x * 2),
+], ids=["detached_tensor_read_after_its_base_changed", "view_of_a_detached_tensor_updated"])
+def test_a_detached_tensor_given_a_gradient_history_by_an_update_is_refused(program):
+    """Eager's detach()ed tensor updated in place with a value requiring grad has a history of its own over memory its
+    base also writes; thunder once dropped that history silently (the output no longer required grad)."""
+    with pytest.raises(NotImplementedError, match="a detach\\(\\)ed tensor"):
+        thunder.jit(program)(torch.randn(3, requires_grad=True))
+
+
+def test_whether_an_op_on_run_time_extents_returns_its_input_is_asked_for_several_sizes():
+    """``contiguous()`` of a masked selection's transpose: eager returns the input itself only where the run-time
+    extent is 0 or 1; thunder cannot follow both and refuses, naming the extent."""
+    def fn(x):
+        s = x[x.sum(1) > 0]  # (i0, 3)
+        c = s.t().contiguous()
+        c.add_(1)
+        return s
+
+    with pytest.raises(NotImplementedError, match="returns a view of .* or a new tensor: in eager it depends on the "
+                                                  "values of i0"):
+        thunder.jit(fn)(torch.randn(4, 3))

@@ -329,6 +329,7 @@ class Tracer:
         self.aliases = Aliases()
         self.layouts = Layouts()
         self.aliases.on_new_value = lambda key, value: self.layouts.add_value(value, self.aliases.originals[key])
+        self.aliases.write_root = self._write_root
         self.grads: dict[str, object] = {}  # input name -> proxy of its .grad (or None) as the program read it
         self.checkpoint_depth = 0
 
@@ -610,6 +611,25 @@ class Tracer:
         self.aliases.update(proxy, new)
         return original
 
+    def _write_root(self, key: str, value: TensorProxy, compute) -> TensorProxy:
+        """The new value of the tensor ``key`` that ``compute`` writes back from ``value``, a view's new value, laid out
+        as the tensor where the operations writing it (a transpose's inverse, a slice's scatter) would lay it out
+        otherwise (``x.t().masked_fill_(m, 5)`` gives the transpose of a contiguous tensor). The layouts are those the
+        trace's operations give when they run (their torch callables, on meta tensors): ``value`` as computed out of
+        place, not as eager's in-place update leaves the view."""
+        producer = self._producer(value)
+        if producer is not None:
+            self.layouts.computed_by(value, *producer)
+        scope = self.trace._scopes[-1]
+        start = len(scope)
+        new = compute()
+        for bsym in scope[start:]:
+            self.layouts.add_output(_torch_callable(bsym.sym), bsym.args, bsym.kwargs, bsym.output)
+        root = self.aliases.originals[key]
+        if new is not root and self._laid_out_otherwise(new, root):
+            new = laid_out_as(new, root)
+        return new
+
     def _laid_out_otherwise(self, new, target) -> bool:
         """Whether ``new``, computed out of place, is laid out otherwise than the tensor it updates in place, which
         keeps its memory in eager: with gaps (a strided slice of the caller's memory), or other strides of size-one
@@ -624,14 +644,18 @@ class Tracer:
                 return True
             if 1 in tuple(target.shape) and laid_out != contiguous_strides(target.shape):
                 return True  # strides of size-one dims: torch's meta kernels do not always give the CPU kernels' ones
-            producer = next((b for b in reversed(self.trace._scopes[-1]) if any(o is new for o in b.flat_outs)), None)
-            torch_fn = getattr(producer.sym, "torch_impl", None) if producer is not None else None
-            if torch_fn is None:
-                return False
-            i = next(k for k, o in enumerate(producer.flat_outs) if o is new)
-            return self.layouts.replayed(new, torch_fn, producer.args, producer.kwargs, i).stride() != laid_out
+            producer = self._producer(new)
+            return producer is not None and self.layouts.replayed(new, *producer).stride() != laid_out
         except UnknownLayout:
             return False
+
+    def _producer(self, proxy):
+        """(torch callable, args, kwargs, output index) of the trace's operation computing ``proxy``, or None."""
+        bsym = next((b for b in reversed(self.trace._scopes[-1]) if any(o is proxy for o in b.flat_outs)), None)
+        torch_fn = _torch_callable(bsym.sym) if bsym is not None else None
+        if torch_fn is None:
+            return None
+        return torch_fn, bsym.args, bsym.kwargs, next(k for k, o in enumerate(bsym.flat_outs) if o is proxy)
 
     def _check_input_update(self, root, view, target, new):
         """Updates recorded by autograd, of inputs: eager refuses them for leaves that require grad."""
@@ -895,6 +919,13 @@ def _share_elements(a, b) -> bool:
         offsets = torch.arange(size)
         reached = [offsets.as_strided(t.shape, t.stride(), t.storage_offset()).flatten() for t in (a, b)]
         return bool(torch.isin(reached[0], reached[1]).any())
+
+
+def _torch_callable(sym):
+    """The torch callable a symbol runs as: its ``torch_impl``, or the torch executor's for a primitive."""
+    from thunder.executors.torchex import prim_torch_callable
+
+    return getattr(sym, "torch_impl", None) or prim_torch_callable(sym)
 
 
 def _is_view_call(sym, args, kwargs) -> bool:

@@ -26,12 +26,14 @@ share memory. While tracing, thunder keeps the program's view of memory in this 
 from __future__ import annotations
 
 import dataclasses
+import operator
 from typing import Any
 
 import torch
 
 from thunder.core import prims
 from thunder.core.proxies import TensorProxy
+from thunder.torch.data_dependent import setitem_impl
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +88,11 @@ class ViewStep:
         return value
 
 
+_DETACHED_HISTORY = ("thunder does not support this: {}. In eager the detach()ed tensor then has a gradient history "
+                     "of its own over memory another tensor changes, which thunder does not model. Update a clone() "
+                     "of it instead")
+
+
 def _custom_function_view_error(step, what) -> str:
     return (f"Output {step.index} of {step.sym.name} is a view and {what}. This view was created inside a custom "
             "Function (or because an input was returned as-is) and the autograd logic to handle view+inplace would "
@@ -133,7 +140,8 @@ def _inverse(bsym, base, value):
         "tensor it was taken from")
 
 
-_FALLBACK_SCATTERS = {torch.diagonal: torch.diagonal_scatter, torch.Tensor.diagonal: torch.diagonal_scatter,
+_FALLBACK_SCATTERS = {operator.getitem: setitem_impl,  # basic indexing of run-time extents (``t[0]`` of ``f32[i0]``)
+                      torch.diagonal: torch.diagonal_scatter, torch.Tensor.diagonal: torch.diagonal_scatter,
                       torch.select: torch.select_scatter, torch.Tensor.select: torch.select_scatter,
                       torch.Tensor.as_strided: torch.as_strided_scatter, torch.as_strided: torch.as_strided_scatter}
 
@@ -187,6 +195,9 @@ class Aliases:
         # called with (key, value proxy) when a tensor gets a new value through an update: its memory, and so its
         # layout, is the tensor's own (the frontend's layouts follow it)
         self.on_new_value = lambda key, value: None
+        # called with (key of a root, a view's new value, a function computing the root's from it) when a view is updated:
+        # the frontend lays the value out as the root's memory is (see Tracer._write_root)
+        self.write_root = lambda key, value, compute: compute()
 
     def key(self, proxy: TensorProxy) -> str:
         return self.key_of.get(proxy.name, proxy.name)
@@ -239,6 +250,10 @@ class Aliases:
         value = root_value
         for step in view.steps:
             value = step.apply(value)
+        if self.view_values.get(key, self.originals[key]).requires_grad and not value.requires_grad:
+            raise NotImplementedError(_DETACHED_HISTORY.format(
+                f"{key}, a detach()ed tensor (or a view of one) updated in place with a value that requires grad, "
+                f"is read after {view.root}, the tensor it shares memory with, changed"))
         self._set_view_value(key, root_value, value)
         return value
 
@@ -274,19 +289,27 @@ class Aliases:
             from thunder.torch.inplace import view_update
 
             value = view_update(value)
-        root_value = self.root_value(view.root)
-        bases = [root_value]
-        for step in view.steps[:-1]:
-            bases.append(step.apply(bases[-1]))
-        new = value
-        for step, base in zip(reversed(view.steps), reversed(bases)):
-            new = step.scatter(base, new)
+        new = self.write_root(view.root, value, lambda: self._scattered(view, value))
         self.current[view.root] = new
         self.key_of[new.name] = view.root
         self.on_new_value(view.root, new)
         if all(step.kind == "view" for step in view.steps):
             value = self.regenerate_from(view, new)  # the view of the new root: eager's strides, not the op's output
         self._set_view_value(key, new, value)
+
+    def _scattered(self, view: ViewOf, value: TensorProxy) -> TensorProxy:
+        """The new value of ``view``'s root when the view gets the value ``value``."""
+        bases = [self.root_value(view.root)]
+        for step in view.steps[:-1]:
+            bases.append(step.apply(bases[-1]))
+        new = value
+        for i, (step, base) in enumerate(zip(reversed(view.steps), reversed(bases))):
+            if step.kind == "detach" and i and new.requires_grad:
+                raise NotImplementedError(_DETACHED_HISTORY.format(
+                    f"a view of {view.keys[-i - 1]}, a detach()ed tensor, is updated in place with a value that "
+                    "requires grad"))
+            new = step.scatter(base, new)
+        return new
 
     def view_of(self, proxy: TensorProxy) -> ViewOf | None:
         return self._view(self.key(proxy))

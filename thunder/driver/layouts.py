@@ -10,15 +10,23 @@ the prologue checks their strides on every call (see ``observed``).
 """
 from __future__ import annotations
 
+import contextlib
+import itertools
+import math
+
 import torch
 
-from thunder.core.extents import is_symbolic_shape
+from thunder.core.extents import is_runtime, is_symbolic_shape, poly_of
 from thunder.core.proxies import TensorProxy, NumberProxy
 from thunder.core.pytree import tree_leaves, tree_map
 
 
 class UnknownLayout(Exception):
     """The strides of a tensor cannot be computed (its producer has no meta kernel)."""
+
+
+class _Infeasible(Exception):
+    """Trial values of run-time extents that give some extent a negative value."""
 
 
 def contiguous_strides(shape) -> tuple:
@@ -36,6 +44,7 @@ class Layouts:
         self.memo: dict[str, tuple] = {}  # name -> (strides, storage offset, input names it depends on)
         self.observed: set[str] = set()  # inputs whose layout an answer depended on
         self.value_of: dict[str, TensorProxy] = {}  # a new value of a tensor (an in-place update) -> the tensor
+        self.trial: dict | None = None  # run-time extent (root name) -> a value tried for it (see ``aliases``)
 
     def add_input(self, proxy: TensorProxy, tensor: torch.Tensor):
         self.inputs[proxy.name] = (tuple(tensor.stride()), tensor.storage_offset())
@@ -54,24 +63,29 @@ class Layouts:
             self.value_of[value.name] = tensor
             self.memo.pop(value.name, None)
 
+    def computed_by(self, proxy: TensorProxy, fn, args, kwargs, index: int):
+        """``proxy`` is laid out as output ``index`` of ``fn(*args, **kwargs)`` gives it (not as recorded before)."""
+        self.producer[proxy.name] = (fn, args, kwargs, index)
+        self.memo.pop(proxy.name, None)
+
     # -- queries ---------------------------------------------------------------------------
     def meta(self, proxy: TensorProxy) -> torch.Tensor:
         """A meta tensor with ``proxy``'s shape, dtype and strides; marks the inputs it depended on as observed."""
         strides, offset, deps = self._layout(proxy)
         self.observed |= deps
-        return _empty_strided(proxy, strides, offset)
+        return self._empty(proxy, strides, offset)
 
     def peek(self, proxy: TensorProxy) -> torch.Tensor:
         """``meta`` without marking the inputs it depends on as observed: for choices that stay right (if slower or
         rounded otherwise) whatever the layout of a later call."""
         strides, offset, _ = self._layout(proxy)
-        return _empty_strided(proxy, strides, offset)
+        return self._empty(proxy, strides, offset)
 
     def replayed(self, proxy: TensorProxy, fn, args, kwargs, index: int) -> torch.Tensor:
         """A meta tensor laid out as output ``index`` of ``fn(*args, **kwargs)`` (``proxy``'s shape) would be, without
         marking inputs observed: the layout an operation computing ``proxy`` gives it."""
         strides, offset, _ = self._replay(proxy, fn, args, kwargs, index)
-        return _empty_strided(proxy, strides, offset)
+        return self._empty(proxy, strides, offset)
 
     def _layout(self, proxy: TensorProxy) -> tuple:
         name = proxy.name
@@ -88,7 +102,7 @@ class Layouts:
         if tensor is not None:
             result = self._layout(tensor)
         elif producer is None:
-            result = (contiguous_strides(proxy.shape), 0, frozenset())
+            result = (contiguous_strides(self._shape(proxy)), 0, frozenset())
         else:
             result = self._replay(proxy, *producer)
         self.memo[name] = result
@@ -101,11 +115,14 @@ class Layouts:
             if isinstance(x, TensorProxy):
                 strides, offset, d = self._layout(x)
                 deps.update(d)
-                return _empty_strided(x, strides, offset)
+                return self._empty(x, strides, offset)
             if isinstance(x, NumberProxy):
-                return x.value
+                return self._number(x)
             return x
 
+        if self.trial is not None and not _roots(proxy.shape) <= _roots(tree_leaves((args, kwargs))):
+            # an operation whose output sizes depend on values: no meta kernel (torch's raises, after importing dynamo)
+            return _data_dependent_strides(fn, self._shape(proxy)), 0, frozenset()
         margs, mkwargs = tree_map(to_meta, (args, kwargs))
         if not any(isinstance(x, TensorProxy) for x in tree_leaves((args, kwargs))):
             mkwargs = {**mkwargs, "device": "meta"}  # a factory (torch.rand(4, 4)): run for real, it would draw
@@ -117,12 +134,37 @@ class Layouts:
                                 f"{getattr(fn, '__name__', fn)} on meta tensors failed ({e})") from e
         leaves = tree_leaves(out)
         t = leaves[index] if index < len(leaves) else None
-        if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(proxy.shape):
-            return contiguous_strides(proxy.shape), 0, frozenset(deps)
+        shape = self._shape(proxy)
+        if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape:
+            return contiguous_strides(shape), 0, frozenset(deps)
         return tuple(t.stride()), t.storage_offset(), frozenset(deps)
 
     def aliases(self, fn, args, kwargs, out_index: int, base: TensorProxy) -> bool:
-        """Whether output ``out_index`` of ``fn(*args, **kwargs)`` shares memory with ``base``, as in eager."""
+        """Whether output ``out_index`` of ``fn(*args, **kwargs)`` shares memory with ``base``, as in eager.
+
+        Where shapes or arguments hold extents known only at run time, the question is asked for several values of
+        them (0, 1, 2, and larger ones, different for each extent): the answer must be the same for all, else thunder
+        refuses rather than guess (a copy taken for a view would lose later in-place updates, and the reverse leak
+        them)."""
+        names = sorted(_roots(tree_leaves((args, kwargs))))
+        if not names:
+            return bool(self._aliases(fn, args, kwargs, out_index, base))
+        trials = [dict(zip(names, itertools.count(11, 2)))] + [dict.fromkeys(names, v) for v in (0, 1, 2)]
+        answers = set()
+        for trial in trials:
+            with self._trying(trial):
+                answer = self._aliases(fn, args, kwargs, out_index, base)
+            if answer is not None:
+                answers.add(answer)
+        if len(answers) > 1:
+            raise NotImplementedError(
+                f"thunder cannot tell whether {getattr(fn, '__name__', fn)} returns a view of {base.name} or a new "
+                f"tensor: in eager it depends on the values of {', '.join(names)}, known only at run time. Call "
+                ".clone() or .contiguous() on its result to make it a new tensor")
+        return answers.pop() if answers else False
+
+    def _aliases(self, fn, args, kwargs, out_index: int, base: TensorProxy):
+        """``aliases`` for the current trial values; None where they are impossible (an extent below 0, an error)."""
         metas = {}
 
         def to_meta(x):
@@ -130,7 +172,7 @@ class Layouts:
                 metas.setdefault(x.name, self.meta(x))
                 return metas[x.name]
             if isinstance(x, NumberProxy):
-                return x.value
+                return self._number(x)
             return x
 
         try:
@@ -138,19 +180,65 @@ class Layouts:
             mbase = metas.get(base.name)  # the first tensor argument (einsum's operand follows its equation)
             with torch._C.DisableTorchFunction():
                 out = fn(*margs, **mkwargs)
+        except _Infeasible:
+            return None
         except Exception:  # noqa: BLE001 - no meta kernel, or a layout unknown: assume a fresh tensor
-            return False
+            return None if self.trial is not None else False
         leaves = tree_leaves(out)
         t = leaves[out_index] if out_index < len(leaves) else None
         return isinstance(t, torch.Tensor) and isinstance(mbase, torch.Tensor) and torch._C._is_alias_of(t, mbase)
 
+    @contextlib.contextmanager
+    def _trying(self, trial: dict):
+        """Layouts computed with the run-time extents given ``trial``'s values (memoized apart)."""
+        saved = self.trial, self.memo
+        self.trial, self.memo = trial, {}
+        try:
+            yield
+        finally:
+            self.trial, self.memo = saved
 
-def _empty_strided(proxy: TensorProxy, strides, offset) -> torch.Tensor:
-    shape = tuple(proxy.shape)
-    if is_symbolic_shape(shape):
-        raise UnknownLayout(f"thunder cannot compute the strides of {proxy.name}: its shape holds extents known only "
-                            "at run time")
-    t = torch.empty_strided(shape, strides, dtype=proxy.dtype, device="meta")
-    if offset:
-        t = t.as_strided(shape, strides, offset)
-    return t
+    def _number(self, x: NumberProxy):
+        if self.trial is None or not is_runtime(x):
+            return x.value
+        return sum(c * math.prod(self.trial[r] for r in m) for m, c in poly_of(x).terms.items())
+
+    def _shape(self, proxy: TensorProxy) -> tuple:
+        if self.trial is None:
+            return tuple(proxy.shape)
+        shape = tuple(self._number(n) if isinstance(n, NumberProxy) else n for n in proxy.shape)
+        if any(n < 0 for n in shape):
+            raise _Infeasible
+        return shape
+
+    def _empty(self, proxy: TensorProxy, strides, offset) -> torch.Tensor:
+        shape = self._shape(proxy)
+        if is_symbolic_shape(shape):
+            raise UnknownLayout(f"thunder cannot compute the strides of {proxy.name}: its shape holds extents known "
+                                "only at run time")
+        t = torch.empty_strided(shape, strides, dtype=proxy.dtype, device="meta")
+        if offset:
+            t = t.as_strided(shape, strides, offset)
+        return t
+
+
+def _roots(leaves) -> set:
+    """The names of the run-time extents that the shapes of tensors, and numbers, among ``leaves`` depend on."""
+    roots = set()
+    for x in leaves:
+        for n in (x.shape if isinstance(x, TensorProxy) else (x,) if is_runtime(x) else ()):
+            if isinstance(n, NumberProxy):
+                roots.update(poly_of(n).roots)
+    return roots
+
+
+_TRANSPOSED_RESULTS = (torch.nonzero, torch.Tensor.nonzero, torch.argwhere, torch.Tensor.argwhere)
+
+
+def _data_dependent_strides(fn, shape: tuple) -> tuple:
+    """The strides of a new tensor of ``shape`` that ``fn``, an operation whose output sizes depend on values,
+    returns: ``nonzero``'s (n, dims) result is the transpose of a contiguous (dims, n) one; the others
+    (boolean-mask indexing, ``masked_select``, ``unique``, ``repeat_interleave``) return contiguous tensors."""
+    if fn in _TRANSPOSED_RESULTS and len(shape) == 2:
+        return tuple(reversed(contiguous_strides(tuple(reversed(shape)))))
+    return contiguous_strides(shape)

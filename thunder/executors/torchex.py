@@ -286,6 +286,12 @@ _ELEMENTWISE_IMPLS = {getattr(prims, name): getattr(torch, name) for name in (*p
 }
 
 
+def prim_torch_callable(prim):
+    """The torch callable that runs the primitive ``prim`` (None for others): the frontend replays it on meta tensors
+    to find the layout of its result."""
+    return _PRIM_IMPLS.get(prim) or _ELEMENTWISE_IMPLS.get(prim)
+
+
 def _has_tensor(*args, **kwargs) -> bool:
     """Elementwise primitives on Python numbers alone run as Python (the python executor), not as torch."""
     return any(isinstance(a, torch.Tensor) for a in flat_proxies((args, kwargs)))

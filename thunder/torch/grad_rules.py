@@ -407,8 +407,10 @@ def _max_min_rule(sym):
     """max/min over a dim: the gradient goes to the selected element only (as torch's), not split among ties."""
 
     def rule(a, dim=None, keepdim=False):
-        if dim is None or isinstance(dim, TensorProxy):
-            return NotImplemented  # through the decomposition: amax/amin split ties, maximum/minimum
+        if isinstance(dim, TensorProxy):
+            return NotImplemented  # maximum/minimum, through their decomposition
+        if dim is None:
+            return _evenly_distributed(sym, a)
         out = sym(a, dim, keepdim)
         values, indices = out
 
@@ -424,6 +426,19 @@ def _max_min_rule(sym):
         return out, backward
 
     return rule
+
+
+def _evenly_distributed(sym, a):
+    """``a.max()``, ``a.min()``: the gradient split evenly among the elements equal to the result, or among the NaNs
+    where the result is NaN, and exactly zero elsewhere (eager's; amax's rule would divide by a count of zero there)."""
+    out = sym(a)
+
+    def backward(g):
+        hit = ew.logical_or(ew.eq(a, out), ew.logical_and(ew.isnan(a), ew.isnan(out)))
+        share = ew.div(g, red.sum(hit))
+        return (ew.where(hit, share, prims.full(tuple(a.shape), 0.0, device=a.device, dtype=a.dtype)),)
+
+    return out, backward
 
 
 _addmm_rule(tnn.addmm, tnn.mm)
