@@ -626,7 +626,7 @@ class Tracer:
         for bsym in scope[start:]:
             self.layouts.add_output(_torch_callable(bsym.sym), bsym.args, bsym.kwargs, bsym.output)
         root = self.aliases.originals[key]
-        if new is not root and self._laid_out_otherwise(new, root):
+        if new is not root and tuple(new.shape) == tuple(root.shape) and self._laid_out_otherwise(new, root):
             new = laid_out_as(new, root)
         return new
 
