@@ -545,3 +545,24 @@ def test_zero_norm_requires_grad_and_gives_no_gradient_as_eager(norm):
         results.append((out.requires_grad, out.detach(), torch.autograd.grad(out.sum(), x, allow_unused=True)[0]))
     (rg, value, grad), (j_rg, j_value, j_grad) = results
     assert rg == j_rg is True and torch.equal(value, j_value) and grad is None and j_grad is None
+
+
+@pytest.mark.parametrize("extra", ["cache_of_keys", "keys_themselves"])
+def test_an_output_no_loss_uses_leaves_the_gradients_layouts_as_eager(extra):
+    """Hugging Face attention returns its keys in a cache no loss reads. Eager adds nothing for that output; thunder
+    adds a zero cotangent, which once came laid out contiguous and so made the keys' gradient contiguous where
+    eager's is permuted: a norm weight's gradient, a sum over that gradient, then rounded otherwise."""
+    b, s, h, d = 2, 16, 4, 16
+
+    def fn(kp, w):
+        k = w * kp.view(b, s, h, d).transpose(1, 2)
+        kept = torch.cat([torch.tensor([]), k], dim=-2) if extra == "cache_of_keys" else k  # DynamicCache.update
+        return torch.matmul(torch.ones(b, h, s, d), kept.transpose(2, 3)), kept
+
+    kp, w = torch.randn(b, s, h * d), torch.randn(d)
+    cot = torch.randn(b, h, s, s)
+    grads = []
+    for f in (fn, thunder.jit(fn)):
+        inputs = [kp.clone().requires_grad_(), w.clone().requires_grad_()]
+        grads.append(torch.autograd.grad(f(*inputs)[0], inputs, cot))
+    assert all(torch.equal(a, b) for a, b in zip(*grads))

@@ -128,6 +128,17 @@ CASES = {
                              intermediate_groups=1, output_groups=1)),
         ("nystromformer", dict(num_landmarks=4, segment_means_seq_len=16)), ("big_bird", dict(attention_type="original_full")),
         ("rembert", dict(input_embedding_size=32, output_embedding_size=32)), ("ernie", {}), ("megatron-bert", {}))},
+    # More decoders found bitwise by a sweep over transformers' causal LMs (2026-11-24): sliding-window and hybrid
+    # layers, mixtures of experts with their own routers, differential attention, short convolutions, xLSTM cells
+    **{name: HFCase(name, dict(_DECODER, head_dim=16, pad_token_id=0)) for name in (
+        "cohere2", "exaone4", "vaultgemma", "nemotron", "diffllama", "bitnet", "seed_oss", "apertus", "arcee")},
+    **{name: HFCase(name, dict(_DECODER, **_MOE, head_dim=16, pad_token_id=0, num_experts=4, num_local_experts=4,
+                               moe_intermediate_size=32)) for name in (
+        "qwen3_moe", "ernie4_5_moe", "gpt_oss", "minimax", "glm4_moe")},
+    "lfm2": HFCase("lfm2", dict(_DECODER, pad_token_id=0)),
+    "xlstm": HFCase("xlstm", dict(hidden_size=64, num_hidden_layers=2, vocab_size=VOCAB, num_heads=4,
+                                  pad_token_id=0)),
+    "biogpt": HFCase("biogpt", dict(_ENCODER, pad_token_id=0)),
     # Custom torch.autograd.Functions in training: BLOOM's GeLU, PhiMoE's router multiplier (a sparse mixer),
     # RecurrentGemma's bounded-derivative square root (see tests/test_custom_function.py)
     "bloom": HFCase("bloom", dict(hidden_size=64, n_layer=2, n_head=4, vocab_size=VOCAB)),

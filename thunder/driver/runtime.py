@@ -132,11 +132,14 @@ class ThunderFunction(torch.autograd.Function):
             return (None, *ctx.entry.backward([saved, others], list(cotangents)))
         # Outputs no loss used: eager never reaches the inputs only they depend on, whose .grad stays None (an
         # optimizer then skips them, where a zero gradient would still decay and move them). Their cotangents are
-        # zeros; the other inputs get their gradients.
+        # zeros; the other inputs get their gradients. The zeros are one element expanded: a gradient they are
+        # added to keeps its own layout (elementwise kernels ignore broadcast operands when they lay out their
+        # result), as in eager, which adds nothing there; a later reduction then sums in eager's order.
         cotangents = list(cotangents)
         for i in unused:
             shape, dtype, device = info.output_meta[i]
-            cotangents[i] = torch.zeros(shape if shape is not None else ctx.shapes[i], dtype=dtype, device=device)
+            shape = shape if shape is not None else ctx.shapes[i]
+            cotangents[i] = torch.zeros((), dtype=dtype, device=device).expand(shape)
         reached = frozenset().union(*(r for i, r in enumerate(info.inputs_reached) if cotangents[i] is not None
                                       and i not in unused))
         grads = ctx.entry.backward([saved, others], cotangents)
