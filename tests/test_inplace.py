@@ -792,7 +792,34 @@ def _max_of_a_tensor_with_nan(x):
     return torch.max(torch.log2(x)), torch.min(torch.xlogy(x.bool(), x))
 
 
+def _detached_strided_view_updated(x):
+    t = (x % 2).select(1, 0)  # strides (2,)
+    d = t.detach()
+    d.clamp_(min=-0.5)  # d keeps t's strides, as in eager
+    return d, t
+
+
+def _one_piece_of_a_split_updated(x):
+    y = x * 1
+    y.split(1)[0].add_(1.0)  # the one piece is a new view of y: y sees the update
+    y.chunk(1)[0].mul_(2.0)
+    return y
+
+
+def _detached_view_of_a_leaf_updated(x):
+    v = x.detach().view(1)  # no view of x to autograd: eager lets it change x
+    v.add_(0.5)
+    return v
+
+
 _FOUND = {
+    "remainder_gradient_by_an_infinite_divisor": (
+        torch.remainder, lambda: [torch.tensor([2.0, -3.0, 0.5, 5.0], requires_grad=True),
+                                  torch.tensor([-float("inf"), float("inf"), 0.3, -2.0], requires_grad=True)], True),
+    "detached_strided_view_updated": (_detached_strided_view_updated, lambda: [torch.randn(4, 2)], False),
+    "one_piece_of_a_split_updated": (_one_piece_of_a_split_updated, lambda: [torch.randn(1, 3)], False),
+    "detached_view_of_a_leaf_updated": (_detached_view_of_a_leaf_updated,
+                                        lambda: [torch.randn((), requires_grad=True)], False),
     "type_as_of_a_masked_selection_is_itself": (_type_as_of_a_masked_selection_is_itself,
                                                 lambda: [torch.tensor([1.0, -1.0, 2.0])], False),
     "element_of_a_masked_selection_updated": (_element_of_a_masked_selection_updated,
@@ -922,3 +949,14 @@ def test_whether_an_op_on_run_time_extents_returns_its_input_is_asked_for_severa
     with pytest.raises(NotImplementedError, match="returns a view of .* or a new tensor: in eager it depends on the "
                                                   "values of i0"):
         thunder.jit(fn)(torch.randn(4, 3))
+
+
+def test_a_shape_change_in_place_of_the_one_piece_of_a_split_is_refused():
+    """``y.split(1)[0]`` of a one-row ``y`` is a new view of ``y``: ``squeeze_()`` of it once changed ``y``'s shape."""
+    def fn(x):
+        y = x * 1
+        y.split(1)[0].squeeze_()
+        return y
+
+    with pytest.raises(NotImplementedError, match="changes the shape of .* in place while it is an input or shares"):
+        thunder.jit(fn)(torch.randn(1, 1))

@@ -606,7 +606,8 @@ class Tracer:
         elif target.requires_grad:
             with torch.no_grad():
                 new = detached_update(target, new)
-        if view is None and self._laid_out_otherwise(new, target):
+        kept = view is None or any(step.kind != "view" for step in view.steps)  # not read back from its base
+        if kept and self._laid_out_otherwise(new, target):
             new = laid_out_as(new, target)
         self.aliases.update(proxy, new)
         return original
@@ -660,8 +661,8 @@ class Tracer:
     def _check_input_update(self, root, view, target, new):
         """Updates recorded by autograd, of inputs: eager refuses them for leaves that require grad."""
         root_proxy = self.input_names.get(root)
-        if root_proxy is None:
-            return
+        if root_proxy is None or view is not None and any(step.kind == "detach" for step in view.steps):
+            return  # a detach()ed tensor, or a view of one, is no view of the input to autograd
         if root_proxy.requires_grad:
             real = self.real_inputs.get(root)
             if real is None or real.is_leaf:

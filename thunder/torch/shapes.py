@@ -314,7 +314,8 @@ def split(a, split_size_or_sections, dim=0):
         check(sum(sections) == size, lambda: f"split_with_sizes expects split_sizes to sum exactly to {size}")
     out, start = [], 0
     for s in sections:
-        out.append(_slice_dim(a, dim, start, start + s, 1))
+        piece = _slice_dim(a, dim, start, start + s, 1)
+        out.append(piece if piece is not a else prims.reshape(a, tuple(a.shape)))  # one piece: a new view, as eager's
         start += s
     return tuple(out)
 

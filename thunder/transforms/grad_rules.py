@@ -212,7 +212,8 @@ _binary(prims.atan2, lambda g, a, b, out: (
     prims.div(prims.mul(g, b), prims.add(prims.mul(a, a), prims.mul(b, b))),
     prims.div(prims.neg(prims.mul(g, a)), prims.add(prims.mul(a, a), prims.mul(b, b)))))
 _binary(prims.fmod, lambda g, a, b, out: (g, prims.neg(prims.mul(g, prims.trunc(prims.div(a, b)))) if _t(b) else None))
-_binary(prims.remainder, lambda g, a, b, out: (g, prims.neg(prims.mul(g, prims.floor(prims.div(a, b)))) if _t(b) else None))
+# torch's floor division, not floor(a / b): 2 // -inf is -1 (a / b is -0.0), as eager's gradient has it
+_binary(prims.remainder, lambda g, a, b, out: (g, prims.neg(prims.mul(g, prims.floor_divide(a, b))) if _t(b) else None))
 _binary(prims.hypot, lambda g, a, b, out: (prims.mul(g, prims.div(a, out)), prims.mul(g, prims.div(b, out))))
 _binary(prims.copysign, lambda g, a, b, out: (prims.mul(g, prims.where(prims.eq(a, 0.0), 0.0, prims.div(out, a))), None))
 _binary(prims.nextafter, lambda g, a, b, out: (prims.where(prims.ne(a, b), g, 0.0), None))  # as torch

@@ -1,0 +1,112 @@
+"""Sweeps Hugging Face transformers' model types that tests/test_hf_models.py does not cover: each gets a tiny
+random config (the overrides below that its config class knows), one forward and backward eagerly and under
+thunder.jit, and a verdict: BITWISE, CLOSE (within 1e-4 relative), WRONG, ERROR (thunder raised), EAGERFAIL (eager
+raised: a config this sweep cannot make), TIMEOUT.
+
+    python scripts/sweep_hf.py causal              # AutoModelForCausalLM types
+    python scripts/sweep_hf.py masked              # AutoModelForMaskedLM types
+    python scripts/sweep_hf.py causal llama,gpt2   # these types only
+"""
+from __future__ import annotations
+
+import copy
+import pathlib
+import resource
+import signal
+import sys
+import time
+import traceback
+import warnings
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+warnings.filterwarnings("ignore")
+
+import transformers  # noqa: E402
+from transformers.models.auto import modeling_auto  # noqa: E402
+
+import thunder  # noqa: E402
+from tests.test_hf_models import CASES  # noqa: E402
+
+VOCAB = 128
+TINY = dict(hidden_size=64, num_hidden_layers=2, vocab_size=VOCAB, num_attention_heads=4, num_key_value_heads=2,
+            intermediate_size=128, max_position_embeddings=64, head_dim=16, n_embd=64, n_layer=2, n_head=4,
+            d_model=64, num_layers=2, n_layers=2, n_heads=4, encoder_layers=2, decoder_layers=2,
+            encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+            ffn_dim=128, n_positions=64, num_experts=4, num_local_experts=4, n_routed_experts=4, num_experts_per_tok=2,
+            moe_intermediate_size=32, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1,
+            max_seq_len=64, n_ctx=64, embedding_size=64)
+KINDS = {"causal": (modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, "AutoModelForCausalLM"),
+         "masked": (modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES, "AutoModelForMaskedLM")}
+
+
+class Timeout(Exception):
+    pass
+
+
+def _alarm(*_):
+    raise Timeout()
+
+
+def _run(model, inputs, jit: bool):
+    m = copy.deepcopy(model)
+    f = thunder.jit(m) if jit else m
+    torch.manual_seed(5)
+    out = f(**inputs)
+    out.loss.backward()
+    return out.loss.detach(), out.logits.detach(), {n: p.grad for n, p in m.named_parameters() if p.grad is not None}
+
+
+def sweep_one(model_type: str, auto: str) -> tuple[str, str]:
+    defaults = type(transformers.AutoConfig.for_model(model_type))()
+    overrides = {k: v for k, v in TINY.items() if hasattr(defaults, k)}
+    config = transformers.AutoConfig.for_model(model_type, **overrides)
+    torch.manual_seed(0)
+    model = getattr(transformers, auto).from_config(config).train()
+    ids = torch.randint(3, VOCAB, (2, 16), generator=torch.Generator().manual_seed(1))
+    inputs = dict(input_ids=ids, labels=ids.clone())
+    try:
+        loss, logits, grads = _run(model, inputs, jit=False)
+    except Timeout:
+        raise
+    except Exception as e:  # noqa: BLE001
+        return "EAGERFAIL", f"{type(e).__name__}: {str(e)[:150]}"
+    j_loss, j_logits, j_grads = _run(model, inputs, jit=True)
+    if set(grads) != set(j_grads):
+        return "WRONG", f"parameters with a gradient differ: {sorted(set(grads) ^ set(j_grads))[:5]}"
+    differ = [n for n in grads if not torch.equal(grads[n], j_grads[n])]
+    if torch.equal(loss, j_loss) and torch.equal(logits, j_logits) and not differ:
+        return "BITWISE", ""
+    close = torch.allclose(loss, j_loss, rtol=1e-4, atol=1e-5) and torch.allclose(logits, j_logits, rtol=1e-4, atol=1e-5) \
+        and all(torch.allclose(grads[n], j_grads[n], rtol=1e-3, atol=1e-5) for n in grads)
+    diff = max([(grads[n] - j_grads[n]).abs().max().item() for n in differ] + [(logits - j_logits).abs().max().item()])
+    return ("CLOSE" if close else "WRONG"), (f"loss {loss.item():.6g} vs {j_loss.item():.6g}, max diff {diff:.3g}, "
+                                             f"{len(differ)} gradients differ: {differ[:3]}")
+
+
+def main(argv):
+    types, auto = KINDS[argv[1] if len(argv) > 1 else "causal"]
+    known = {c.model_type for c in CASES.values()}
+    names = argv[2].split(",") if len(argv) > 2 else sorted(set(types) - known)
+    torch.set_num_threads(1)
+    resource.setrlimit(resource.RLIMIT_AS, (10 * 2**30, 10 * 2**30))  # default configs can be huge: fail, not swap
+    signal.signal(signal.SIGALRM, _alarm)
+    for name in names:
+        start = time.perf_counter()
+        signal.alarm(240)
+        try:
+            verdict, detail = sweep_one(name, auto)
+        except Timeout:
+            verdict, detail = "TIMEOUT", ""
+        except Exception as e:  # noqa: BLE001
+            where = " <- ".join(f"{f.filename.split('site-packages/')[-1]}:{f.lineno}"
+                                for f in traceback.extract_tb(e.__traceback__)[-3:])
+            verdict, detail = "ERROR", f"{type(e).__name__}: {str(e)[:200]} @ {where}"
+        finally:
+            signal.alarm(0)
+        print(f"{name:28s} {verdict:9s} {time.perf_counter() - start:6.1f}s {detail}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
