@@ -960,3 +960,48 @@ def test_a_shape_change_in_place_of_the_one_piece_of_a_split_is_refused():
 
     with pytest.raises(NotImplementedError, match="changes the shape of .* in place while it is an input or shares"):
         thunder.jit(fn)(torch.randn(1, 1))
+
+
+@pytest.mark.parametrize("how", ["no_grad", "detach"])
+def test_an_input_that_requires_grad_updated_unrecorded_and_returned_is_the_callers_tensor(how):
+    """Eager returns the caller's tensor, still a leaf that requires grad; thunder once returned a new tensor that did
+    not require grad (and refused the update through detach() as an update of a view of a leaf)."""
+    def fn(x):
+        if how == "no_grad":
+            with torch.no_grad():
+                x.mul_(2.0)
+        else:
+            x.detach().mul_(2.0)
+        return x, x * 3
+
+    x = torch.randn(2, 3, requires_grad=True)
+    expected_x = x.detach().clone().requires_grad_()
+    expected = fn(expected_x)
+    out = thunder.jit(fn)(x)
+    assert out[0] is x and x.is_leaf and x.requires_grad and torch.equal(x, expected_x)
+    assert torch.equal(out[1], expected[1]) and out[1].requires_grad
+
+
+def test_a_view_of_an_input_updated_unrecorded_is_refused_as_an_output():
+    """The view would need autograd's view of a leaf updated under no_grad; thunder once returned one that claimed
+    to require grad with no history (its backward then failed)."""
+    def fn(x):
+        with torch.no_grad():
+            x.mul_(2.0)
+        return x.view(1, -1)[:, 0]
+
+    with pytest.raises(NotImplementedError, match="a view of x, an input that requires grad and that the program "
+                                                  "updated in place where autograd does not record it"):
+        thunder.jit(fn)(torch.randn(1, 5, requires_grad=True))
+
+
+def test_dropout_that_changes_nothing_in_place_on_a_view_of_a_leaf_is_fine():
+    """``F.dropout(v, 0.0, inplace=True)`` writes nothing in eager, so a view of a leaf that requires grad is allowed."""
+    def fn(x):
+        v = x.view(-1)
+        F.dropout(v, 0.0, inplace=True)
+        F.dropout(v, 0.5, training=False, inplace=True)
+        return v * 2
+
+    x = torch.randn(2, 3, requires_grad=True)
+    assert torch.equal(thunder.jit(fn)(x), fn(x))

@@ -587,6 +587,8 @@ class Tracer:
             self._capture(original)  # a real tensor reached outside the arguments
         proxy = original if isinstance(original, TensorProxy) else self.captured[id(original)]
         target = self.aliases.resolve(proxy)
+        if new is target:  # nothing changes (F.dropout(x, 0.0, inplace=True)): eager writes nothing either
+            return original
         if not isinstance(new, TensorProxy):
             raise NotImplementedError(f"thunder cannot update {target.name} in place with {new!r}")
         if tuple(new.shape) != tuple(target.shape):
@@ -769,7 +771,13 @@ class Tracer:
                 return written[key]
             view = self.aliases.view_of(x)
             if view is not None and view.root in written:
-                return self.aliases.regenerate_from(view, written[view.root])
+                out = self.aliases.regenerate_from(view, written[view.root])
+                if all(step.kind != "detach" for step in view.steps) and self._unrecorded_update(view.root):
+                    raise NotImplementedError(
+                        f"thunder cannot return {x.name}, a view of {view.root}, an input that requires grad and that "
+                        "the program updated in place where autograd does not record it (under torch.no_grad() or "
+                        "through detach()): return a clone() of the view, or update the input outside the function")
+                return out
             return self.aliases.resolve(x)
         if isinstance(x, torch.Tensor):
             return self._resolve_outputs(self._capture(x), written)
@@ -782,6 +790,12 @@ class Tracer:
             leaves, rebuild = flatten_output(x)
             return rebuild([self._resolve_outputs(y, written) for y in leaves])
         return x
+
+    def _unrecorded_update(self, key: str) -> bool:
+        """Whether the input ``key`` requires grad and its new value is one autograd does not record (detached_update)."""
+        value = self.aliases.current.get(key)
+        bsym = next((b for b in reversed(self.trace._scopes[-1]) if any(o is value for o in b.flat_outs)), None)
+        return self.input_names[key].requires_grad and bsym is not None and bsym.sym.name == "detached_update"
 
     # -- questions about tensors (see thunder/driver/tensor_queries.py) ----------------------------
     def _layout_query(self, func, args, kwargs):

@@ -309,6 +309,10 @@ class Aliases:
                     f"a view of {view.keys[-i - 1]}, a detach()ed tensor, is updated in place with a value that "
                     "requires grad"))
             new = step.scatter(base, new)
+        if any(step.kind == "detach" for step in view.steps):  # autograd records none of it: the root keeps its place
+            from thunder.torch.inplace import detached_update
+
+            new = detached_update(bases[0], new)
         return new
 
     def view_of(self, proxy: TensorProxy) -> ViewOf | None:

@@ -14,6 +14,7 @@ from thunder.driver.interpreter import InstructionRecorder
 from thunder.driver.outputs import flatten_output, is_printable_structure
 from thunder.driver.runtime import GradInfo, output_rebuild
 from thunder.driver.prologue import PrologueBuilder
+from thunder.core import prims
 from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.executors import pythonex as px
@@ -329,8 +330,13 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
                     if not (isinstance(o, TensorProxy) and (o.requires_grad or o.name in fb.written)))
     position = {p.name: j for j, p in enumerate(candidates) if isinstance(p, TensorProxy)}
     dirty = {candidates[i].name for i, _ in fb.dirty}
-    passed = tuple((i, position[o.name]) for i, o in enumerate(fb.flat_outputs)
-                   if isinstance(o, TensorProxy) and o.name in position and o.name not in dirty)
+    # an output that is an input, or an input's write-back that autograd does not record (an update under no_grad):
+    # the caller's tensor itself, as eager returns it
+    copied = {b.output.name: b.args[1].name for b in fb.forward.bound_symbols
+              if b.sym is prims.copy_ and isinstance(b.args[1], TensorProxy)}
+    passed = tuple((i, position[copied.get(o.name, o.name)]) for i, o in enumerate(fb.flat_outputs)
+                   if isinstance(o, TensorProxy) and copied.get(o.name, o.name) in position
+                   and copied.get(o.name, o.name) not in dirty)
     grad_info = GradInfo(nondiff, len(fb.flat_outputs), is_printable_structure(result.output),
                          enable_grad=not outer_grad, dirty_inputs=tuple(i for i, _ in fb.dirty), passed_inputs=passed,
                          inputs_reached=reached, output_meta=output_meta,
