@@ -812,7 +812,19 @@ def _detached_view_of_a_leaf_updated(x):
     return v
 
 
+def _permuted_view_of_a_value_requiring_grad_updated(x, y):
+    t = torch.stack([y, y, x], 2)  # (3, 1, 3)
+    p = t.permute(2, 1, 0)
+    p.masked_fill_(p > 0, 0.5)  # through view_update (requires grad): t keeps its layout
+    t.tanh_()
+    return t, p
+
+
 _FOUND = {
+    "permuted_view_of_a_value_requiring_grad_updated": (
+        _permuted_view_of_a_value_requiring_grad_updated,
+        lambda: [torch.randn(3, 1, requires_grad=True), torch.randn(3, 2, requires_grad=True)[..., ::2]], True),
+    "chunks_of_an_empty_dim": (lambda x: tuple(-c for c in x[1:].chunk(3, 0)), lambda: [torch.randn(5, 1).mT], False),
     "remainder_gradient_by_an_infinite_divisor": (
         torch.remainder, lambda: [torch.tensor([2.0, -3.0, 0.5, 5.0], requires_grad=True),
                                   torch.tensor([-float("inf"), float("inf"), 0.3, -2.0], requires_grad=True)], True),

@@ -39,7 +39,7 @@ from thunder.core.trace import TraceCtx, tracectx
 from thunder.torch import TORCH_TO_SYMBOL
 from thunder.torch import shapes as ltorch_shapes
 from thunder.torch.fallback import fallback_symbol, describe, first_positional, inplace_call, inplace_fallback_symbol
-from thunder.torch.inplace import PlanKind, plan_for, detached_update, laid_out_as
+from thunder.torch.inplace import PlanKind, plan_for, detached_update, laid_out_as, view_update
 from thunder.torch.registry import (Updates, has_number_proxy, number_values, property_key, takes_list_as_varargs,
                                     torch_positions)
 from thunder.torch.utils import convert
@@ -620,9 +620,11 @@ class Tracer:
         otherwise (``x.t().masked_fill_(m, 5)`` gives the transpose of a contiguous tensor). The layouts are those the
         trace's operations give when they run (their torch callables, on meta tensors): ``value`` as computed out of
         place, not as eager's in-place update leaves the view."""
-        producer = self._producer(value)
-        if producer is not None:
+        while (producer := self._producer(value)) is not None:
             self.layouts.computed_by(value, *producer)
+            if _torch_callable(view_update) is not producer[0]:
+                break
+            value = producer[1][0]  # view_update(new): new is the value computed
         scope = self.trace._scopes[-1]
         start = len(scope)
         new = compute()

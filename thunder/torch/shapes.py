@@ -337,6 +337,8 @@ def tensor_split(a, indices_or_sections, dim=0):
 def chunk(a, chunks, dim=0):
     dim = canonicalize_dim(a.ndim, dim)
     size = a.shape[dim]
+    if isinstance(size, int) and size == 0:
+        return split(a, [0] * chunks, dim)  # torch gives ``chunks`` empty pieces
     step = -(-size // chunks)
     return split(a, step, dim)
 
