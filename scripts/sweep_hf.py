@@ -5,6 +5,7 @@ raised: a config this sweep cannot make), TIMEOUT.
 
     python scripts/sweep_hf.py causal              # AutoModelForCausalLM types
     python scripts/sweep_hf.py masked              # AutoModelForMaskedLM types
+    python scripts/sweep_hf.py seq2seq             # AutoModelForSeq2SeqLM types
     python scripts/sweep_hf.py causal llama,gpt2   # these types only
 """
 from __future__ import annotations
@@ -38,7 +39,8 @@ TINY = dict(hidden_size=64, num_hidden_layers=2, vocab_size=VOCAB, num_attention
             moe_intermediate_size=32, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1,
             max_seq_len=64, n_ctx=64, embedding_size=64)
 KINDS = {"causal": (modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, "AutoModelForCausalLM"),
-         "masked": (modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES, "AutoModelForMaskedLM")}
+         "masked": (modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES, "AutoModelForMaskedLM"),
+         "seq2seq": (modeling_auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES, "AutoModelForSeq2SeqLM")}
 
 
 class Timeout(Exception):
@@ -87,7 +89,7 @@ def sweep_one(model_type: str, auto: str) -> tuple[str, str]:
 
 def main(argv):
     types, auto = KINDS[argv[1] if len(argv) > 1 else "causal"]
-    known = {c.model_type for c in CASES.values()}
+    known = {c.model_type for c in CASES.values() if c.auto == auto}
     names = argv[2].split(",") if len(argv) > 2 else sorted(set(types) - known)
     torch.set_num_threads(1)
     resource.setrlimit(resource.RLIMIT_AS, (10 * 2**30, 10 * 2**30))  # default configs can be huge: fail, not swap
