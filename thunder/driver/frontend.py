@@ -608,8 +608,7 @@ class Tracer:
         elif target.requires_grad:
             with torch.no_grad():
                 new = detached_update(target, new)
-        kept = view is None or any(step.kind != "view" for step in view.steps)  # not read back from its base
-        if kept and self._laid_out_otherwise(new, target):
+        if (view is None or not view.read_back) and self._laid_out_otherwise(new, target):
             new = laid_out_as(new, target)
         self.aliases.update(proxy, new)
         return original
@@ -622,7 +621,7 @@ class Tracer:
         place, not as eager's in-place update leaves the view."""
         while (producer := self._producer(value)) is not None:
             self.layouts.computed_by(value, *producer)
-            if _torch_callable(view_update) is not producer[0]:
+            if self._producing_bsym(value).sym is not view_update:
                 break
             value = producer[1][0]  # view_update(new): new is the value computed
         scope = self.trace._scopes[-1]
@@ -654,9 +653,13 @@ class Tracer:
         except UnknownLayout:
             return False
 
+    def _producing_bsym(self, proxy):
+        """The trace's operation (in the current scope) computing ``proxy``, or None."""
+        return next((b for b in reversed(self.trace._scopes[-1]) if any(o is proxy for o in b.flat_outs)), None)
+
     def _producer(self, proxy):
         """(torch callable, args, kwargs, output index) of the trace's operation computing ``proxy``, or None."""
-        bsym = next((b for b in reversed(self.trace._scopes[-1]) if any(o is proxy for o in b.flat_outs)), None)
+        bsym = self._producing_bsym(proxy)
         torch_fn = _torch_callable(bsym.sym) if bsym is not None else None
         if torch_fn is None:
             return None
@@ -665,7 +668,7 @@ class Tracer:
     def _check_input_update(self, root, view, target, new):
         """Updates recorded by autograd, of inputs: eager refuses them for leaves that require grad."""
         root_proxy = self.input_names.get(root)
-        if root_proxy is None or view is not None and any(step.kind == "detach" for step in view.steps):
+        if root_proxy is None or view is not None and view.of_memory_only:
             return  # a detach()ed tensor, or a view of one, is no view of the input to autograd
         if root_proxy.requires_grad:
             real = self.real_inputs.get(root)
@@ -774,7 +777,7 @@ class Tracer:
             view = self.aliases.view_of(x)
             if view is not None and view.root in written:
                 out = self.aliases.regenerate_from(view, written[view.root])
-                if all(step.kind != "detach" for step in view.steps) and self._unrecorded_update(view.root):
+                if not view.of_memory_only and self._unrecorded_update(view.root):
                     raise NotImplementedError(
                         f"thunder cannot return {x.name}, a view of {view.root}, an input that requires grad and that "
                         "the program updated in place where autograd does not record it (under torch.no_grad() or "
@@ -795,8 +798,7 @@ class Tracer:
 
     def _unrecorded_update(self, key: str) -> bool:
         """Whether the input ``key`` requires grad and its new value is one autograd does not record (detached_update)."""
-        value = self.aliases.current.get(key)
-        bsym = next((b for b in reversed(self.trace._scopes[-1]) if any(o is value for o in b.flat_outs)), None)
+        bsym = self._producing_bsym(self.aliases.current.get(key))
         return self.input_names[key].requires_grad and bsym is not None and bsym.sym.name == "detached_update"
 
     # -- questions about tensors (see thunder/driver/tensor_queries.py) ----------------------------

@@ -181,6 +181,17 @@ class ViewOf:
     steps: tuple  # ViewStep, from the root
     keys: tuple  # the key of the tensor each step gives (the last: this view's)
 
+    @property
+    def of_memory_only(self) -> bool:
+        """Whether a step detaches (``detach()``, ``.data``): autograd then sees no view of the root, only shared memory."""
+        return any(step.kind == "detach" for step in self.steps)
+
+    @property
+    def read_back(self) -> bool:
+        """Whether every step is a view op thunder replays: the view's value after an update is read back from its
+        root's (eager's strides); otherwise it keeps the value the update computed."""
+        return all(step.kind == "view" for step in self.steps)
+
 
 class Aliases:
     """Which traced tensors share memory, and the current value of each (see [Note: in-place updates])."""
@@ -285,7 +296,7 @@ class Aliases:
             self.key_of[value.name] = key
             self.on_new_value(key, value)
             return
-        if value.requires_grad and all(step.kind == "view" for step in view.steps):
+        if value.requires_grad and view.read_back:
             from thunder.torch.inplace import view_update
 
             value = view_update(value)
@@ -293,7 +304,7 @@ class Aliases:
         self.current[view.root] = new
         self.key_of[new.name] = view.root
         self.on_new_value(view.root, new)
-        if all(step.kind == "view" for step in view.steps):
+        if view.read_back:
             value = self.regenerate_from(view, new)  # the view of the new root: eager's strides, not the op's output
         self._set_view_value(key, new, value)
 
@@ -309,7 +320,7 @@ class Aliases:
                     f"a view of {view.keys[-i - 1]}, a detach()ed tensor, is updated in place with a value that "
                     "requires grad"))
             new = step.scatter(base, new)
-        if any(step.kind == "detach" for step in view.steps):  # autograd records none of it: the root keeps its place
+        if view.of_memory_only:  # autograd records none of it: the root keeps its place
             from thunder.torch.inplace import detached_update
 
             new = detached_update(bases[0], new)

@@ -334,9 +334,8 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     # the caller's tensor itself, as eager returns it
     copied = {b.output.name: b.args[1].name for b in fb.forward.bound_symbols
               if b.sym is prims.copy_ and isinstance(b.args[1], TensorProxy)}
-    passed = tuple((i, position[copied.get(o.name, o.name)]) for i, o in enumerate(fb.flat_outputs)
-                   if isinstance(o, TensorProxy) and copied.get(o.name, o.name) in position
-                   and copied.get(o.name, o.name) not in dirty)
+    sources = [copied.get(o.name, o.name) if isinstance(o, TensorProxy) else None for o in fb.flat_outputs]
+    passed = tuple((i, position[n]) for i, n in enumerate(sources) if n in position and n not in dirty)
     grad_info = GradInfo(nondiff, len(fb.flat_outputs), is_printable_structure(result.output),
                          enable_grad=not outer_grad, dirty_inputs=tuple(i for i, _ in fb.dirty), passed_inputs=passed,
                          inputs_reached=reached, output_meta=output_meta,
