@@ -6,6 +6,7 @@ raised: a config this sweep cannot make), TIMEOUT.
     python scripts/sweep_hf.py causal              # AutoModelForCausalLM types
     python scripts/sweep_hf.py masked              # AutoModelForMaskedLM types
     python scripts/sweep_hf.py seq2seq             # AutoModelForSeq2SeqLM types
+    python scripts/sweep_hf.py image               # AutoModelForImageClassification types (or audio, ctc)
     python scripts/sweep_hf.py causal llama,gpt2   # these types only
 """
 from __future__ import annotations
@@ -38,9 +39,17 @@ TINY = dict(hidden_size=64, num_hidden_layers=2, vocab_size=VOCAB, num_attention
             ffn_dim=128, n_positions=64, num_experts=4, num_local_experts=4, n_routed_experts=4, num_experts_per_tok=2,
             moe_intermediate_size=32, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1,
             max_seq_len=64, n_ctx=64, embedding_size=64)
+# images and waveforms: the towers small, the rest (hierarchical stages, feature extractors) as the config has it
+TINY_IMAGE = dict(image_size=64, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                  num_labels=10, layerdrop=0.0, drop_path_rate=0.0, mask_time_prob=0.0, vocab_size=VOCAB,
+                  num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, conv_dim=(16, 16), conv_stride=(5, 2),
+                  conv_kernel=(10, 3), pad_token_id=0)
 KINDS = {"causal": (modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, "AutoModelForCausalLM"),
          "masked": (modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES, "AutoModelForMaskedLM"),
-         "seq2seq": (modeling_auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES, "AutoModelForSeq2SeqLM")}
+         "seq2seq": (modeling_auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES, "AutoModelForSeq2SeqLM"),
+         "image": (modeling_auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES, "AutoModelForImageClassification"),
+         "audio": (modeling_auto.MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES, "AutoModelForAudioClassification"),
+         "ctc": (modeling_auto.MODEL_FOR_CTC_MAPPING_NAMES, "AutoModelForCTC")}
 
 
 class Timeout(Exception):
@@ -60,20 +69,47 @@ def _run(model, inputs, jit: bool):
     return out.loss.detach(), out.logits.detach(), {n: p.grad for n, p in m.named_parameters() if p.grad is not None}
 
 
-def sweep_one(model_type: str, auto: str) -> tuple[str, str]:
-    defaults = type(transformers.AutoConfig.for_model(model_type))()
-    overrides = {k: v for k, v in TINY.items() if hasattr(defaults, k)}
-    config = transformers.AutoConfig.for_model(model_type, **overrides)
+def _build(model_type: str, auto: str, tiny: dict):
+    classes = next(types for types, a in KINDS.values() if a == auto)[model_type]
+    if isinstance(classes, (list, tuple)):  # several heads: the first (Auto picks by the config's architectures)
+        tiny = dict(tiny, architectures=[classes[0]])
+    config = transformers.AutoConfig.for_model(model_type, **tiny)
     torch.manual_seed(0)
     model = getattr(transformers, auto).from_config(config).train()
-    ids = torch.randint(3, VOCAB, (2, 16), generator=torch.Generator().manual_seed(1))
-    inputs = dict(input_ids=ids, labels=ids.clone())
-    try:
-        loss, logits, grads = _run(model, inputs, jit=False)
-    except Timeout:
-        raise
-    except Exception as e:  # noqa: BLE001
-        return "EAGERFAIL", f"{type(e).__name__}: {str(e)[:150]}"
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, VOCAB, (2, 16), generator=g)
+    if auto in ("AutoModelForCausalLM", "AutoModelForMaskedLM", "AutoModelForSeq2SeqLM"):
+        return model, dict(input_ids=ids, labels=ids.clone())
+    if auto == "AutoModelForImageClassification":
+        size = getattr(getattr(config, "vision_config", config), "image_size", 64)
+        size = size if isinstance(size, int) else size[-1]
+        return model, dict(pixel_values=torch.randn(2, getattr(config, "num_channels", 3), size, size, generator=g),
+                           labels=torch.randint(0, 10, (2,), generator=g))
+    return model, dict(input_values=torch.randn(2, 4000, generator=g),  # a waveform
+                       labels=ids[:, :4] if auto == "AutoModelForCTC" else torch.randint(0, 10, (2,), generator=g))
+
+
+def sweep_one(model_type: str, auto: str) -> tuple[str, str]:
+    defaults = vars(type(transformers.AutoConfig.for_model(model_type))())
+    tiny = TINY if auto in ("AutoModelForCausalLM", "AutoModelForMaskedLM", "AutoModelForSeq2SeqLM") else TINY_IMAGE
+    # the overrides of the same kind as the config's own values (not an int where it holds a size per stage); where
+    # eager cannot run that config, the config's own image size, then its own sizes throughout
+    tiny = {k: v for k, v in tiny.items() if k == "num_labels" or k in defaults and (defaults[k] is None or type(defaults[k]) is type(v)
+                                                                 or isinstance(defaults[k], (list, tuple)) and
+                                                                 isinstance(v, tuple))}
+    attempts = [tiny, {k: v for k, v in tiny.items() if k != "image_size"},
+                {k: v for k, v in tiny.items() if k in ("num_labels", "layerdrop", "mask_time_prob", "vocab_size")}]
+    for attempt in attempts:
+        try:
+            model, inputs = _build(model_type, auto, attempt)
+            loss, logits, grads = _run(model, inputs, jit=False)
+            break
+        except Timeout:
+            raise
+        except Exception as e:  # noqa: BLE001
+            failure = f"{type(e).__name__}: {str(e)[:150]}"
+    else:
+        return "EAGERFAIL", failure
     j_loss, j_logits, j_grads = _run(model, inputs, jit=True)
     if set(grads) != set(j_grads):
         return "WRONG", f"parameters with a gradient differ: {sorted(set(grads) ^ set(j_grads))[:5]}"

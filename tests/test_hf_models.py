@@ -147,6 +147,15 @@ CASES = {
     "phimoe": HFCase("phimoe", dict(_DECODER, **_MOE, num_local_experts=4)),
     "recurrent_gemma": HFCase("recurrent_gemma", dict(_DECODER, head_dim=16, lru_width=64, attention_window_size=8,
                                                       block_types=["recurrent", "attention"], pad_token_id=0)),
+    # Models that read tensor values in Python, each computed from the inputs alone (see tests/test_value_guards.py):
+    # Longformer's and LED's sliding-window chunks (torch.div of sizes, a tensor in eager, as a size of as_strided;
+    # the padding and global-attention checks of the mask), XLM's and Flaubert's checks of lengths
+    "longformer": HFCase("longformer", dict(_ENCODER, attention_window=8, pad_token_id=0), auto="AutoModelForMaskedLM"),
+    "led": HFCase("led", dict(_ENC_DEC, attention_window=8, max_encoder_position_embeddings=64,
+                              max_decoder_position_embeddings=64, pad_token_id=0, decoder_start_token_id=1),
+                  auto="AutoModelForSeq2SeqLM"),
+    **{name: HFCase(name, dict(emb_dim=64, n_layers=2, n_heads=4, vocab_size=VOCAB, max_position_embeddings=64,
+                               pad_index=0), auto="AutoModelForMaskedLM") for name in ("xlm", "flaubert")},
 }
 
 # Every case is bitwise: forward, loss, gradients, buffers and parameters after the optimizer steps.
@@ -157,7 +166,7 @@ NOT_BITWISE = {}
 _MASK_ONLY = {"bert", "roberta", "t5", "bart", "distilbert", "albert", "electra", "deberta", "deberta_v2", "mpnet",
               "xlm_roberta", "camembert", "modernbert", "mbart", "pegasus", "blenderbot_small", "plbart", "marian", "umt5",
               "fnet", "roformer", "convbert", "squeezebert", "nystromformer", "big_bird", "rembert", "ernie",
-              "megatron_bert",
+              "megatron_bert", "longformer", "led", "xlm", "flaubert",
               # Without a mask, eager's SDPA repeats the grouped keys itself (enable_gqa); under compilation HF builds
               # a mask and repeats them first (repeat_kv): the keys' gradient, equal, comes laid out otherwise, and
               # the norm HunYuan applies to the keys sums its weight's gradient in another order (within 1e-9).
@@ -405,6 +414,34 @@ def test_speech_and_image_text_training_parity(name, train):
     else:
         inputs = (torch.randn(2, 800, generator=g), torch.randint(0, 4, (2,), generator=g))
     check_training_parity(_SpeechOrImageTextLoss(model).train(train), inputs, loss_of=lambda loss: loss, lr=0.01)
+
+
+_CTC = dict(_SPEECH, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, vocab_size=32, pad_token_id=0,
+            ctc_loss_reduction="mean")
+CTC_MODELS = {"wav2vec2": {}, "hubert": {}, "wavlm": dict(num_buckets=32, max_bucket_distance=64),
+              "data2vec-audio": dict(num_conv_pos_embeddings=4, conv_pos_kernel_size=5), "sew": dict(squeeze_factor=2),
+              "sew-d": dict(squeeze_factor=2, position_buckets=16, max_relative_positions=32),
+              "unispeech": {}, "unispeech-sat": {}, "wav2vec2-conformer": {}}
+
+
+@pytest.mark.parametrize("mask", [False, True], ids=["nomask", "mask"])
+@pytest.mark.parametrize("name", list(CTC_MODELS))
+def test_ctc_training_parity(name, mask):
+    """Speech recognition heads: the loss first checks the labels in Python (``if labels.max() >= vocab_size:
+    raise``), a value thunder computes from the labels and checks on every call (tests/test_value_guards.py), then
+    CTC over lengths from the attention mask and a selection of the labels. Before, the check was refused."""
+    config = transformers.AutoConfig.for_model(name, **{**_CTC, **CTC_MODELS[name]})
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCTC.from_config(config)
+    g = torch.Generator().manual_seed(1)
+    labels = torch.randint(1, 32, (2, 4), generator=g)
+    labels[1, 3] = -100  # a shorter transcript
+    inputs = dict(input_values=torch.randn(2, 800, generator=g), labels=labels)
+    if mask:
+        inputs["attention_mask"] = torch.ones(2, 800, dtype=torch.long)
+        inputs["attention_mask"][1, 700:] = 0
+    jmodel, _ = check_training_parity(model, inputs, lr=0.01)
+    assert "check_values(" in str(thunder.last_prologue_traces(jmodel)[-1])
 
 
 _HEAD_LABELS = {

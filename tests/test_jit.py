@@ -263,8 +263,10 @@ def test_python_control_flow_on_shapes_is_specialized():
     (lambda x: x.tolist(), "Tensor.tolist()"),
 ])
 def test_control_flow_on_tensor_values_raises_naming_the_operation(fn, op):
+    """Values of a tensor that requires grad (of tensor arguments that do not, thunder specializes on: see
+    tests/test_value_guards.py)."""
     with pytest.raises(DataDependentError, match=op.replace("(", r"\(").replace(")", r"\)")):
-        thunder.jit(fn)(torch.randn(4))
+        thunder.jit(fn)(torch.randn(4, requires_grad=True))
 
 
 def test_untraceable_op_raises_not_implemented_naming_it():
@@ -1052,3 +1054,27 @@ def test_a_view_to_the_same_shape_is_a_view_as_in_eager(op):
     (actual[1].square().mean()).backward()
     assert actual[0].stride() == expected[0].stride() == (100, 100, 10, 1)
     assert torch.equal(actual[1], expected[1]) and torch.equal(x.grad, grad)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.div(8, 3),
+    lambda x: torch.div(8, 3, rounding_mode="trunc"),
+    lambda x: torch.div(8.0, 3, rounding_mode="floor"),
+    lambda x: torch.mul(2, 3.5),
+    lambda x: torch.add(True, 3, alpha=2),
+    lambda x: torch.floor_divide(7, 2),
+    lambda x: torch.true_divide(3, 2),
+    lambda x: torch.mul(2j, 2),
+    lambda x: x.double() * torch.div(8, 3),  # the float32 quotient, not Python's double one
+    lambda x: x.view(x.size(0), torch.div(x.size(1), 4, rounding_mode="trunc"), 4),  # Longformer's chunks
+    lambda x: isinstance(torch.sub(x.size(1), 1), torch.Tensor),
+], ids=["div", "div_trunc", "div_floor", "mul", "add_alpha", "floor_divide", "true_divide", "complex", "float64",
+        "view", "isinstance"])
+def test_torch_arithmetic_of_numbers_is_a_tensor_as_in_eager(fn):
+    x = torch.randn(2, 8)
+    expected, actual = fn(x), thunder.jit(fn)(x)
+    assert type(actual) is type(expected)
+    if isinstance(expected, torch.Tensor):
+        assert actual.dtype == expected.dtype and torch.equal(actual, expected), (actual, expected)
+    else:
+        assert actual == expected

@@ -124,6 +124,20 @@ def test_strides_of_intermediates():
     _check(f, (torch.randn(3, 5),))
 
 
+@pytest.mark.parametrize("ask", ["stride", "inplace"])
+def test_layout_at_the_end_of_a_long_chain_of_operations(ask):
+    """Strides are computed from the producers' layouts, innermost first: asked only at the end of a chain of
+    thousands of operations (timm's EfficientViT: an in-place hardswish deep in the network), with no recursion
+    per operation."""
+    def f(x):
+        y = x.t()
+        for _ in range(3000):
+            y = y * 1.0001
+        return y.stride() if ask == "stride" else y.add_(1)
+
+    _check(f, (torch.randn(3, 5),))
+
+
 def test_layout_of_parameters_not_checked_unless_read():
     lin = nn.Linear(4, 4)
     jm = thunder.jit(lin)

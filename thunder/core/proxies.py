@@ -25,6 +25,25 @@ class DataDependentError(RuntimeError):
     """Raised when traced code needs the *value* of a tensor (``if x.sum() > 0``, ``x.item()``)."""
 
 
+def tensor_value(proxy: "TensorProxy", conversion: str, what: str):
+    """The Python value ``what`` asks of ``proxy``, where the tracing driver can know it (see [Note: value guards] in
+    thunder/driver/value_guards.py); else DataDependentError."""
+    from thunder.core.trace import get_tracectx
+
+    trace = get_tracectx()
+    values = getattr(trace, "tensor_values", None)
+    if values is None:
+        _data_dependent(proxy, what)
+    return values(proxy, conversion, what)
+
+
+def known_value(x):
+    """A 0-dim tensor proxy's value, as a real CPU tensor, where the trace specialized on it (see [Note: value
+    guards] in thunder/driver/value_guards.py); else None. Metadata computations pass it where torch reads the value
+    even of meta tensors (``x.view(n, size_tensor)``)."""
+    return getattr(x, "_thunder_value", None) if isinstance(x, TensorProxy) else None
+
+
 def _data_dependent(proxy: "TensorProxy", what: str):
     raise DataDependentError(
         f"{what} needs the value of tensor {proxy.name}, but thunder traces tensors without their values. "
@@ -82,25 +101,25 @@ class TensorProxy(torch.Tensor):
         known = getattr(self, "_thunder_known", None)  # see [Note: comparisons decided by value ranges]
         if known is not None:
             return known
-        _data_dependent(self, "Converting a tensor to a Python bool (Tensor.__bool__, e.g. `if tensor:`)")
+        return tensor_value(self, "bool", "Converting a tensor to a Python bool (Tensor.__bool__, e.g. `if tensor:`)")
 
     def item(self):
-        _data_dependent(self, "Tensor.item()")
+        return tensor_value(self, "item", "Tensor.item()")
 
     def tolist(self):
-        _data_dependent(self, "Tensor.tolist()")
+        return tensor_value(self, "tolist", "Tensor.tolist()")
 
     def numpy(self, *args, **kwargs):
         _data_dependent(self, "Tensor.numpy()")
 
     def __int__(self):
-        _data_dependent(self, "int(tensor)")
+        return tensor_value(self, "int", "int(tensor)")
 
     def __float__(self):
-        _data_dependent(self, "float(tensor)")
+        return tensor_value(self, "float", "float(tensor)")
 
     def __index__(self):
-        _data_dependent(self, "Using a tensor as an index (Tensor.__index__)")
+        return tensor_value(self, "index", "Using a tensor as an index (Tensor.__index__)")
 
     def __reduce_ex__(self, protocol):
         raise TypeError(f"TensorProxy {self.name} cannot be pickled")

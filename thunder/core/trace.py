@@ -57,6 +57,9 @@ class TraceCtx:
         self._scopes: list[list] = [self.bound_symbols]
         self.current_tags = frozenset()
         self.specialized_numbers: set[str] = set()  # NumberProxy inputs whose values the prologue must check
+        # (proxy, conversion, what) -> the Python value of a tensor the program asks for, or DataDependentError: set
+        # by the jit driver (see [Note: value guards] in thunder/driver/value_guards.py)
+        self.tensor_values = None
         self.has_extents = False  # whether run-time extents occur (see [Note: run-time extents] in extents.py)
         self.unbound_extents: list = []  # fresh extents awaiting their definition
         self.nonzero_counts: dict = {}  # tensor name -> the extent counting its nonzero elements

@@ -252,6 +252,19 @@ _compiling_flag = _CompilingFlag()
 _SIZES = ("size", "shape", "dims", "sizes", "repeats")
 # Python types torch takes for dtypes (``torch.zeros(n, dtype=int)``, ``x.to(float)``)
 _PYTHON_DTYPES = {int: torch.int64, float: torch.float64, bool: torch.bool, complex: torch.complex128}
+# torch functions that take two numbers (eager makes them tensors): see Tracer._handle
+_NUMBER_ARITHMETIC = frozenset({torch.add, torch.sub, torch.subtract, torch.mul, torch.multiply, torch.div, torch.divide,
+                                torch.true_divide, torch.floor_divide})
+
+
+def _number_tensor_dtype(python_type: type) -> torch.dtype:
+    """The dtype of the tensor torch makes of a Python number (of a default-dtype float)."""
+    default = torch.get_default_dtype()
+    if python_type is float:
+        return default
+    if python_type is complex:
+        return {torch.float64: torch.complex128, torch.float16: torch.complex32}.get(default, torch.complex64)
+    return _PYTHON_DTYPES[python_type]
 
 
 def torch_arguments(sym, fn, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -458,6 +471,13 @@ class Tracer:
             return None
         if plan is not None:
             return self._inplace_call(plan, func, first, args, kwargs)
+        if key in _NUMBER_ARITHMETIC and args and not any(isinstance(a, torch.Tensor) for a in args):
+            # torch.div(8, 4, rounding_mode="trunc") of numbers is a tensor in eager (Longformer's chunk counts), of
+            # the dtype its first number gets: a 0-dim tensor of it, then the operation
+            number = args[0]
+            dtype = _number_tensor_dtype(number.python_type if isinstance(number, NumberProxy) else type(number))
+            args = (self.handle(torch.full, ((), number), {"dtype": dtype}), *args[1:])
+            first = args[0]
         sym = TORCH_TO_SYMBOL.get(key)
         if sym is None:
             return self._unknown(func, first, args, kwargs)

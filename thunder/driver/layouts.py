@@ -17,7 +17,7 @@ import math
 import torch
 
 from thunder.core.extents import is_runtime, is_symbolic_shape, poly_of
-from thunder.core.proxies import TensorProxy, NumberProxy
+from thunder.core.proxies import TensorProxy, NumberProxy, known_value
 from thunder.core.pytree import tree_leaves, tree_map
 
 
@@ -97,6 +97,43 @@ class Layouts:
             return memo
         if proxy.ndim == 0:
             return (), 0, frozenset()  # the only layout (whatever made it)
+        # the tensors it is computed from first, innermost first: a deep network's chain of producers, asked at its
+        # end, would otherwise recurse once per operation
+        stack, on_stack = [proxy], {name}
+        while stack:
+            source = next((d for d in self._sources(stack[-1]) if not self._known(d)), None)
+            if source is None:
+                top = stack.pop()
+                on_stack.discard(top.name)
+                if top is not proxy:
+                    self.memo[top.name] = self._compute(top)
+            elif source.name in on_stack:  # the stack holds one chain of sources: a cycle
+                raise UnknownLayout(f"thunder cannot compute the strides of {source.name}: it is computed from itself")
+            else:
+                on_stack.add(source.name)
+                stack.append(source)
+        result = self.memo[name] = self._compute(proxy)
+        return result
+
+    def _known(self, proxy: TensorProxy) -> bool:
+        return proxy.name in self.inputs or proxy.name in self.memo or proxy.ndim == 0
+
+    def _sources(self, proxy: TensorProxy) -> list:
+        """The tensors ``_compute`` asks the layouts of."""
+        tensor = self.value_of.get(proxy.name)
+        if tensor is not None:
+            return [tensor]
+        producer = self.producer.get(proxy.name)
+        if producer is None or self._data_dependent(proxy, producer[1], producer[2]):
+            return []
+        return [x for x in tree_leaves(producer[1:3]) if isinstance(x, TensorProxy)]
+
+    def _data_dependent(self, proxy, args, kwargs) -> bool:
+        """Under trial values of run-time extents: whether ``proxy``'s sizes depend on the values of its inputs."""
+        return self.trial is not None and not _roots(proxy.shape) <= _roots(tree_leaves((args, kwargs)))
+
+    def _compute(self, proxy: TensorProxy) -> tuple:
+        name = proxy.name
         tensor = self.value_of.get(name)
         producer = self.producer.get(name)
         if tensor is not None:
@@ -105,13 +142,14 @@ class Layouts:
             result = (contiguous_strides(self._shape(proxy)), 0, frozenset())
         else:
             result = self._replay(proxy, *producer)
-        self.memo[name] = result
         return result
 
     def _replay(self, proxy, fn, args, kwargs, index) -> tuple:
         deps: set[str] = set()
 
         def to_meta(x):
+            if known_value(x) is not None:
+                return known_value(x)  # a size (view(n, tensor)): torch reads its value, which meta tensors lack
             if isinstance(x, TensorProxy):
                 strides, offset, d = self._layout(x)
                 deps.update(d)
@@ -120,7 +158,7 @@ class Layouts:
                 return self._number(x)
             return x
 
-        if self.trial is not None and not _roots(proxy.shape) <= _roots(tree_leaves((args, kwargs))):
+        if self._data_dependent(proxy, args, kwargs):
             # an operation whose output sizes depend on values: no meta kernel (torch's raises, after importing dynamo)
             return _data_dependent_strides(fn, self._shape(proxy)), 0, frozenset()
         margs, mkwargs = tree_map(to_meta, (args, kwargs))
@@ -168,6 +206,8 @@ class Layouts:
         metas = {}
 
         def to_meta(x):
+            if known_value(x) is not None:
+                return known_value(x)
             if isinstance(x, TensorProxy):
                 metas.setdefault(x.name, self.meta(x))
                 return metas[x.name]

@@ -14,6 +14,7 @@ from thunder.driver.interpreter import InstructionRecorder
 from thunder.driver.outputs import flatten_output, is_printable_structure
 from thunder.driver.runtime import GradInfo, output_rebuild
 from thunder.driver.prologue import PrologueBuilder
+from thunder.driver.value_guards import ValueGuards
 from thunder.core import prims
 from thunder.core.proxies import Proxy, TensorProxy
 from thunder.core.trace import TraceCtx, tracectx
@@ -131,6 +132,10 @@ def trace_program(cd: CompileData, args, kwargs, compilation: "Compilation") -> 
         frontend.scan_function_sources(cd.fn, known)
     tracer = frontend.Tracer(cd.fn, functional=cd.functional, trace=comp, known_sources=known,
                              sharp_edges=cd.sharp_edges)
+    arguments = frozenset(p.name for p, src in prologue.inputs
+                          if isinstance(p, TensorProxy) and isinstance(src, frontend.ArgSource))
+    guards = ValueGuards(tracer, arguments)
+    comp.tensor_values = guards.value
     recorder = InstructionRecorder()
     autocast_state = ltorch_autocast.state()
     state = python_state.StateRecorder(tracer, cd.sharp_edges)
@@ -144,6 +149,7 @@ def trace_program(cd: CompileData, args, kwargs, compilation: "Compilation") -> 
         with side_effects.watched(cd.fn, cd.sharp_edges), frontend.active(tracer), tracectx(comp), \
                 frontend.TracingMode(tracer), recorder, state.active():
             out = cd.fn(*pargs, **pkwargs)
+        comp.tensor_values = None
         with tracectx(comp):
             replaced = _adopt_replaced_module_tensors(swaps, tracer, modules)
     writes = state.take_state_writes(
@@ -164,6 +170,7 @@ def trace_program(cd: CompileData, args, kwargs, compilation: "Compilation") -> 
         t = _real_tensor_of(captured.source, tracer)
         prologue.unpack_source(captured.proxy, captured.source, t)
     prologue.check_layouts(tracer.layouts)
+    prologue.check_values(guards.guards)
     prologue.check_updated_inputs([k for k in tracer.aliases.current if k in tracer.input_names])
     if prologue.check:
         state.emit(prologue)

@@ -296,6 +296,19 @@ class PrologueBuilder:
                 strides, offset = layouts.inputs[name]
                 self._emit(st.check_layout, proxy, strides, offset)
 
+    def check_values(self, guards: list):
+        """Values of tensors the trace specialized on: recomputed from each call's arguments and compared (see
+        [Note: value guards] in value_guards.py)."""
+        if not self.check:
+            return
+        for replay, sources, value in guards:
+            compute = self.constant_var(replay, f"value_of_{replay.target}")
+            if type(value) not in (bool, int):
+                value = self.constant_var(value, f"seen_{replay.target}")
+            self._emit(st.check_values, compute, tuple(sources), value)
+            # printed beneath it, as comments: the operations computing the value
+            self.trace.bound_symbols[-1].subsymbols = [b for b in replay.trace.bound_symbols if b.sym not in st.STATEMENTS]
+
     def check_updated_inputs(self, updated: list):
         """Inputs the program updates in place must not share memory with another input: the trace treats them
         as separate tensors. Checked here for every input, and on each call for the tensor arguments."""

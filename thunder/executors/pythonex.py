@@ -251,6 +251,19 @@ def same_value(x, v) -> bool:
     return False
 
 
+def check_values(compute, tensors: tuple, value):
+    """A value of a tensor the trace specialized on, computed from the call's tensor arguments as ``compute`` does
+    (see [Note: value guards] in thunder/driver/value_guards.py), is ``value``."""
+    if not _same_nested(compute(*tensors), value):
+        raise CacheMiss
+
+
+def _same_nested(x, v) -> bool:
+    if type(v) is list:  # Tensor.tolist()
+        return type(x) is list and len(x) == len(v) and all(_same_nested(a, b) for a, b in zip(x, v))
+    return same_value(x, v)
+
+
 _FAST_EQUAL = frozenset({int, float, str, bytes})
 
 

@@ -16,7 +16,7 @@ import re
 import torch
 
 from thunder.core.extents import is_symbolic_shape
-from thunder.core.proxies import TensorProxy, NumberProxy
+from thunder.core.proxies import TensorProxy, NumberProxy, known_value, tensor_value
 from thunder.core.pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
 from thunder.core.symbol import Symbol, Tag
 from thunder.core.trace import get_tracectx
@@ -239,6 +239,8 @@ def _concrete(x, values: dict, fake_mode):
         return _evaluate(x, values, 0) if x.origin is not None else x._specialize()
     if not isinstance(x, TensorProxy):
         return x
+    if known_value(x) is not None:
+        return known_value(x)  # a size given as a tensor (as_strided(size=[n, tensor])): torch reads its value
     shape = tuple(_evaluate(s, values, 0) if isinstance(s, NumberProxy) else s for s in x.shape)
     if fake_mode is None:
         return torch.empty(shape, dtype=x.dtype, device="meta")
@@ -282,6 +284,15 @@ def _run(fn, args, kwargs, values: dict):
             return manual(*margs, **mkwargs) if manual is not None else fn(*margs, **mkwargs)
     except (NotImplementedError, RuntimeError) as e:
         meta_error = e
+    scalars = [x for x in tree_leaves((args, kwargs)) if isinstance(x, TensorProxy) and x.ndim == 0
+               and known_value(x) is None]
+    tracing = getattr(get_tracectx(), "tensor_values", None) is not None
+    if scalars and tracing and "item() cannot be called on meta tensors" in str(meta_error):
+        # it reads the value of a 0-dim tensor argument (a size in as_strided(size=[n, tensor])), as eager does: the
+        # trace specializes on it where it can (see [Note: value guards] in thunder/driver/value_guards.py)
+        for x in scalars:
+            tensor_value(x, "item", f"{describe(fn)}, which reads the value of its 0-dim tensor argument,")
+        return _run(fn, args, kwargs, values)
     out = _run_fake(fn, args, kwargs, single) if _dynamic_output_shape(meta_error) else None
     if out is None:
         msg = str(meta_error)

@@ -1,0 +1,149 @@
+"""Values of tensors a program reads while thunder traces it, computed from the call's tensor arguments (see
+[Note: value guards] in thunder/driver/value_guards.py): the same results as eager on every call, a new trace where
+a value changes, and clear refusals where the value could change with every step."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import thunder
+from thunder.core.proxies import DataDependentError
+from tests.parity import check_training_parity
+
+
+def _same(a, b):
+    if isinstance(b, torch.Tensor):
+        assert isinstance(a, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b) or torch.allclose(a, b, rtol=0, atol=0, equal_nan=True), (a, b)
+    elif isinstance(b, (tuple, list)):
+        assert type(a) is type(b) and len(a) == len(b), (a, b)
+        for x, y in zip(a, b):
+            _same(x, y)
+    else:
+        assert type(a) is type(b) and a == b, (a, b)
+
+
+def _validate(x, labels):  # Hugging Face's CTC heads: `if labels.max() >= self.config.vocab_size: raise`
+    if labels.max() >= 10:
+        raise ValueError("Label values must be <= vocab_size: 10")
+    return x * 2
+
+
+def _branch(x, mask):  # `if torch.all(mask == 1): mask = None`
+    if torch.all(mask == 1):
+        return x * 2
+    return x * mask
+
+
+def _item(x, lengths):
+    return x[: int(lengths.max())] * lengths.sum().item()
+
+
+def _tolist(x, sizes):
+    return torch.split(x, sizes.tolist())
+
+
+def _after_update(x, labels):  # the value after an in-place update of the argument, which the prologue sees before
+    labels = labels.clone()
+    labels.clamp_(max=3)
+    return x * float(labels.float().mean())
+
+
+def _of_a_view(x, t):
+    return x + t[1:].sum().item() if bool(t[0] > 0) else x - 1
+
+
+def _float_nan(x, t):
+    return x * t.max().item()
+
+
+def _rows_tolist(x):  # a selection's values (of a run-time extent: tests/test_dynamic_shapes.py)
+    return x * len(torch.nonzero(x[:, 0] > 0).tolist())
+
+
+CASES = {
+    "rows_tolist": (_rows_tolist, [(torch.tensor([[1.0, 2.0], [-1.0, 0.0]]),),
+                                   (torch.tensor([[1.0, 2.0], [-2.0, 5.0]]),),
+                                   (torch.tensor([[1.0, 2.0], [3.0, 0.0]]),)], 2),
+    "validate": (_validate, [(torch.randn(4), torch.tensor([1, 2, 3])), (torch.randn(4), torch.tensor([1, 9, 3]))], 1),
+    "branch": (_branch, [(torch.randn(4), torch.ones(4)), (torch.randn(4), torch.tensor([1.0, 0.0, 1.0, 1.0])),
+                         (torch.randn(4), torch.ones(4))], 2),
+    "item": (_item, [(torch.randn(6), torch.tensor([2, 3])), (torch.randn(6), torch.tensor([2, 3])),
+                     (torch.randn(6), torch.tensor([4, 1]))], 2),
+    "tolist": (_tolist, [(torch.randn(6), torch.tensor([2, 4])), (torch.randn(6), torch.tensor([3, 3]))], 2),
+    "after_update": (_after_update, [(torch.randn(3), torch.tensor([1, 5, 9])),
+                                     (torch.randn(3), torch.tensor([1, 6, 9]))], 1),
+    "of_a_view": (_of_a_view, [(torch.randn(3), torch.tensor([1.0, 2.0, 3.0])),
+                               (torch.randn(3), torch.tensor([-1.0, 2.0, 3.0]))], 2),
+    "float_nan": (_float_nan, [(torch.randn(3), torch.tensor([1.0, float("nan")])),
+                               (torch.randn(3), torch.tensor([float("nan"), 1.0])),
+                               (torch.randn(3), torch.tensor([1.0, 0.0]))], 2),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_values_of_arguments_are_eagers_on_every_call(name):
+    fn, calls, compilations = CASES[name]
+    jfn = thunder.jit(fn)
+    for args in calls:
+        _same(jfn(*args), fn(*args))
+    assert thunder.cache_misses(jfn) == compilations
+    assert "check_values(" in str(thunder.last_prologue_traces(jfn)[-1])
+
+
+def test_a_changed_value_retraces_and_takes_eagers_branch():
+    jfn = thunder.jit(_validate)
+    x = torch.randn(4)
+    _same(jfn(x, torch.tensor([1, 2, 3])), x * 2)
+    with pytest.raises(ValueError, match="Label values must be <= vocab_size"):
+        jfn(x, torch.tensor([1, 2, 30]))
+    _same(jfn(x, torch.tensor([4, 5, 6])), x * 2)
+    assert thunder.cache_hits(jfn) == 1
+
+
+def test_the_prologue_shows_how_it_computes_the_value():
+    jfn = thunder.jit(_validate)
+    jfn(torch.randn(4), torch.tensor([1, 2, 3]))
+    text = str(thunder.last_prologue_traces(jfn)[-1])
+    assert "check_values(value_of_t1, (labels,), False)" in text
+    assert "# t0 = torch.max(labels)" in text and "# t1 = torch.ge(t0, 10)" in text
+    assert "max" not in str(thunder.last_traces(jfn)[-1])  # the computation does not compute it
+
+
+class _ParameterBranch(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 1)
+
+    def forward(self, x):
+        return x * 2 if self.lin(x).sum() > 0 else x  # changes with every optimizer step
+
+
+@pytest.mark.parametrize("fn,x,reason", [
+    (_ParameterBranch(), torch.randn(2, 3), "t_lin_\\w+, which is not a tensor argument"),
+    (lambda x: x * x.sum().item(), torch.randn(3, requires_grad=True), "x, which requires grad"),
+    (lambda x: x * 2 if torch.rand(3).sum() > x.sum() else x, torch.randn(3), "random operation"),
+    (lambda x: x * torch.ones(x.nonzero().shape[0]).sum().item(), torch.tensor([1.0, 0.0]), "nonzero"),
+])
+def test_values_that_may_change_every_call_are_refused(fn, x, reason):
+    with pytest.raises(DataDependentError, match=reason):
+        thunder.jit(fn)(x)
+
+
+def test_training_with_a_check_on_the_labels():
+    """A training step whose loss validates its labels first, as Hugging Face's CTC heads do: bitwise eager's."""
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 5)
+
+        def forward(self, x, labels):
+            if labels.max() >= 5:
+                raise ValueError("labels out of range")
+            lengths = (labels >= 0).sum(-1)
+            return torch.nn.functional.cross_entropy(self.lin(x)[:, : int(lengths.max())].flatten(0, 1),
+                                                     labels[:, : int(lengths.max())].flatten())
+
+    g = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, 5, (2, 6), generator=g)
+    labels[1, 4:] = -100
+    check_training_parity(Head(), (torch.randn(2, 6, 8, generator=g), labels), loss_of=lambda loss: loss)

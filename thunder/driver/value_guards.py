@@ -1,0 +1,148 @@
+"""Python values of tensors the program reads while thunder traces it: ``if (labels >= vocab).any(): raise``,
+``if mask.all():``, ``lengths.tolist()``.
+
+[Note: value guards]
+Thunder traces tensors without their values. Where a program asks for one anyway (``bool``, ``item``, ``tolist``,
+``int``, ``float``, ``__index__``) and the tensor is computed by deterministic operations from the call's tensor
+arguments alone, none of which requires grad, the value is known: the operations computing it are replayed, with
+their torch callables, on the arguments of the call being traced, and the answer becomes a constant of the trace.
+The prologue replays the same operations on every call's arguments and checks the answer is the same
+(``check_values``); where it is not, the call is a cache miss and is traced again, so eager's other branch (its
+error, its other value) follows. That costs the replay on every call: a reduction of a label or mask tensor, say.
+
+Values computed from parameters, buffers, captured tensors or tensors that require grad stay refused
+(``DataDependentError``): they change with every optimizer step or activation, and the trace would change with
+them. So do values drawn by random operations, and values of run-time extents.
+"""
+from __future__ import annotations
+
+import torch
+
+from thunder.core import statements as st
+from thunder.core.proxies import DataDependentError, NumberProxy, TensorProxy
+from thunder.core.symbol import Tag
+from thunder.core.trace import TraceCtx, tracectx
+from thunder.executors.passes import transform_for_execution
+from thunder.extend import resolve_executors
+
+CONVERSIONS = {  # what the program asked -> how the value is read from the tensor
+    "bool": bool,
+    "item": lambda t: t.item(),
+    "tolist": lambda t: t.tolist(),
+    "int": int,
+    "float": float,
+    "index": lambda t: t.__index__(),
+}
+
+
+class Replay:
+    """Computes a Python value from tensors: ``trace`` (the operations computing the tensor, from the tensors as its
+    parameters), run by the torch executor, then ``conversion`` of its result."""
+
+    def __init__(self, trace: TraceCtx, conversion: str):
+        self.trace = transform_for_execution(trace, resolve_executors(["torch"]))
+        self.fn = self.trace.python_callable()
+        self.conversion, self.target = conversion, trace.bound_symbols[-1].args[0].name
+
+    def __call__(self, *tensors):
+        return CONVERSIONS[self.conversion](self.fn(*tensors))
+
+    def tensor(self, *tensors) -> torch.Tensor:
+        return self.fn(*tensors)
+
+    def __repr__(self):
+        return f"<{self.conversion} of {self.target}, computed by:\n{self.trace}>"
+
+
+class ValueGuards:
+    """The values a trace specialized on, each with how to compute it from the call's arguments."""
+
+    def __init__(self, tracer, arguments: frozenset):
+        self.tracer = tracer
+        self.arguments = arguments  # names of the input proxies that are the call's tensor arguments
+        self.guards: list = []  # (Replay, source proxies, value)
+
+    def value(self, proxy: TensorProxy, conversion: str, what: str):
+        """The value ``what`` asks of ``proxy``, computed from the call's arguments; else DataDependentError."""
+        proxy = self.tracer.resolve(proxy)  # its current value, after in-place updates
+        trace = self._computation(proxy, what)
+        try:
+            replay = Replay(trace, conversion)
+            with torch._C.DisableTorchFunction():  # real tensors, not traced ones
+                tensor = replay.tensor(*(self.tracer.real_inputs[p.name] for p in trace.params))
+                value = CONVERSIONS[conversion](tensor)
+        except Exception as e:  # noqa: BLE001 - the trace's operations are eager's: an error here is thunder's
+            raise _refused(proxy, what, f"replaying the operations computing it failed ({e})") from e
+        self.guards.append((replay, tuple(trace.params), value))
+        if proxy.ndim == 0:
+            proxy._thunder_value = tensor  # see known_value
+        return value
+
+    def _computation(self, proxy: TensorProxy, what: str) -> TraceCtx:
+        """A trace of the operations computing ``proxy`` from the call's arguments (its parameters), in trace order."""
+        trace = self.tracer.trace
+        position, producer = {}, {}
+        for scope in trace._scopes:  # the open scopes, outermost first: together in the order recorded
+            for bsym in scope:
+                position[id(bsym)] = len(position)
+                for o in bsym.flat_outs:
+                    if isinstance(o, TensorProxy):
+                        producer[o.name] = bsym
+        needed, sources, stack, seen = {}, {}, [proxy], set()
+        while stack:
+            t = stack.pop()
+            if t.name in seen:
+                continue
+            seen.add(t.name)
+            bsym = producer.get(t.name)
+            if bsym is None:
+                sources[t.name] = self._source(proxy, t, what)
+                continue
+            self._check_operation(proxy, bsym, what)
+            needed[id(bsym)] = bsym
+            for a in bsym.flat_args:
+                if isinstance(a, TensorProxy):
+                    stack.append(a)
+                elif isinstance(a, NumberProxy):
+                    if a.origin is not None:
+                        raise _refused(proxy, what, f"it is computed from {a.name}, {a.origin}")
+                    a._specialize(what)  # the prologue checks the input numbers it came from
+        sub = trace.from_trace(sorted(needed.values(), key=lambda b: position[id(b)]))
+        sub.name, sub.params = f"value_of_{proxy.name}", [sources[n] for n in sorted(sources)]
+        sub.decorators = ["@torch.no_grad()", "@no_autocast"]  # as the computation runs: its casts are recorded
+        with tracectx(sub):
+            st.python_return(proxy)
+        return sub
+
+    def _source(self, proxy, t: TensorProxy, what: str) -> TensorProxy:
+        real = self.tracer.real_inputs.get(t.name)
+        if t.name not in self.arguments or real is None:
+            raise _refused(proxy, what, f"it is computed from {t.name}, which is not a tensor argument of the call (a "
+                                        "parameter, a buffer or a captured tensor: it may change between calls)")
+        with torch._C.DisableTorchFunction():  # a real tensor: no traced call
+            requires_grad = real.requires_grad
+        if requires_grad:
+            raise _refused(proxy, what, f"it is computed from {t.name}, which requires grad (its values change "
+                                        "between calls)")
+        return t
+
+    def _check_operation(self, proxy, bsym, what: str):
+        if _random(bsym):
+            raise _refused(proxy, what, f"it is computed by a random operation ({bsym.sym.name})")
+        if _has_tag(bsym, Tag.SIDE_EFFECT) or _has_tag(bsym, Tag.COLLECTIVE):
+            raise _refused(proxy, what, f"it is computed by {bsym.sym.name}, which thunder cannot replay")
+
+
+def _has_tag(bsym, tag) -> bool:
+    return tag in bsym.sym.tags or any(_has_tag(s, tag) for s in bsym.subsymbols)
+
+
+def _random(bsym) -> bool:
+    return _has_tag(bsym, Tag.RANDOM)
+
+
+def _refused(proxy: TensorProxy, what: str, reason: str) -> DataDependentError:
+    return DataDependentError(
+        f"{what} needs the value of tensor {proxy.name}, but thunder traces tensors without their values, and {reason}. "
+        "thunder specializes only on values computed from the call's tensor arguments that do not require grad. "
+        "Express the control flow with tensor operations (e.g. torch.where) or move it out of the jitted function.")
