@@ -14,10 +14,7 @@ from __future__ import annotations
 import copy
 import pathlib
 import resource
-import signal
 import sys
-import time
-import traceback
 import warnings
 
 import torch
@@ -30,6 +27,7 @@ from transformers.models.auto import modeling_auto  # noqa: E402
 
 import thunder  # noqa: E402
 from tests.test_hf_models import CASES  # noqa: E402
+from scripts._sweep import first_that_runs, sweep  # noqa: E402
 
 VOCAB = 128
 TINY = dict(hidden_size=64, num_hidden_layers=2, vocab_size=VOCAB, num_attention_heads=4, num_key_value_heads=2,
@@ -50,14 +48,6 @@ KINDS = {"causal": (modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, "AutoModelF
          "image": (modeling_auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES, "AutoModelForImageClassification"),
          "audio": (modeling_auto.MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES, "AutoModelForAudioClassification"),
          "ctc": (modeling_auto.MODEL_FOR_CTC_MAPPING_NAMES, "AutoModelForCTC")}
-
-
-class Timeout(Exception):
-    pass
-
-
-def _alarm(*_):
-    raise Timeout()
 
 
 def _run(model, inputs, jit: bool):
@@ -89,27 +79,28 @@ def _build(model_type: str, auto: str, tiny: dict):
                        labels=ids[:, :4] if auto == "AutoModelForCTC" else torch.randint(0, 10, (2,), generator=g))
 
 
+def _build_and_run(model_type: str, auto: str, tiny: dict):
+    model, inputs = _build(model_type, auto, tiny)
+    return model, inputs, _run(model, inputs, jit=False)
+
+
 def sweep_one(model_type: str, auto: str) -> tuple[str, str]:
     defaults = vars(type(transformers.AutoConfig.for_model(model_type))())
     tiny = TINY if auto in ("AutoModelForCausalLM", "AutoModelForMaskedLM", "AutoModelForSeq2SeqLM") else TINY_IMAGE
     # the overrides of the same kind as the config's own values (not an int where it holds a size per stage); where
     # eager cannot run that config, the config's own image size, then its own sizes throughout
-    tiny = {k: v for k, v in tiny.items() if k == "num_labels" or k in defaults and (defaults[k] is None or type(defaults[k]) is type(v)
-                                                                 or isinstance(defaults[k], (list, tuple)) and
-                                                                 isinstance(v, tuple))}
+    def same_kind(k, v):
+        d = defaults[k]
+        return d is None or type(d) is type(v) or isinstance(d, (list, tuple)) and isinstance(v, tuple)
+
+    tiny = {k: v for k, v in tiny.items() if k == "num_labels" or k in defaults and same_kind(k, v)}
     attempts = [tiny, {k: v for k, v in tiny.items() if k != "image_size"},
                 {k: v for k, v in tiny.items() if k in ("num_labels", "layerdrop", "mask_time_prob", "vocab_size")}]
-    for attempt in attempts:
-        try:
-            model, inputs = _build(model_type, auto, attempt)
-            loss, logits, grads = _run(model, inputs, jit=False)
-            break
-        except Timeout:
-            raise
-        except Exception as e:  # noqa: BLE001
-            failure = f"{type(e).__name__}: {str(e)[:150]}"
-    else:
+    built, failure = first_that_runs(lambda attempt=attempt: _build_and_run(model_type, auto, attempt)
+                                     for attempt in attempts)
+    if built is None:
         return "EAGERFAIL", failure
+    model, inputs, (loss, logits, grads) = built
     j_loss, j_logits, j_grads = _run(model, inputs, jit=True)
     if set(grads) != set(j_grads):
         return "WRONG", f"parameters with a gradient differ: {sorted(set(grads) ^ set(j_grads))[:5]}"
@@ -129,21 +120,7 @@ def main(argv):
     names = argv[2].split(",") if len(argv) > 2 else sorted(set(types) - known)
     torch.set_num_threads(1)
     resource.setrlimit(resource.RLIMIT_AS, (10 * 2**30, 10 * 2**30))  # default configs can be huge: fail, not swap
-    signal.signal(signal.SIGALRM, _alarm)
-    for name in names:
-        start = time.perf_counter()
-        signal.alarm(240)
-        try:
-            verdict, detail = sweep_one(name, auto)
-        except Timeout:
-            verdict, detail = "TIMEOUT", ""
-        except Exception as e:  # noqa: BLE001
-            where = " <- ".join(f"{f.filename.split('site-packages/')[-1]}:{f.lineno}"
-                                for f in traceback.extract_tb(e.__traceback__)[-3:])
-            verdict, detail = "ERROR", f"{type(e).__name__}: {str(e)[:200]} @ {where}"
-        finally:
-            signal.alarm(0)
-        print(f"{name:28s} {verdict:9s} {time.perf_counter() - start:6.1f}s {detail}", flush=True)
+    sweep(((name, lambda name=name: sweep_one(name, auto)) for name in names), 240, 28)
 
 
 if __name__ == "__main__":

@@ -17,10 +17,7 @@ import argparse
 import copy
 import pathlib
 import resource
-import signal
 import sys
-import time
-import traceback
 import warnings
 
 import torch
@@ -31,16 +28,9 @@ warnings.filterwarnings("ignore")
 
 import thunder  # noqa: E402
 from tests.libraries import import_torchvision  # noqa: E402
+from scripts._sweep import first_that_runs, sweep  # noqa: E402
 
 SIZE = 64
-
-
-class Timeout(Exception):
-    pass
-
-
-def _alarm(*_):
-    raise Timeout()
 
 
 def _loss(out):
@@ -84,18 +74,15 @@ def _compare(eager, jitted) -> tuple[str, str]:
 
 def sweep_one(builds) -> tuple[str, str]:
     """``builds``: ways to make the model and its inputs, tried in turn until eager runs one."""
-    for build in builds:
+    def eager(build):
         torch.manual_seed(0)
-        try:
-            model, inputs = build()
-            eager = {train: _run(model, inputs, jit=False, train=train) for train in (True, False)}
-            break
-        except Timeout:
-            raise
-        except Exception as e:  # noqa: BLE001
-            failure = f"{type(e).__name__}: {str(e)[:150]}"
-    else:
+        model, inputs = build()
+        return model, inputs, {train: _run(model, inputs, jit=False, train=train) for train in (True, False)}
+
+    built, failure = first_that_runs(lambda build=build: eager(build) for build in builds)
+    if built is None:
         return "EAGERFAIL", failure
+    model, inputs, eager = built
     verdicts = [(train, *_compare(eager[train], _run(model, inputs, jit=True, train=train))) for train in (True, False)]
     order = ["WRONG", "CLOSE", "BITWISE"]
     verdict = min((v for _, v, _ in verdicts), key=order.index)
@@ -187,24 +174,10 @@ def main(argv):
     library, names = args.library, args.names.split(",") if args.names else None
     torch.set_num_threads(1)
     resource.setrlimit(resource.RLIMIT_AS, (12 * 2**30, 12 * 2**30))  # fail, not swap
-    signal.signal(signal.SIGALRM, _alarm)
     if library == "timm":
         import_torchvision()  # timm imports it
     cases = _timm_cases(names, args.up_to) if library == "timm" else _torchvision_cases(names)
-    for name, builds in cases:
-        start = time.perf_counter()
-        signal.alarm(300)
-        try:
-            verdict, detail = sweep_one(builds)
-        except Timeout:
-            verdict, detail = "TIMEOUT", ""
-        except Exception as e:  # noqa: BLE001
-            where = " <- ".join(f"{f.filename.split('site-packages/')[-1]}:{f.lineno}"
-                                for f in traceback.extract_tb(e.__traceback__)[-3:])
-            verdict, detail = "ERROR", f"{type(e).__name__}: {str(e)[:200]} @ {where}"
-        finally:
-            signal.alarm(0)
-        print(f"{name:32s} {verdict:9s} {time.perf_counter() - start:6.1f}s {detail}", flush=True)
+    sweep(((name, lambda builds=builds: sweep_one(builds)) for name, builds in cases), 300, 32)
 
 
 if __name__ == "__main__":
