@@ -7,6 +7,7 @@ raised: a config this sweep cannot make), TIMEOUT.
     python scripts/sweep_hf.py masked              # AutoModelForMaskedLM types
     python scripts/sweep_hf.py seq2seq             # AutoModelForSeq2SeqLM types
     python scripts/sweep_hf.py image               # AutoModelForImageClassification types (or audio, ctc)
+    python scripts/sweep_hf.py seqcls              # AutoModelForSequenceClassification types (or tokcls)
     python scripts/sweep_hf.py causal llama,gpt2   # these types only
 """
 from __future__ import annotations
@@ -47,7 +48,11 @@ KINDS = {"causal": (modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, "AutoModelF
          "seq2seq": (modeling_auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES, "AutoModelForSeq2SeqLM"),
          "image": (modeling_auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES, "AutoModelForImageClassification"),
          "audio": (modeling_auto.MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES, "AutoModelForAudioClassification"),
-         "ctc": (modeling_auto.MODEL_FOR_CTC_MAPPING_NAMES, "AutoModelForCTC")}
+         "ctc": (modeling_auto.MODEL_FOR_CTC_MAPPING_NAMES, "AutoModelForCTC"),
+         "seqcls": (modeling_auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES, "AutoModelForSequenceClassification"),
+         "tokcls": (modeling_auto.MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES, "AutoModelForTokenClassification")}
+_TEXT = ("AutoModelForCausalLM", "AutoModelForMaskedLM", "AutoModelForSeq2SeqLM", "AutoModelForSequenceClassification",
+         "AutoModelForTokenClassification")
 
 
 def _run(model, inputs, jit: bool):
@@ -68,7 +73,12 @@ def _build(model_type: str, auto: str, tiny: dict):
     model = getattr(transformers, auto).from_config(config).train()
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(3, VOCAB, (2, 16), generator=g)
-    if auto in ("AutoModelForCausalLM", "AutoModelForMaskedLM", "AutoModelForSeq2SeqLM"):
+    if auto == "AutoModelForSequenceClassification":  # right-padded rows: the head pools each row's last token
+        ids[1, 12:] = config.pad_token_id if config.pad_token_id is not None else 0
+        return model, dict(input_ids=ids, labels=torch.tensor([0, 1]))
+    if auto == "AutoModelForTokenClassification":
+        return model, dict(input_ids=ids, labels=ids % 2)
+    if auto in _TEXT:
         return model, dict(input_ids=ids, labels=ids.clone())
     if auto == "AutoModelForImageClassification":
         size = getattr(getattr(config, "vision_config", config), "image_size", 64)
@@ -86,7 +96,7 @@ def _build_and_run(model_type: str, auto: str, tiny: dict):
 
 def sweep_one(model_type: str, auto: str) -> tuple[str, str]:
     defaults = vars(type(transformers.AutoConfig.for_model(model_type))())
-    tiny = TINY if auto in ("AutoModelForCausalLM", "AutoModelForMaskedLM", "AutoModelForSeq2SeqLM") else TINY_IMAGE
+    tiny = dict(TINY, num_labels=2) if auto in _TEXT else TINY_IMAGE
     # the overrides of the same kind as the config's own values (not an int where it holds a size per stage); where
     # eager cannot run that config, the config's own image size, then its own sizes throughout
     def same_kind(k, v):

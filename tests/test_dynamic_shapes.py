@@ -251,8 +251,10 @@ def _count(x):
     (lambda x: _rows(x).squeeze(0), "squeeze of dim 0"),
 ], ids=["if", "slice_bound", "range", "int", "float", "dict_key", "str", "iterate", "len", "squeeze"])
 def test_python_that_needs_an_extent_raises_naming_the_op(fn, what):
+    """Of a tensor that requires grad (comparisons of extents computed from arguments that do not are decided by
+    their values: tests/test_value_guards.py)."""
     with pytest.raises(DataDependentError, match=what.replace("(", r"\(").replace(")", r"\)")) as info:
-        thunder.jit(fn)(torch.randn(6, 3))
+        thunder.jit(fn)(torch.randn(6, 3, requires_grad=True))
     message = str(info.value)
     assert "tensor" in message
     assert "torch.nonzero" in message or "boolean mask" in message, message  # the operation the extent comes from

@@ -60,7 +60,28 @@ def _rows_tolist(x):  # a selection's values (of a run-time extent: tests/test_d
     return x * len(torch.nonzero(x[:, 0] > 0).tolist())
 
 
+def _count_compared(x, labels):  # DeBERTa's loss: ``if label_index.size(0) > 0`` of (labels >= 0).nonzero()
+    index = (labels >= 0).nonzero()
+    return x * 2 if index.size(0) > 0 else x - 1
+
+
+def _count_used(x):
+    return x * torch.ones(x.nonzero().shape[0]).sum().item()
+
+
+def _narrow(x, lengths):  # Longformer: attn_probs.narrow(-1, 0, num_global_attn_indices.max())
+    return x.narrow(0, 0, lengths.max()) * 2
+
+
 CASES = {
+    "narrow": (_narrow, [(torch.randn(5), torch.tensor([1, 3])), (torch.randn(5), torch.tensor([2, 3])),
+                         (torch.randn(5), torch.tensor([4, 1]))], 2),
+    "count_compared": (_count_compared, [(torch.randn(3), torch.tensor([1, -1, 2])),
+                                         (torch.randn(3), torch.tensor([3, 4, -5])),
+                                         (torch.randn(3), torch.tensor([-1, -1, -1])),
+                                         (torch.randn(3), torch.tensor([0, 0, 0]))], 2),
+    "count_used": (_count_used, [(torch.tensor([1.0, 0.0]),), (torch.tensor([0.0, 2.0]),),
+                                 (torch.tensor([1.0, 2.0]),)], 2),
     "rows_tolist": (_rows_tolist, [(torch.tensor([[1.0, 2.0], [-1.0, 0.0]]),),
                                    (torch.tensor([[1.0, 2.0], [-2.0, 5.0]]),),
                                    (torch.tensor([[1.0, 2.0], [3.0, 0.0]]),)], 2),
@@ -122,7 +143,7 @@ class _ParameterBranch(torch.nn.Module):
     (_ParameterBranch(), torch.randn(2, 3), "t_lin_\\w+, which is not a tensor argument"),
     (lambda x: x * x.sum().item(), torch.randn(3, requires_grad=True), "x, which requires grad"),
     (lambda x: x * 2 if torch.rand(3).sum() > x.sum() else x, torch.randn(3), "random operation"),
-    (lambda x: x * torch.ones(x.nonzero().shape[0]).sum().item(), torch.tensor([1.0, 0.0]), "nonzero"),
+    (lambda x: x * int(x.nonzero().shape[0]), torch.tensor([1.0, 0.0]), "nonzero"),  # an extent's value itself
 ])
 def test_values_that_may_change_every_call_are_refused(fn, x, reason):
     with pytest.raises(DataDependentError, match=reason):

@@ -179,12 +179,32 @@ def decide(op, a, b):
 
 
 def compare(op, a, b) -> bool:
-    """``op(a, b)`` for Python code: answered when it holds for every run-time value, otherwise DataDependentError."""
+    """``op(a, b)`` for Python code: answered when it holds for every run-time value; otherwise by the values of the
+    extents where the tracing driver can compute them (see [Note: value guards] in thunder/driver/value_guards.py),
+    else DataDependentError."""
     result = decide(op, a, b) if _comparable(a) and _comparable(b) else None
     if result is None:
+        from thunder.core.trace import get_tracectx
+
+        what = f"The comparison {_name(a)} {_SYMBOLS[op]} {_name(b)}"
+        by_values = getattr(get_tracectx(), "extent_comparisons", None)
+        if by_values is not None:
+            return by_values(op, a, b, what)
         p = a if is_runtime(a) else b
-        raise p.data_dependent(f"The comparison {_name(a)} {_SYMBOLS[op]} {_name(b)}")
+        raise p.data_dependent(what)
     return result
+
+
+def evaluate(x, values: dict):
+    """The value of an int or NumberProxy given the values of its polynomial's roots (by name)."""
+    if not isinstance(x, NumberProxy):
+        return x
+    total = 0
+    for monomial, c in poly_of(x).terms.items():
+        for r in monomial:
+            c *= values[r]
+        total += c
+    return total
 
 
 def _comparable(x) -> bool:

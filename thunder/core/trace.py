@@ -60,6 +60,8 @@ class TraceCtx:
         # (proxy, conversion, what) -> the Python value of a tensor the program asks for, or DataDependentError: set
         # by the jit driver (see [Note: value guards] in thunder/driver/value_guards.py)
         self.tensor_values = None
+        # (op, a, b, what) -> a Python comparison of run-time extents decided by their values, or DataDependentError
+        self.extent_comparisons = None
         self.has_extents = False  # whether run-time extents occur (see [Note: run-time extents] in extents.py)
         self.unbound_extents: list = []  # fresh extents awaiting their definition
         self.nonzero_counts: dict = {}  # tensor name -> the extent counting its nonzero elements

@@ -135,7 +135,7 @@ def trace_program(cd: CompileData, args, kwargs, compilation: "Compilation") -> 
     arguments = frozenset(p.name for p, src in prologue.inputs
                           if isinstance(p, TensorProxy) and isinstance(src, frontend.ArgSource))
     guards = ValueGuards(tracer, arguments)
-    comp.tensor_values = guards.value
+    comp.tensor_values, comp.extent_comparisons = guards.value, guards.compare
     recorder = InstructionRecorder()
     autocast_state = ltorch_autocast.state()
     state = python_state.StateRecorder(tracer, cd.sharp_edges)
@@ -149,7 +149,7 @@ def trace_program(cd: CompileData, args, kwargs, compilation: "Compilation") -> 
         with side_effects.watched(cd.fn, cd.sharp_edges), frontend.active(tracer), tracectx(comp), \
                 frontend.TracingMode(tracer), recorder, state.active():
             out = cd.fn(*pargs, **pkwargs)
-        comp.tensor_values = None
+        comp.tensor_values = comp.extent_comparisons = None
         with tracectx(comp):
             replaced = _adopt_replaced_module_tensors(swaps, tracer, modules)
     writes = state.take_state_writes(

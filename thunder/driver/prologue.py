@@ -302,9 +302,9 @@ class PrologueBuilder:
         if not self.check:
             return
         for replay, sources, value in guards:
-            compute = self.constant_var(replay, f"value_of_{replay.target}")
+            compute = self.constant_var(replay, replay.trace.name)
             if type(value) not in (bool, int):
-                value = self.constant_var(value, f"seen_{replay.target}")
+                value = self.constant_var(value, replay.trace.name.replace("value_of", "seen"))
             self._emit(st.check_values, compute, tuple(sources), value)
             # printed beneath it, as comments: the operations computing the value
             self.trace.bound_symbols[-1].subsymbols = [b for b in replay.trace.bound_symbols if b.sym not in st.STATEMENTS]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from thunder.core import statements as st
+from thunder.core.extents import evaluate, is_runtime, poly_of
 from thunder.core.proxies import DataDependentError, NumberProxy, TensorProxy
 from thunder.core.symbol import Tag
 from thunder.core.trace import TraceCtx, tracectx
@@ -36,22 +37,19 @@ CONVERSIONS = {  # what the program asked -> how the value is read from the tens
 
 
 class Replay:
-    """Computes a Python value from tensors: ``trace`` (the operations computing the tensor, from the tensors as its
-    parameters), run by the torch executor, then ``conversion`` of its result."""
+    """Computes a Python value from tensors: ``trace`` (the operations computing a tensor, or extents, from the
+    tensors as its parameters), run by the torch executor, then ``convert`` of its result. ``label`` says what."""
 
-    def __init__(self, trace: TraceCtx, conversion: str):
+    def __init__(self, trace: TraceCtx, convert, label: str):
         self.trace = transform_for_execution(trace, resolve_executors(["torch"]))
         self.fn = self.trace.python_callable()
-        self.conversion, self.target = conversion, trace.bound_symbols[-1].args[0].name
+        self.convert, self.label = convert, label
 
     def __call__(self, *tensors):
-        return CONVERSIONS[self.conversion](self.fn(*tensors))
-
-    def tensor(self, *tensors) -> torch.Tensor:
-        return self.fn(*tensors)
+        return self.convert(self.fn(*tensors))
 
     def __repr__(self):
-        return f"<{self.conversion} of {self.target}, computed by:\n{self.trace}>"
+        return f"<{self.label}, computed by:\n{self.trace}>"
 
 
 class ValueGuards:
@@ -65,30 +63,56 @@ class ValueGuards:
     def value(self, proxy: TensorProxy, conversion: str, what: str):
         """The value ``what`` asks of ``proxy``, computed from the call's arguments; else DataDependentError."""
         proxy = self.tracer.resolve(proxy)  # its current value, after in-place updates
-        trace = self._computation(proxy, what)
-        try:
-            replay = Replay(trace, conversion)
-            with torch._C.DisableTorchFunction():  # real tensors, not traced ones
-                tensor = replay.tensor(*(self.tracer.real_inputs[p.name] for p in trace.params))
-                value = CONVERSIONS[conversion](tensor)
-        except Exception as e:  # noqa: BLE001 - the trace's operations are eager's: an error here is thunder's
-            raise _refused(proxy, what, f"replaying the operations computing it failed ({e})") from e
-        self.guards.append((replay, tuple(trace.params), value))
+        subject = f"tensor {proxy.name}"
+        tensor, replay = self._replay([proxy], lambda t: t, f"{conversion} of {proxy.name}", what, subject)
+        with torch._C.DisableTorchFunction():  # a real tensor: no traced call
+            value = CONVERSIONS[conversion](tensor)
+        replay.convert = CONVERSIONS[conversion]
+        self.guards.append((replay, tuple(replay.trace.params), value))
         if proxy.ndim == 0:
             proxy._thunder_value = tensor  # see known_value
         return value
 
-    def _computation(self, proxy: TensorProxy, what: str) -> TraceCtx:
-        """A trace of the operations computing ``proxy`` from the call's arguments (its parameters), in trace order."""
+    def compare(self, op, a, b, what: str) -> bool:
+        """``op(a, b)`` of run-time extents (``if label_index.size(0) > 0``), decided by their values, computed from
+        the call's arguments; else DataDependentError."""
+        roots = {**poly_of(a).roots, **poly_of(b).roots}
+        unknown = [r for r in roots.values() if is_runtime(r)]
+        subject = ", ".join(f"{r.name}, {r.origin}," for r in unknown)
+        known = {name: r._specialize(what) for name, r in roots.items() if not is_runtime(r)}
+
+        def decide(values):
+            values = dict(known, **dict(zip((r.name for r in unknown), values)))
+            return bool(op(evaluate(a, values), evaluate(b, values)))
+
+        value, replay = self._replay(unknown, decide, what, what, subject)
+        self.guards.append((replay, tuple(replay.trace.params), value))
+        return value
+
+    def _replay(self, targets: list, convert, label: str, what: str, subject: str):
+        """(``convert`` of the values of ``targets`` computed from the call's arguments while tracing, the Replay
+        computing it)."""
+        trace = self._computation(targets, what, subject)
+        try:
+            replay = Replay(trace, convert, label)
+            with torch._C.DisableTorchFunction():  # real tensors, not traced ones
+                value = replay(*(self.tracer.real_inputs[p.name] for p in trace.params))
+        except Exception as e:  # noqa: BLE001 - the trace's operations are eager's: an error here is thunder's
+            raise _refused(what, subject, f"replaying the operations computing it failed ({e})") from e
+        return value, replay
+
+    def _computation(self, targets: list, what: str, subject: str) -> TraceCtx:
+        """A trace of the operations computing ``targets`` (tensors, or extents) from the call's arguments (its
+        parameters), in trace order, returning them."""
         trace = self.tracer.trace
         position, producer = {}, {}
         for scope in trace._scopes:  # the open scopes, outermost first: together in the order recorded
             for bsym in scope:
                 position[id(bsym)] = len(position)
                 for o in bsym.flat_outs:
-                    if isinstance(o, TensorProxy):
+                    if isinstance(o, (TensorProxy, NumberProxy)):
                         producer[o.name] = bsym
-        needed, sources, stack, seen = {}, {}, [proxy], set()
+        needed, sources, stack, seen = {}, {}, list(targets), set()
         while stack:
             t = stack.pop()
             if t.name in seen:
@@ -96,41 +120,39 @@ class ValueGuards:
             seen.add(t.name)
             bsym = producer.get(t.name)
             if bsym is None:
-                sources[t.name] = self._source(proxy, t, what)
+                sources[t.name] = self._source(t, what, subject)
                 continue
-            self._check_operation(proxy, bsym, what)
+            self._check_operation(bsym, what, subject)
             needed[id(bsym)] = bsym
             for a in bsym.flat_args:
-                if isinstance(a, TensorProxy):
+                if isinstance(a, TensorProxy) or is_runtime(a):
                     stack.append(a)
                 elif isinstance(a, NumberProxy):
-                    if a.origin is not None:
-                        raise _refused(proxy, what, f"it is computed from {a.name}, {a.origin}")
                     a._specialize(what)  # the prologue checks the input numbers it came from
         sub = trace.from_trace(sorted(needed.values(), key=lambda b: position[id(b)]))
-        sub.name, sub.params = f"value_of_{proxy.name}", [sources[n] for n in sorted(sources)]
+        sub.name, sub.params = f"value_of_{targets[0].name}", [sources[n] for n in sorted(sources)]
         sub.decorators = ["@torch.no_grad()", "@no_autocast"]  # as the computation runs: its casts are recorded
         with tracectx(sub):
-            st.python_return(proxy)
+            st.python_return(targets[0] if len(targets) == 1 and isinstance(targets[0], TensorProxy) else tuple(targets))
         return sub
 
-    def _source(self, proxy, t: TensorProxy, what: str) -> TensorProxy:
+    def _source(self, t, what: str, subject: str) -> TensorProxy:
         real = self.tracer.real_inputs.get(t.name)
-        if t.name not in self.arguments or real is None:
-            raise _refused(proxy, what, f"it is computed from {t.name}, which is not a tensor argument of the call (a "
-                                        "parameter, a buffer or a captured tensor: it may change between calls)")
+        if not isinstance(t, TensorProxy) or t.name not in self.arguments or real is None:
+            raise _refused(what, subject, f"it is computed from {t.name}, which is not a tensor argument of the call (a "
+                                          "parameter, a buffer or a captured tensor: it may change between calls)")
         with torch._C.DisableTorchFunction():  # a real tensor: no traced call
             requires_grad = real.requires_grad
         if requires_grad:
-            raise _refused(proxy, what, f"it is computed from {t.name}, which requires grad (its values change "
-                                        "between calls)")
+            raise _refused(what, subject, f"it is computed from {t.name}, which requires grad (its values change "
+                                          "between calls)")
         return t
 
-    def _check_operation(self, proxy, bsym, what: str):
+    def _check_operation(self, bsym, what: str, subject: str):
         if _random(bsym):
-            raise _refused(proxy, what, f"it is computed by a random operation ({bsym.sym.name})")
+            raise _refused(what, subject, f"it is computed by a random operation ({bsym.sym.name})")
         if _has_tag(bsym, Tag.SIDE_EFFECT) or _has_tag(bsym, Tag.COLLECTIVE):
-            raise _refused(proxy, what, f"it is computed by {bsym.sym.name}, which thunder cannot replay")
+            raise _refused(what, subject, f"it is computed by {bsym.sym.name}, which thunder cannot replay")
 
 
 def _has_tag(bsym, tag) -> bool:
@@ -141,8 +163,8 @@ def _random(bsym) -> bool:
     return _has_tag(bsym, Tag.RANDOM)
 
 
-def _refused(proxy: TensorProxy, what: str, reason: str) -> DataDependentError:
+def _refused(what: str, subject: str, reason: str) -> DataDependentError:
     return DataDependentError(
-        f"{what} needs the value of tensor {proxy.name}, but thunder traces tensors without their values, and {reason}. "
+        f"{what} needs the value of {subject} but thunder traces tensors without their values, and {reason}. "
         "thunder specializes only on values computed from the call's tensor arguments that do not require grad. "
         "Express the control flow with tensor operations (e.g. torch.where) or move it out of the jitted function.")

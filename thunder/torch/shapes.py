@@ -278,6 +278,8 @@ def vstack(tensors):
 @torchsymbol(torch.narrow, methods=("narrow",), view=True)
 def narrow(a, dim, start, length):
     dim = canonicalize_dim(a.ndim, dim)
+    # a 0-dim tensor start or length is read as a number, as eager reads it (Longformer's global attention)
+    start, length = (operator.index(x) if isinstance(x, TensorProxy) else x for x in (start, length))
     start = start + a.shape[dim] if start < 0 else start
     return _slice_dim(a, dim, start, start + length, 1)
 
