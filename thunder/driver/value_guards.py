@@ -12,7 +12,12 @@ error, its other value) follows. That costs the replay on every call: a reductio
 
 Values computed from parameters, buffers, captured tensors or tensors that require grad stay refused
 (``DataDependentError``): they change with every optimizer step or activation, and the trace would change with
-them. So do values drawn by random operations, and values of run-time extents.
+them. So do values drawn by random operations.
+
+A Python comparison of run-time extents (``if label_index.size(0) > 0`` of a ``nonzero``), which thunder cannot decide
+for every value, is decided the same way where the extents are computed from the arguments: the prologue checks the
+comparison's answer, not the extents' values. The exact value of a run-time extent (``int(n)``, ``range(n)``) stays
+refused: a trace specialized on it would recompile for every count.
 """
 from __future__ import annotations
 
