@@ -26,6 +26,11 @@ class Tag(enum.Enum):
     COLLECTIVE = enum.auto()  # communicates with other processes: never fused; fusion moves nothing across it
 
 
+def has_tag(bsym, *tags: Tag) -> bool:
+    """Whether ``bsym``'s symbol, or one in its decomposition, has one of ``tags``."""
+    return any(t in bsym.sym.tags for t in tags) or any(has_tag(s, *tags) for s in bsym.subsymbols)
+
+
 class Symbol:
     """An operation. ``fn`` is its meta function (primitives) or its definition (composites)."""
 

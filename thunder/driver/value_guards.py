@@ -26,7 +26,7 @@ import torch
 from thunder.core import statements as st
 from thunder.core.extents import evaluate, is_runtime, poly_of
 from thunder.core.proxies import DataDependentError, NumberProxy, TensorProxy
-from thunder.core.symbol import Tag
+from thunder.core.symbol import Tag, has_tag
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.executors.passes import transform_for_execution
 from thunder.extend import resolve_executors
@@ -69,11 +69,7 @@ class ValueGuards:
         """The value ``what`` asks of ``proxy``, computed from the call's arguments; else DataDependentError."""
         proxy = self.tracer.resolve(proxy)  # its current value, after in-place updates
         subject = f"tensor {proxy.name}"
-        tensor, replay = self._replay([proxy], lambda t: t, f"{conversion} of {proxy.name}", what, subject)
-        with torch._C.DisableTorchFunction():  # a real tensor: no traced call
-            value = CONVERSIONS[conversion](tensor)
-        replay.convert = CONVERSIONS[conversion]
-        self.guards.append((replay, tuple(replay.trace.params), value))
+        tensor, value = self._replay([proxy], CONVERSIONS[conversion], f"{conversion} of {proxy.name}", what, subject)
         if proxy.ndim == 0:
             proxy._thunder_value = tensor  # see known_value
         return value
@@ -90,21 +86,22 @@ class ValueGuards:
             values = dict(known, **dict(zip((r.name for r in unknown), values)))
             return bool(op(evaluate(a, values), evaluate(b, values)))
 
-        value, replay = self._replay(unknown, decide, what, what, subject)
-        self.guards.append((replay, tuple(replay.trace.params), value))
-        return value
+        return self._replay(unknown, decide, what, what, subject)[1]
 
     def _replay(self, targets: list, convert, label: str, what: str, subject: str):
-        """(``convert`` of the values of ``targets`` computed from the call's arguments while tracing, the Replay
-        computing it)."""
+        """(the values of ``targets``, ``convert`` of them), computed from the call's arguments while tracing; the
+        prologue will compute the same on every call (a guard)."""
         trace = self._computation(targets, what, subject)
         try:
             replay = Replay(trace, convert, label)
             with torch._C.DisableTorchFunction():  # real tensors, not traced ones
-                value = replay(*(self.tracer.real_inputs[p.name] for p in trace.params))
+                result = replay.fn(*(self.tracer.real_inputs[p.name] for p in trace.params))
         except Exception as e:  # noqa: BLE001 - the trace's operations are eager's: an error here is thunder's
             raise _refused(what, subject, f"replaying the operations computing it failed ({e})") from e
-        return value, replay
+        with torch._C.DisableTorchFunction():
+            value = convert(result)  # eager's error where there is one (bool() of several values)
+        self.guards.append((replay, tuple(trace.params), value))
+        return result, value
 
     def _computation(self, targets: list, what: str, subject: str) -> TraceCtx:
         """A trace of the operations computing ``targets`` (tensors, or extents) from the call's arguments (its
@@ -154,18 +151,10 @@ class ValueGuards:
         return t
 
     def _check_operation(self, bsym, what: str, subject: str):
-        if _random(bsym):
+        if has_tag(bsym, Tag.RANDOM):
             raise _refused(what, subject, f"it is computed by a random operation ({bsym.sym.name})")
-        if _has_tag(bsym, Tag.SIDE_EFFECT) or _has_tag(bsym, Tag.COLLECTIVE):
+        if has_tag(bsym, Tag.SIDE_EFFECT, Tag.COLLECTIVE):
             raise _refused(what, subject, f"it is computed by {bsym.sym.name}, which thunder cannot replay")
-
-
-def _has_tag(bsym, tag) -> bool:
-    return tag in bsym.sym.tags or any(_has_tag(s, tag) for s in bsym.subsymbols)
-
-
-def _random(bsym) -> bool:
-    return _has_tag(bsym, Tag.RANDOM)
 
 
 def _refused(what: str, subject: str, reason: str) -> DataDependentError:

@@ -34,7 +34,7 @@ import heapq
 from typing import Callable
 
 from thunder.core.proxies import Proxy
-from thunder.core.symbol import BoundSymbol, Tag
+from thunder.core.symbol import BoundSymbol, Tag, has_tag
 
 
 def _arg_names(bsym: BoundSymbol) -> list:
@@ -54,7 +54,7 @@ def partition(bsyms: list, fusible: Callable, is_barrier: Callable) -> list:
     last_random = None
     for i, bsym in enumerate(bsyms):
         prods = sorted({producer[n] for n in _arg_names(bsym) if n in producer})
-        if Tag.RANDOM in bsym.sym.tags or _has_random(bsym):
+        if has_tag(bsym, Tag.RANDOM):
             if last_random is not None and last_random not in prods:
                 prods.append(last_random)
             last_random = i
@@ -172,10 +172,6 @@ def _upstream(bits: int, group_deps: list) -> int:
             frontier ^= low
         frontier = new & ~result
     return result
-
-
-def _has_random(bsym) -> bool:
-    return any(Tag.RANDOM in s.sym.tags or _has_random(s) for s in bsym.subsymbols)
 
 
 def _schedule(bsyms, inputs, group_of, groups, is_barrier) -> list:

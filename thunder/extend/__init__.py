@@ -30,7 +30,7 @@ from typing import Callable
 
 from thunder.core.prims import make_prim
 from thunder.core.statements import STATEMENTS, python_return
-from thunder.core.symbol import BoundSymbol, Symbol, Tag
+from thunder.core.symbol import BoundSymbol, Symbol, Tag, has_tag
 from thunder.transforms.grad_rules import register_vjp
 
 _EXECUTORS: dict[str, "Executor"] = {}
@@ -144,7 +144,7 @@ class FusionExecutor(Executor):
 
     def is_barrier(self, bsym: BoundSymbol) -> bool:
         """Bound symbols that keep their place: nothing is fused across them or moved over them."""
-        return bsym.sym in STATEMENTS or _has_tag(bsym, (Tag.SIDE_EFFECT, Tag.COLLECTIVE))
+        return bsym.sym in STATEMENTS or has_tag(bsym, Tag.SIDE_EFFECT, Tag.COLLECTIVE)
 
     def recomputable(self, bsym, claimed_first=()) -> bool:
         """Whether the backward may recompute ``bsym`` (when ``rematerialize``): what this executor fuses, but
@@ -266,10 +266,6 @@ def _dense(at, used_later, readers) -> frozenset:
 
 
 _REDUCTIONS = frozenset({"sum", "prod", "amax", "amin", "var", "var_mean", "argmax", "argmin", "cumsum"})
-
-
-def _has_tag(bsym, tags) -> bool:
-    return any(t in bsym.sym.tags for t in tags) or any(_has_tag(s, tags) for s in bsym.subsymbols)
 
 
 def _leaf_prims(bsym, ex) -> list:

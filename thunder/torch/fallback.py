@@ -284,10 +284,10 @@ def _run(fn, args, kwargs, values: dict):
             return manual(*margs, **mkwargs) if manual is not None else fn(*margs, **mkwargs)
     except (NotImplementedError, RuntimeError) as e:
         meta_error = e
-    scalars = [x for x in tree_leaves((args, kwargs)) if isinstance(x, TensorProxy) and x.ndim == 0
-               and known_value(x) is None]
     tracing = getattr(get_tracectx(), "tensor_values", None) is not None
-    if scalars and tracing and "item() cannot be called on meta tensors" in str(meta_error):
+    scalars = [x for x in tree_leaves((args, kwargs)) if isinstance(x, TensorProxy) and x.ndim == 0
+               and known_value(x) is None] if tracing and "item() cannot be called on meta tensors" in str(meta_error) else ()
+    if scalars:
         # it reads the value of a 0-dim tensor argument (a size in as_strided(size=[n, tensor])), as eager does: the
         # trace specializes on it where it can (see [Note: value guards] in thunder/driver/value_guards.py)
         for x in scalars:

@@ -32,7 +32,7 @@ from collections import deque
 from typing import Callable
 
 from thunder.core.proxies import TensorProxy
-from thunder.core.symbol import Tag
+from thunder.core.symbol import Tag, has_tag
 
 _INF = 1 << 62
 _SOURCE, _SINK = ("source",), ("sink",)
@@ -43,10 +43,6 @@ def _nbytes(t: TensorProxy) -> int:
     for s in t.shape:
         n *= int(s)
     return n * t.dtype.itemsize
-
-
-def _has_tag(bsym, tag) -> bool:
-    return tag in bsym.sym.tags or any(_has_tag(s, tag) for s in bsym.subsymbols)
 
 
 def choose_recomputed(fwd, bwd, cheap: Callable, fused: Callable = lambda b: False,
@@ -110,8 +106,7 @@ def _cut(fwd, bwd, cheap: Callable, written: set) -> tuple[set, set]:
     def recomputable(b) -> bool:
         r = recomputable_cache.get(id(b))
         if r is None:
-            r = recomputable_cache[id(b)] = bool(cheap(b)) and not _has_tag(b, Tag.RANDOM) and not _has_tag(
-                b, Tag.SIDE_EFFECT) and all(isinstance(o, TensorProxy) for o in b.flat_outs)
+            r = recomputable_cache[id(b)] = bool(cheap(b)) and not has_tag(b, Tag.RANDOM, Tag.SIDE_EFFECT) and all(isinstance(o, TensorProxy) for o in b.flat_outs)
         return r
 
     candidates = [n for n, v in needed.items() if n in producers and recomputable(producers[n])]
