@@ -22,12 +22,8 @@ import program_generator as pg
 N_SEEDS = 600
 
 KNOWN_FAILURES = {
-    221: "WRONG (rounding): the order in which a gradient's parts are summed where outputs alias inputs or "
-         "each other (eager's engine order)",
-    503: "WRONG (rounding): the order in which a gradient's parts are summed where outputs alias inputs or "
-         "each other (eager's engine order)",
-    539: "WRONG (rounding): the order in which a gradient's parts are summed where outputs alias inputs or "
-         "each other (eager's engine order)",
+    539: "WRONG (rounding): an in-place op whose other operand has a wider dtype (``t2.add_(x0_float64, alpha=2)`` on "
+         "float32): eager's backward computes that operand's gradient in float32 and casts it, thunder in float64",
 }
 
 

@@ -514,6 +514,19 @@ _FOUND_GRADS = {
     "log_softmax_and_softmax_to_float64": lambda x: (x.log_softmax(0), x.softmax(0, dtype=torch.float64)),
     "negative_indices": lambda x: x[torch.tensor([-1, 0, -1])],
     "empty_batched_product": lambda x: (x.reshape(2, 500, 1)[..., 1:] @ x.reshape(2, 500, 1)[..., 1:].mT).reciprocal(),
+    # the cotangent converted to the input's dtype before the reversed sum, as eager's CumsumBackward does
+    "cumsum_to_float64": lambda x: x.cumsum(0, dtype=torch.float64),
+    "cumsum_to_bfloat16": lambda x: x.cumsum(0, dtype=torch.bfloat16),
+    # an op differentiated by torch's autograd goes on with the sum of its input used twice: ((y*2's + x1's) + x2's)
+    "cdist_of_one_tensor_and_another_use": lambda x: (lambda y: (torch.cdist(y, y), y * 2))(x.reshape(50, 20) * 1),
+    # eager's batched product makes the operands' views in order: the second's part reaches a shared sum first
+    "batched_product_of_one_tensor": lambda x: (lambda y: (y @ y, y * 2))(x.reshape(10, 10, 10) * 1),
+    "bmm_of_one_tensor": lambda x: (lambda y: (torch.bmm(y, y), y * 2))(x.reshape(10, 10, 10) * 1),  # no views
+    # x.contiguous() is x in eager: its uses' parts go to x's sum between x's other uses', as they arrive
+    "contiguous_between_uses": lambda x: (lambda y: (y * 2, x * 3, y * 4))(x.contiguous()),
+    "contiguous_of_contiguous_between_uses": lambda x: (lambda y: (y * 2, x * 3, y.contiguous() * 4))(x.contiguous()),
+    "contiguous_and_a_decomposition": lambda x: (lambda y: (y * 2, F.rms_norm(x, (1000,)), y * 4))(x.contiguous()),
+    "contiguous_in_one_call": lambda x: (lambda y: (y * 2, torch.addcmul(x, y, x), y * 4))(x.contiguous()),
 }
 
 
@@ -566,3 +579,42 @@ def test_an_output_no_loss_uses_leaves_the_gradients_layouts_as_eager(extra):
         inputs = [kp.clone().requires_grad_(), w.clone().requires_grad_()]
         grads.append(torch.autograd.grad(f(*inputs)[0], inputs, cot))
     assert all(torch.equal(a, b) for a, b in zip(*grads))
+
+
+# An input the program returns as itself, also used inside: eager adds the output's cotangent to its gradient first,
+# then the parts of its uses one by one ([Note: the gradient of a returned input] in thunder/transforms/autodiff.py)
+_RETURNED = {
+    "itself": lambda x: (x * 2, x.exp(), x),
+    "positive": lambda x: (x * 2, x.sin() * 3, +x),
+    "float": lambda x: (x.float(), torch.where(x > 0, x * 3, x), x.cos()),
+    "dropout_p0": lambda x: (x.tanh(), F.dropout(x, 0.0), x * x),
+    "type_as": lambda x: ((x * 2).sum(), x.type_as(x), x.abs()),
+    "contiguous": lambda x: (x.contiguous(), x * 2, x.contiguous() * 3),
+    "twice": lambda x: (x, x * 2, x, x.exp()),
+    "broadcast_parts": lambda x: (x, x * torch.ones(3, 1, dtype=x.dtype), x.unsqueeze(0) + 1),
+    "cdist": lambda x: (torch.cdist(x.reshape(-1, 2), x.reshape(-1, 2)), x * 2, x),
+    "batched_product": lambda x: (x.reshape(2, 2, 2) @ x.reshape(2, 2, 2), x),
+}
+
+
+@pytest.mark.parametrize("leaf", [True, False], ids=["leaf", "computed"])
+@pytest.mark.parametrize("name", list(_RETURNED))
+def test_a_returned_input_gets_its_gradient_in_eager_order(name, leaf):
+    fn = _RETURNED[name]
+    jfn = thunder.jit(fn)
+    for seed in range(4):  # rounding shows on some values only; the later calls take the cache-hit path
+        base = torch.randn(8, generator=torch.Generator().manual_seed(seed), dtype=torch.float64 if seed % 2 else
+                           torch.float32)
+        results = []
+        for f in (fn, jfn):
+            leaf_x = base.clone().requires_grad_()
+            x = leaf_x if leaf else leaf_x * 1
+            outs = f(x)
+            assert (outs[-1] is x) == (fn(x)[-1] is x)  # the input itself, as eager returns it
+            outs = [o for o in outs if o.requires_grad]
+            cotangents = [torch.randn(o.shape, generator=torch.Generator().manual_seed(i), dtype=o.dtype)
+                          for i, o in enumerate(outs)]
+            results.append((outs, torch.autograd.grad(outs, leaf_x, cotangents)))
+        (outs, grads), (j_outs, j_grads) = results
+        for a, b in zip(outs + list(grads), j_outs + list(j_grads)):
+            assert a.dtype == b.dtype and torch.equal(a, b), (name, seed)

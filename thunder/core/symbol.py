@@ -24,6 +24,9 @@ class Tag(enum.Enum):
     SIDE_EFFECT = enum.auto()  # mutates state outside the trace (copy into an input): never removed
     RECOMPUTE_IN_BACKWARD = enum.auto()  # recorded inside an activation-checkpointed region
     COLLECTIVE = enum.auto()  # communicates with other processes: never fused; fusion moves nothing across it
+    # (a bound symbol's) its output is its first tensor argument itself in eager, with no autograd node of its own
+    # (``x.contiguous()`` of a contiguous ``x``): gradients reaching the output are parts of the argument's sum
+    RETURNS_INPUT = enum.auto()
 
 
 def has_tag(bsym, *tags: Tag) -> bool:

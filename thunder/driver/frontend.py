@@ -33,7 +33,7 @@ from thunder.driver.interpreter import InterpreterError
 from thunder.driver.layouts import Layouts, UnknownLayout, contiguous_strides
 from thunder.driver.outputs import flatten_output
 from thunder.core.proxies import TensorProxy, NumberProxy, SymbolicTensorProxy
-from thunder.core.symbol import Symbol
+from thunder.core.symbol import Symbol, Tag
 from thunder.driver.tensor_queries import TracedGradFn
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.torch import TORCH_TO_SYMBOL
@@ -507,6 +507,9 @@ class Tracer:
         self.layouts.add_output(torch_fn, args, kwargs, out)
         if bsym is not None and isinstance(sym, Symbol) and any(isinstance(x, TensorProxy) for x in args):
             self._record_views(sym, bsym, args, kwargs, out, torch_fn)
+            if (isinstance(out, TensorProxy) and out.requires_grad and _copies_first_argument(bsym)
+                    and self.layouts.returns_input(torch_fn, args, kwargs, args[0])):
+                scope[-1] = bsym.replace(tags=bsym.tags | {Tag.RETURNS_INPUT})
         return out
 
     def _copies_in_eager(self, sym, func, args, kwargs) -> bool:
@@ -970,6 +973,16 @@ def _torch_callable(sym):
 def _is_view_call(sym, args, kwargs) -> bool:
     is_view = getattr(sym, "is_view", False)
     return bool(is_view(*args, **kwargs) if callable(is_view) else is_view) and getattr(sym, "torch_impl", None) is not None
+
+
+def _copies_first_argument(bsym) -> bool:
+    """Whether ``bsym`` is a new name for its first argument: a decomposition down to one ``prims.shallow_copy`` of it
+    (``contiguous``, ``to(memory_format=...)``); eager returns that argument itself or a copy, as its layout decides."""
+    first, out = bsym.args[0] if bsym.args else None, bsym.output
+    while len(bsym.subsymbols) == 1:
+        bsym = bsym.subsymbols[0]
+    return (bsym.sym is prims.shallow_copy and isinstance(first, TensorProxy) and isinstance(out, TensorProxy)
+            and bsym.args[0].name == first.name and bsym.output.name == out.name)
 
 
 def _is_view_prim(bsym) -> bool:

@@ -201,8 +201,22 @@ class Layouts:
                 ".clone() or .contiguous() on its result to make it a new tensor")
         return answers.pop() if answers else False
 
-    def _aliases(self, fn, args, kwargs, out_index: int, base: TensorProxy):
-        """``aliases`` for the current trial values; None where they are impossible (an extent below 0, an error)."""
+    def returns_input(self, fn, args, kwargs, base: TensorProxy) -> bool:
+        """Whether ``fn(*args, **kwargs)`` returns ``base`` itself in eager (``x.contiguous()`` of a contiguous ``x``):
+        a value with no autograd node of its own. Where the answer depends on run-time extents, no."""
+        names = sorted(_roots(tree_leaves((args, kwargs))))
+        if not names:
+            return bool(self._aliases(fn, args, kwargs, 0, base, same=True))
+        trials = [dict(zip(names, itertools.count(11, 2)))] + [dict.fromkeys(names, v) for v in (0, 1, 2)]
+        answers = set()
+        for trial in trials:
+            with self._trying(trial):
+                answers.add(self._aliases(fn, args, kwargs, 0, base, same=True))
+        return answers - {None} == {True}
+
+    def _aliases(self, fn, args, kwargs, out_index: int, base: TensorProxy, same: bool = False):
+        """``aliases`` (``same``: ``returns_input``) for the current trial values; None where they are impossible (an
+        extent below 0, an error)."""
         metas = {}
 
         def to_meta(x):
@@ -226,6 +240,8 @@ class Layouts:
             return None if self.trial is not None else False
         leaves = tree_leaves(out)
         t = leaves[out_index] if out_index < len(leaves) else None
+        if same:
+            return isinstance(t, torch.Tensor) and t is mbase
         return isinstance(t, torch.Tensor) and isinstance(mbase, torch.Tensor) and torch._C._is_alias_of(t, mbase)
 
     @contextlib.contextmanager

@@ -318,13 +318,15 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
         return make_entry(result, params, traces, output_rebuild=result.rebuild)
 
     outer_grad = torch.is_grad_enabled()
-    fb = forward_and_backward(trace, candidates)
+    arguments = frozenset(p.name for p, src in result.prologue.inputs
+                          if isinstance(p, TensorProxy) and isinstance(src, frontend.ArgSource))
+    fb = forward_and_backward(trace, candidates, arguments)
     outputs = [fb.written.get(o.name, o) if isinstance(o, TensorProxy) else o for o in fb.flat_outputs] + [
         src for _, src in fb.dirty]  # an updated input as an output: its gradient is the written value's
-    reached = inputs_reached(fb.forward, fb.inputs, outputs)
+    reached = inputs_reached(fb.forward, fb.inputs, outputs, fb.parts)
     output_meta = tuple((tuple(o.shape) if all(type(d) is int for d in o.shape) else None, o.dtype, o.device)
                         if isinstance(o, TensorProxy) else None for o in outputs)  # (None: a run-time extent)
-    compilation.grad_inputs = list(fb.inputs)
+    compilation.grad_inputs = [fb.grad_of(i) for i in range(len(fb.inputs) + len(fb.parts))]
     fwd, bwd = fb.forward, fb.backward
     for transform in cd.transforms:
         fwd, bwd = transform.transform_forward_backward(fwd, bwd, compilation)
@@ -345,6 +347,7 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     passed = tuple((i, position[n]) for i, n in enumerate(sources) if n in position and n not in dirty)
     grad_info = GradInfo(nondiff, len(fb.flat_outputs), is_printable_structure(result.output),
                          enable_grad=not outer_grad, dirty_inputs=tuple(i for i, _ in fb.dirty), passed_inputs=passed,
+                         parts=fb.parts,
                          inputs_reached=reached, output_meta=output_meta,
                          runtime_extents=any(m is not None and m[0] is None for m in output_meta))
     return make_entry(result, candidates, traces, output_rebuild=output_rebuild(result), backward_traces=bwd_traces,

@@ -69,6 +69,9 @@ class GradInfo:
     # (output, input) positions of outputs that are inputs, unchanged: the call returns the input tensor itself, as
     # eager does, not the view of it that an autograd.Function returns
     passed_inputs: tuple = ()
+    # inputs passed to the Function again, one per further part of their gradient ([Note: the gradient of a returned
+    # input] in thunder/transforms/autodiff.py)
+    parts: tuple = ()
     # per output (the dirty inputs last): the input positions its gradient reaches, and its (shape, dtype, device)
     inputs_reached: tuple = ()
     output_meta: tuple = ()
@@ -89,12 +92,14 @@ class ThunderFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, entry, *inputs):
         ctx.set_materialize_grads(False)  # an output no loss used gets None: see backward
+        info = entry.grad_info
+        if info.parts:
+            inputs = inputs[:len(inputs) - len(info.parts)]
         result, (saved_tensors, saved_others) = entry.computation(*inputs)
         ctx.save_for_backward(*saved_tensors)
         ctx.saved_others = saved_others
         ctx.entry = entry
         flat = result["flat_output"]
-        info = entry.grad_info
         ctx.shapes = None
         if info.runtime_extents:  # outputs with run-time extents: the shapes of this call
             ctx.shapes = [t.shape if isinstance(t, torch.Tensor) else None
@@ -148,11 +153,12 @@ class ThunderFunction(torch.autograd.Function):
 
 def run_with_autograd(entry, inps):
     info = entry.grad_info
+    args = (*inps, *(inps[j] for j in info.parts)) if info.parts else inps
     if info.enable_grad:
         with torch.enable_grad():
-            out = ThunderFunction.apply(entry, *inps)
+            out = ThunderFunction.apply(entry, *args)
     else:
-        out = ThunderFunction.apply(entry, *inps)
+        out = ThunderFunction.apply(entry, *args)
     out = out[:info.n_outputs] if info.dirty_inputs else out
     if info.passed_inputs:
         out = list(out)

@@ -57,7 +57,10 @@ def torch_autograd_forward(fn, args, kwargs, groups, out_like=None):
     return tree_unflatten([o.detach() if isinstance(o, torch.Tensor) else o for o in flat], out_spec), graph
 
 
-def torch_autograd_backward(graph, *cotangents):
+def torch_autograd_backward(graph, *cotangents, sums=None):
+    """The gradients of the graph's inputs; ``sums``: per input, its gradient's sum so far or None. A sum is given to
+    torch's engine with the outputs' cotangents (the input as one more output), so the graph's parts are added to it
+    one by one, as eager's engine adds them ([Note: the order of a gradient's sum])."""
     if graph.inputs is None:
         raise RuntimeError(
             "Trying to backward through the graph a second time (or directly access saved tensors after they have "
@@ -67,12 +70,17 @@ def torch_autograd_backward(graph, *cotangents):
         if g is not None and o.requires_grad:
             outs.append(o)
             grads.append(g)
+    if outs and sums:
+        for i, s in zip(graph.inputs, sums):
+            if s is not None:
+                outs.append(i)
+                grads.append(s)
     keep = torch._C._autograd._get_current_graph_task_keep_graph()
     if outs:
         result = torch.autograd.grad(outs, graph.inputs, grads, retain_graph=keep, allow_unused=True,
                                      materialize_grads=True)
     else:
-        result = [torch.zeros_like(i) for i in graph.inputs]
+        result = [torch.zeros_like(i) if s is None else s for i, s in zip(graph.inputs, sums or [None] * len(graph.inputs))]
     if not keep:
         graph.inputs = graph.outputs = None  # release the graph's saved tensors
     return tuple(result)
@@ -90,9 +98,11 @@ def _forward_meta(fn, args, kwargs, groups, out_like=None):
     return out, Var(get_tracectx().make_name("graph"))
 
 
-def _backward_meta(graph, *cotangents, like):
+def _backward_meta(graph, *cotangents, like, sums=None):
     """``like``: (shape, dtype, device) of each gradient — metadata, so the inputs are not kept alive for it."""
     trace = get_tracectx()
+    for s, (shape, dtype, _) in zip(sums or (), like):  # each sum goes on as its input's gradient
+        assert s is None or (tuple(s.shape), s.dtype) == (tuple(shape), dtype), f"a sum of {s.shape} for a {shape} input"
     return tuple(trace.tensor(shape, dtype, device) for shape, dtype, device in like)
 
 
@@ -101,8 +111,8 @@ torch_autograd_backward_sym = Symbol("torch_autograd_backward", _backward_meta, 
 torch_autograd_forward_sym.torch_impl = torch_autograd_forward
 
 
-def torch_autograd_backward_impl(graph, *cotangents, like):
-    return torch_autograd_backward(graph, *cotangents)
+def torch_autograd_backward_impl(graph, *cotangents, like, sums=None):
+    return torch_autograd_backward(graph, *cotangents, sums=sums)
 
 
 torch_autograd_backward_sym.torch_impl = torch_autograd_backward_impl
@@ -132,15 +142,20 @@ def torch_autograd_rule(fn, out_meta=None):
         flat_out = flat_proxies(out)
         like = tuple((tuple(leaves[i].shape), leaves[i].dtype, leaves[i].device) for i in first.values())
 
-        def backward(*cotangents):
+        def backward(*cotangents, sums=None):
             cts = [g for o, g in zip(flat_out, cotangents) if isinstance(o, TensorProxy)]
-            grads = torch_autograd_backward_sym(graph, *cts, like=like)
+            given = tuple(sums.get(name) for name in first) if sums else ()
+            if any(s is not None for s in given):
+                grads = torch_autograd_backward_sym(graph, *cts, like=like, sums=given)
+            else:
+                grads = torch_autograd_backward_sym(graph, *cts, like=like)
             flat = [None] * len(leaves)
             for i, g in zip(first.values(), grads):
                 flat[i] = g
             grad_args, grad_kwargs = tree_unflatten(flat, spec)
             return ArgGrads(tuple(grad_args), grad_kwargs)
 
+        backward.continues_sums = True  # see [Note: the order of a gradient's sum]
         return out, backward
 
     return rule

@@ -666,6 +666,24 @@ def mean_rule(a, dim=None, keepdim=False, *, dtype=None):
     return out, backward
 
 
+@register_vjp(_reductions.cumsum)
+def cumsum_rule(a, dim, *, dtype=None):
+    """``cumsum(a, dim, dtype=...)`` with another floating dtype: eager's ``CumsumBackward`` converts the cotangent to
+    ``a``'s dtype first and sums it in reverse in that dtype (the decomposition's rules sum in the output's dtype,
+    then convert: other roundings)."""
+    out_dtype = _reductions._sum_dtype(a, dtype)
+    if a.ndim == 0 or out_dtype is a.dtype or not out_dtype.is_floating_point:
+        return NotImplemented
+    out = _reductions.cumsum(a, dim, dtype=dtype)
+    d = _reductions._dims(a, dim)[0]
+
+    def backward(g):
+        g = prims.flip(prims.convert_element_type(g, a.dtype), (d,))
+        return (prims.flip(prims.cumsum(g, d), (d,)),)
+
+    return out, backward
+
+
 @register_vjp(_shapes.stack)
 def stack_rule(tensors, dim=0):
     """eager's ``StackBackward``: the output gradient unbound, one part per input, given in the inputs' order (a tensor

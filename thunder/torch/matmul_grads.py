@@ -195,6 +195,9 @@ def rule(sym, a, b):
     if a.ndim >= 3 and b.ndim >= 3 and _squeezed(a, b, requires_grad) is None:
         from thunder.transforms.grad_rules import _holomorphic
 
+        if a is b and sym is not prims.matmul:  # torch.matmul's operands are views, ``b``'s made last: its part
+            # reaches the sum first (``torch.bmm``, the primitive, gives its parts in the operands' order)
+            return out, _holomorphic(lambda g: _batched_backward(g, a, b)[::-1], a, b)
         return out, _holomorphic(lambda g: _batched_backward(g, a, b), a, b)
     a_saved = a if requires_grad[1] else layout_of(a)
     b_saved = b if requires_grad[0] else layout_of(b)

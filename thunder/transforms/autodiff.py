@@ -91,18 +91,23 @@ class _ForwardBuilder:
         self.env: dict[str, object] = {}
         self.tape: list[_TapeEntry] = []
         self.recomputable: set[str] = set()  # forward values of checkpointed regions
+        self.same: dict[str, str] = {}  # a value that is its input itself in eager -> that input's name (_Sums)
 
     def process(self, bsym):
         args = substitute(bsym.args, self.env)
         kwargs = substitute(bsym.kwargs, self.env)
         recompute = Tag.RECOMPUTE_IN_BACKWARD in bsym.tags and not has_effects(bsym)
-        if not _needs_grad(bsym):
+        same = Tag.RETURNS_INPUT in bsym.tags
+        if same or not _needs_grad(bsym):
             from thunder.transforms.rename import substitute_bsym
 
             new = substitute_bsym(bsym, self.env)
             self.fwd.record(new)
             if recompute:
                 self.recomputable.update(o.name for o in new.flat_outs)
+            if same:
+                base = next(a for a in new.flat_args if isinstance(a, TensorProxy)).name
+                self.same[new.output.name] = self.same.get(base, base)
             return
         rule = _rule_for(bsym.sym)
         if rule is not None:
@@ -139,7 +144,8 @@ class _ForwardBuilder:
             if old.name != new.name:
                 self.env[old.name] = new
         outs = [o for o in flat_proxies(out)]
-        self.tape.append(_TapeEntry(args, outs, backward, len(outs), kwargs))
+        self.tape.append(_TapeEntry(args, outs, backward, len(outs), kwargs,
+                                    continues_sums=getattr(backward, "continues_sums", False)))
 
 
 # [Note: the order of a gradient's sum]
@@ -149,7 +155,37 @@ class _ForwardBuilder:
 # differentiated through its decomposition (``F.rms_norm``) is a single use to the tape but several to eager's
 # engine, which sees its pieces: its backward therefore goes on with the sums its inputs have so far
 # (``continues_sums``), adding its pieces' parts to them one by one, rather than adding their total at the end
-# (``x + h(rms_norm(x))``: ((residual + mul) + pow) as eager, not residual + (mul + pow)).
+# (``x + h(rms_norm(x))``: ((residual + mul) + pow) as eager, not residual + (mul + pow)). Ops differentiated by
+# torch's autograd do the same (``torch.cdist(y, y)``: its two parts go on with ``y``'s sum inside torch's graph), as
+# can any rule whose backward has ``continues_sums`` set: it takes ``sums=`` and returns the new sums.
+
+
+class _Sums(dict):
+    """Gradient sums by the name of the forward value. A value eager has as its input itself (``Tag.RETURNS_INPUT``,
+    ``y = x.contiguous()`` of a contiguous ``x``) has no sum of its own: its parts are added to its input's as they
+    arrive, as in eager, where they reach ``x``'s node directly."""
+
+    def __init__(self, same: dict, sums: dict = ()):
+        super().__init__(sums)
+        self.same = same
+
+    def key(self, name):
+        return self.same.get(name, name)
+
+    def __getitem__(self, name):
+        return super().__getitem__(self.key(name))
+
+    def __setitem__(self, name, value):
+        super().__setitem__(self.key(name), value)
+
+    def __contains__(self, name):
+        return super().__contains__(self.key(name))
+
+    def get(self, name, default=None):
+        return super().get(self.key(name), default)
+
+    def pop(self, name, *default):
+        return super().pop(self.key(name), *default)
 
 
 def _decomposition_backward(bsym, inputs):
@@ -165,7 +201,7 @@ def _decomposition_backward(bsym, inputs):
         builder = _ForwardBuilder(trace)
         for sub in bsym.subsymbols:
             builder.process(sub)
-        grads: dict = dict(sums)
+        grads = _Sums({}, sums)
         for o, ct in zip(bsym.flat_outs, cotangents):
             if ct is not None and isinstance(o, TensorProxy):
                 _accumulate(grads, builder.env.get(o.name, o), ct, trace)
@@ -189,32 +225,32 @@ def _run_tape(tape, grads: dict, trace):
         cts = [grads.get(o.name) if isinstance(o, TensorProxy) else None for o in entry.outs]
         if all(c is None for c in cts):
             continue
+        kwargs, replace = {}, False
         if entry.continues_sums:  # see [Note: the order of a gradient's sum]
-            totals = entry.backward(*cts, sums={a.name: grads[a.name] for a in entry.args if a.name in grads})
-            for arg, g in zip(entry.args, totals):
-                if g is not None:
-                    grads.pop(arg.name, None)
-                    _accumulate(grads, arg, g, trace)
-            continue
-        in_grads = entry.backward(*cts)
+            names = {a.name for a in flat_proxies((entry.args, entry.kwargs)) if isinstance(a, TensorProxy)}
+            # two inputs with one sum (``x`` and ``x.contiguous()``) cannot both go on with it: they add totals
+            replace = len({grads.key(n) for n in names}) == len(names)
+            kwargs["sums"] = {n: grads[n] for n in names if n in grads and not isinstance(grads[n], _Parts)} \
+                if replace else {}
+        in_grads = entry.backward(*cts, **kwargs)
         if isinstance(in_grads, ArgGrads):
-            _accumulate(grads, entry.args, in_grads.args, trace)
-            _accumulate(grads, entry.kwargs, in_grads.kwargs, trace)
-            continue
-        for arg, g in zip(entry.args, in_grads):
-            _accumulate(grads, arg, g, trace)
+            _accumulate(grads, entry.args, in_grads.args, trace, replace)
+            _accumulate(grads, entry.kwargs, in_grads.kwargs, trace, replace)
+        else:
+            _accumulate(grads, entry.args, in_grads, trace, replace)
 
 
-def _accumulate(grads: dict, arg, g, trace):
+def _accumulate(grads: dict, arg, g, trace, replace: bool = False):
+    """Adds ``g`` to the gradient sum of ``arg`` (matching structures); ``replace``: ``g`` is the new sum."""
     if g is None:
         return
     if isinstance(arg, (list, tuple)):
         for a, gg in zip(arg, g):
-            _accumulate(grads, a, gg, trace)
+            _accumulate(grads, a, gg, trace, replace)
         return
     if isinstance(arg, dict):
         for k, a in arg.items():
-            _accumulate(grads, a, g.get(k), trace)
+            _accumulate(grads, a, g.get(k), trace, replace)
         return
     if not isinstance(arg, TensorProxy) or not arg.requires_grad:
         return
@@ -223,7 +259,9 @@ def _accumulate(grads: dict, arg, g, trace):
 
     g = convert(g, arg.dtype)
     prev = grads.get(arg.name)
-    if prev is None:
+    if isinstance(prev, _Parts):  # [Note: the gradient of a returned input]
+        prev.append(g)
+    elif prev is None or replace:
         grads[arg.name] = g
     else:
         from thunder.core import prims
@@ -231,27 +269,47 @@ def _accumulate(grads: dict, arg, g, trace):
         grads[arg.name] = prims.add(prev, g)
 
 
-def _build_backward(builder: _ForwardBuilder, fwd: TraceCtx, flat_outputs: list, params: list) -> tuple:
+def _build_backward(builder: _ForwardBuilder, fwd: TraceCtx, flat_outputs: list, params: list,
+                    returned: frozenset = frozenset()) -> tuple:
     bwd = fwd.from_trace([])
     bwd.name = "backward_fn"
     bwd.params = ["saved_for_backward", "cotangents"]
     bwd.decorators = ["@torch.no_grad()", "@no_autocast"]
-    grads: dict[str, object] = {}
+    grads = _Sums(builder.same)
+    for name in returned:  # see [Note: the gradient of a returned input]
+        grads[name] = _Parts()
     cotangents = []
     with tracectx(bwd):
         for o in flat_outputs:
             if isinstance(o, TensorProxy):
                 ct = bwd.tensor(tuple(o.shape), o.dtype, o.device)
                 cotangents.append(ct)
-                if o.requires_grad:
+                if o.requires_grad and o.name not in returned:
                     _accumulate(grads, o, ct, bwd)
             else:
                 cotangents.append(Var(bwd.make_name("ct")))
         _run_tape(builder.tape, grads, bwd)
-        input_grads = tuple(grads.get(p.name) if isinstance(p, TensorProxy) and p.requires_grad else None
-                            for p in params)
-        px.python_return(input_grads)
-    return bwd, cotangents
+        input_grads, parts = [], []
+        for i, p in enumerate(params):
+            g = grads.get(p.name) if isinstance(p, TensorProxy) and p.requires_grad else None
+            if isinstance(g, _Parts):
+                g, rest = (g[0], g[1:]) if g else (None, [])
+                parts += [(i, r) for r in rest]
+            input_grads.append(g)
+        px.python_return(tuple(input_grads) + tuple(r for _, r in parts))
+    return bwd, cotangents, tuple(i for i, _ in parts)
+
+
+# [Note: the gradient of a returned input]
+# An output that is an input ``x`` itself is returned as ``x`` (``GradInfo.passed_inputs``), so its cotangent reaches
+# ``x`` directly, not through the backward, and first: in eager, where it is ``x`` as well, torch's engine adds it to
+# ``x``'s gradient before the parts of ``x``'s uses, which follow one by one. A single gradient from the backward
+# would be added after all of them, summed (``ct + (p1 + p2)`` where eager has ``(ct + p1) + p2``). So the backward
+# returns the parts of such an input (a call's argument) separately, in the order they arrive: the first as its
+# gradient, the others as gradients of ``x`` passed to the autograd.Function again (``ForwardBackward.parts``), which
+# the engine adds in that order.
+class _Parts(list):
+    """The gradient parts of a returned input, in arrival order (``_accumulate`` appends to it)."""
 
 
 @dataclasses.dataclass
@@ -275,19 +333,24 @@ class ForwardBackward:
     recomputable: set  # forward values the backward recomputes instead of saving (checkpointed regions)
     # the result of each write-back of a value that requires grad (the updated input, as an output) -> that value
     written: dict = dataclasses.field(default_factory=dict)
+    # the backward's outputs after one per input: more parts of the gradient of input ``parts[k]``, passed to the
+    # autograd.Function again ([Note: the gradient of a returned input])
+    parts: tuple = ()
 
     def grad_of(self, i: int):
-        """The forward input whose gradient the backward's output ``i`` is."""
-        return self.inputs[i]
+        """The forward input whose gradient (or a part of it) the backward's output ``i`` is."""
+        return self.inputs[i] if i < len(self.inputs) else self.inputs[self.parts[i - len(self.inputs)]]
 
 
-def forward_and_backward(trace: TraceCtx, inputs: list) -> ForwardBackward:
+def forward_and_backward(trace: TraceCtx, inputs: list, arguments: frozenset = frozenset()) -> ForwardBackward:
     """The forward and backward traces of ``trace`` (the computation after DCE and computation transforms).
+    ``arguments``: the names of the inputs that are the call's arguments (not module state), whose gradient comes in
+    parts where the program returns them ([Note: the gradient of a returned input]).
 
     See [Note: grad mode inside the program].
     """
     with torch.enable_grad():
-        return _forward_and_backward(trace, list(inputs))
+        return _forward_and_backward(trace, list(inputs), arguments)
 
 
 # [Note: grad mode inside the program]
@@ -298,7 +361,7 @@ def forward_and_backward(trace: TraceCtx, inputs: list) -> ForwardBackward:
 # outputs that do not require grad are marked non-differentiable. A program called under no_grad
 # that enables grad inside runs its autograd.Function with grad enabled (``GradInfo.enable_grad`` in
 # thunder/driver/runtime.py; the prologue guarantees that every call of the entry has the mode of the first).
-def _forward_and_backward(trace: TraceCtx, inputs: list) -> ForwardBackward:
+def _forward_and_backward(trace: TraceCtx, inputs: list, arguments: frozenset) -> ForwardBackward:
     t0 = time.perf_counter_ns()
     fwd = trace.from_trace([])
     fwd.name = "augmented_forward_fn"
@@ -320,20 +383,29 @@ def _forward_and_backward(trace: TraceCtx, inputs: list) -> ForwardBackward:
     # an output that is an updated input: its cotangent is the written value's (autograd gives it to this output or
     # to the input's dirty position, one of them)
     differentiated = [written.get(o.name, o) if isinstance(o, TensorProxy) else o for o in flat_outputs]
-    bwd, cotangents = _build_backward(builder, fwd, differentiated + [src for _, src in dirty], inputs)
+    updated = {inputs[i].name for i, _ in dirty}
+    returned = frozenset(o.name for o in differentiated if isinstance(o, TensorProxy) and o.requires_grad
+                         and o.name in arguments and o.name not in updated)
+    bwd, cotangents, parts = _build_backward(builder, fwd, differentiated + [src for _, src in dirty], inputs, returned)
     bwd = dce(bwd, name="Backward construction")
     bwd.set_provenance("Backward pass", t0)
     with tracectx(fwd):
         px.python_return(forward_return(output, inputs, flat_outputs, (), ()))
     fwd.set_provenance("Augmented forward pass", t0)
-    return ForwardBackward(fwd, bwd, inputs, output, flat_outputs, cotangents, dirty, builder.recomputable, written)
+    return ForwardBackward(fwd, bwd, inputs, output, flat_outputs, cotangents, dirty, builder.recomputable, written,
+                           parts)
 
 
-def inputs_reached(fwd: TraceCtx, inputs: list, outputs: list) -> tuple:
+def inputs_reached(fwd: TraceCtx, inputs: list, outputs: list, parts: tuple = ()) -> tuple:
     """For each of ``outputs``, the positions in ``inputs`` its gradient reaches: the inputs that require grad and
-    that it is computed from through values that require grad (eager's autograd graph). Eager leaves ``.grad`` None
-    for an input that only outputs no loss used reach (see ``ThunderFunction.backward``)."""
-    reached = {p.name: frozenset((i,)) for i, p in enumerate(inputs) if isinstance(p, TensorProxy) and p.requires_grad}
+    that it is computed from through values that require grad (eager's autograd graph), and the positions after them
+    of the inputs' ``parts``. Eager leaves ``.grad`` None for an input that only outputs no loss used reach (see
+    ``ThunderFunction.backward``)."""
+    again = {}
+    for k, i in enumerate(parts):
+        again.setdefault(i, set()).add(len(inputs) + k)
+    reached = {p.name: frozenset((i, *again.get(i, ()))) for i, p in enumerate(inputs)
+               if isinstance(p, TensorProxy) and p.requires_grad}
     for b in fwd.bound_symbols:
         found = frozenset().union(*(reached.get(a.name, ()) for a in b.flat_args if isinstance(a, TensorProxy)))
         if found:
