@@ -33,6 +33,7 @@ from thunder.driver.interpreter import InterpreterError
 from thunder.driver.layouts import Layouts, UnknownLayout, contiguous_strides
 from thunder.driver.outputs import flatten_output
 from thunder.core.proxies import TensorProxy, NumberProxy, SymbolicTensorProxy
+from thunder.core.extents import same_shape
 from thunder.core.symbol import Symbol, Tag
 from thunder.driver.tensor_queries import TracedGradFn
 from thunder.core.trace import TraceCtx, tracectx
@@ -616,6 +617,8 @@ class Tracer:
             raise NotImplementedError(f"thunder cannot update {target.name} in place with {new!r}")
         if tuple(new.shape) != tuple(target.shape):
             raise RuntimeError(f"output with shape {list(target.shape)} doesn't match the broadcast shape {list(new.shape)}")
+        if not same_shape(tuple(new.shape), tuple(target.shape)):  # equal by the values guarded (a run-time extent
+            new = self.call(ltorch_shapes.reshape, (new, tuple(target.shape)), {})  # that is 1): the tensor's shape
         if new.dtype is not target.dtype:
             if not torch.can_cast(new.dtype, target.dtype):  # as eager: int_tensor.add_(1.5) raises
                 raise RuntimeError(f"result type {_dtype_word(new.dtype)} can't be cast to the desired output type "
