@@ -184,17 +184,9 @@ class Layouts:
         them (0, 1, 2, and larger ones, different for each extent): the answer must be the same for all, else thunder
         refuses rather than guess (a copy taken for a view would lose later in-place updates, and the reverse leak
         them)."""
-        names = sorted(_roots(tree_leaves((args, kwargs))))
-        if not names:
-            return bool(self._aliases(fn, args, kwargs, out_index, base))
-        trials = [dict(zip(names, itertools.count(11, 2)))] + [dict.fromkeys(names, v) for v in (0, 1, 2)]
-        answers = set()
-        for trial in trials:
-            with self._trying(trial):
-                answer = self._aliases(fn, args, kwargs, out_index, base)
-            if answer is not None:
-                answers.add(answer)
+        answers = self._answers(fn, args, kwargs, out_index, base)
         if len(answers) > 1:
+            names = sorted(_roots(tree_leaves((args, kwargs))))
             raise NotImplementedError(
                 f"thunder cannot tell whether {getattr(fn, '__name__', fn)} returns a view of {base.name} or a new "
                 f"tensor: in eager it depends on the values of {', '.join(names)}, known only at run time. Call "
@@ -204,15 +196,20 @@ class Layouts:
     def returns_input(self, fn, args, kwargs, base: TensorProxy) -> bool:
         """Whether ``fn(*args, **kwargs)`` returns ``base`` itself in eager (``x.contiguous()`` of a contiguous ``x``):
         a value with no autograd node of its own. Where the answer depends on run-time extents, no."""
+        return self._answers(fn, args, kwargs, 0, base, same=True) == {True}
+
+    def _answers(self, fn, args, kwargs, out_index: int, base: TensorProxy, same: bool = False) -> set:
+        """``_aliases``' answers: for the values of the run-time extents tried (see ``aliases``), impossible ones left
+        out; for the shapes themselves where there are none."""
         names = sorted(_roots(tree_leaves((args, kwargs))))
         if not names:
-            return bool(self._aliases(fn, args, kwargs, 0, base, same=True))
+            return {bool(self._aliases(fn, args, kwargs, out_index, base, same))}
         trials = [dict(zip(names, itertools.count(11, 2)))] + [dict.fromkeys(names, v) for v in (0, 1, 2)]
         answers = set()
         for trial in trials:
             with self._trying(trial):
-                answers.add(self._aliases(fn, args, kwargs, 0, base, same=True))
-        return answers - {None} == {True}
+                answers.add(self._aliases(fn, args, kwargs, out_index, base, same))
+        return answers - {None}
 
     def _aliases(self, fn, args, kwargs, out_index: int, base: TensorProxy, same: bool = False):
         """``aliases`` (``same``: ``returns_input``) for the current trial values; None where they are impossible (an
