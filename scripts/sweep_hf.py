@@ -28,6 +28,7 @@ from transformers.models.auto import modeling_auto  # noqa: E402
 
 import thunder  # noqa: E402
 from tests.test_hf_models import CASES  # noqa: E402
+from tests.metadata_check import CheckMetadata  # noqa: E402
 from scripts._sweep import first_that_runs, sweep  # noqa: E402
 
 VOCAB = 128
@@ -57,7 +58,7 @@ _TEXT = ("AutoModelForCausalLM", "AutoModelForMaskedLM", "AutoModelForSeq2SeqLM"
 
 def _run(model, inputs, jit: bool):
     m = copy.deepcopy(model)
-    f = thunder.jit(m) if jit else m
+    f = thunder.jit(m, transforms=[CheckMetadata()]) if jit else m  # see there
     torch.manual_seed(5)
     out = f(**inputs)
     out.loss.backward()

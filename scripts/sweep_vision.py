@@ -28,6 +28,7 @@ warnings.filterwarnings("ignore")
 
 import thunder  # noqa: E402
 from tests.libraries import import_torchvision  # noqa: E402
+from tests.metadata_check import CheckMetadata  # noqa: E402
 from scripts._sweep import first_that_runs, sweep  # noqa: E402
 
 SIZE = 64
@@ -40,7 +41,7 @@ def _loss(out):
 
 def _run(model, inputs, jit: bool, train: bool):
     m = copy.deepcopy(model).train(train)
-    f = thunder.jit(m) if jit else m
+    f = thunder.jit(m, transforms=[CheckMetadata()]) if jit else m  # see there
     torch.manual_seed(5)
     out = f(*inputs)
     if train:

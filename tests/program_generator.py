@@ -954,6 +954,8 @@ REFUSAL_WORDS = ("not supported", "unsupported", "is refused", "refuse", "not ye
 
 def classify_exception(e: BaseException) -> str:
     msg = str(e).lower()
+    if type(e).__name__ == "MetadataMismatch":  # a value of another dtype or shape than the trace says (see there)
+        return "WRONG"
     if isinstance(e, NotImplementedError) or type(e).__name__ in ("DataDependentError", "ThunderSharpEdgeError"):
         return "REFUSED"
     if isinstance(e, (ValueError, RuntimeError)) and any(w in msg for w in REFUSAL_WORDS):
@@ -980,7 +982,9 @@ def run_program(prog: Program | None, perturb: bool = False) -> Result:
     except Exception as ex:  # noqa: BLE001
         return Result(prog.seed, "DISCARD", f"eager raises: {type(ex).__name__}: {ex}", prog)
     eager_grad_failed = isinstance(e1[1], Exception) or isinstance(e2[1], Exception)
-    jfn = thunder.jit(prog.load())
+    from metadata_check import CheckMetadata
+
+    jfn = thunder.jit(prog.load(), transforms=[CheckMetadata()])
     for call, e in ((1, e1), (2, e2)):
         stage = "forward"
         try:

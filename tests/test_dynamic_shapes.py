@@ -374,3 +374,32 @@ def test_hf_mixtral_default_experts_match_eager():
     ids = torch.randint(0, 50, (2, 6))
     with torch.no_grad():
         assert torch.equal(thunder.jit(model)(ids).logits, model(ids).logits)
+
+
+# PyTorch Geometric's MedianAggregation (utils.cumsum): ``torch.cumsum(count, 0, out=out.narrow(0, 1, n))`` of a
+# run-time ``n``; the narrow's end (``1 + n``) is computed inside its decomposition and was once used outside it
+@pytest.mark.parametrize("update", ["fill_", "copy_", "cumsum_out"])
+def test_an_update_of_a_narrow_view_of_a_run_time_length(update):
+    def fn(x, m):
+        c = x[m] * 2
+        out = x.new_zeros(c.size(0) + 1)
+        view = out.narrow(0, 1, c.size(0))
+        if update == "fill_":
+            view.fill_(2.0)
+        elif update == "copy_":
+            view.copy_(c)
+        else:
+            torch.cumsum(c.detach(), 0, out=view)  # out= takes no tensor that requires grad
+        return out * 3
+
+    jfn = thunder.jit(fn)
+    for mask in ([1, 0, 1, 1, 0, 1], [1, 1, 1, 1, 0, 1], [0] * 6):
+        results = []
+        for f in (fn, jfn):
+            x = torch.arange(6.0, requires_grad=True)
+            out = f(x, torch.tensor(mask, dtype=torch.bool))
+            grads = torch.autograd.grad(out.sum(), x) if out.requires_grad else ()
+            results.append((out, *grads))
+        assert len(results[0]) == len(results[1])
+        for a, b in zip(*results):
+            assert torch.equal(a, b), (update, mask)

@@ -21,10 +21,7 @@ import program_generator as pg
 
 N_SEEDS = 600
 
-KNOWN_FAILURES = {
-    539: "WRONG (rounding): an in-place op whose other operand has a wider dtype (``t2.add_(x0_float64, alpha=2)`` on "
-         "float32): eager's backward computes that operand's gradient in float32 and casts it, thunder in float64",
-}
+KNOWN_FAILURES: dict[int, str] = {}
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -594,6 +594,8 @@ _RETURNED = {
     "broadcast_parts": lambda x: (x, x * torch.ones(3, 1, dtype=x.dtype), x.unsqueeze(0) + 1),
     "cdist": lambda x: (torch.cdist(x.reshape(-1, 2), x.reshape(-1, 2)), x * 2, x),
     "batched_product": lambda x: (x.reshape(2, 2, 2) @ x.reshape(2, 2, 2), x),
+    "decomposition": lambda x: (F.softsign(x), x * 2, x),  # x / (1 + |x|): its two parts arrive one by one
+    "flatten_of_a_vector": lambda x: (F.softsign(x.flatten()), x.flatten()),  # x itself in eager
 }
 
 
@@ -618,3 +620,44 @@ def test_a_returned_input_gets_its_gradient_in_eager_order(name, leaf):
         (outs, grads), (j_outs, j_grads) = results
         for a, b in zip(outs + list(grads), j_outs + list(j_grads)):
             assert a.dtype == b.dtype and torch.equal(a, b), (name, seed)
+
+
+# An in-place update computed in a wider dtype than the tensor it updates: eager's backward evaluates the op's
+# derivative formulas with the gradient in the updated tensor's dtype (``a_bf16.mul_(b_f32)``: b's gradient is
+# ``grad * a`` rounded to bfloat16), not the out-of-place product's gradient in float32
+_NARROWING_UPDATES = {
+    "mul_": lambda a, b: a.mul_(b),
+    "imul": lambda a, b: a.__imul__(b),
+    "add_alpha": lambda a, b: a.add_(b, alpha=3),
+    "sub_alpha": lambda a, b: a.sub_(b, alpha=0.3),
+    "div_": lambda a, b: a.div_(b),
+    "addcmul_": lambda a, b: a.addcmul_(b, b, value=0.7),
+    "addcdiv_": lambda a, b: a.addcdiv_(b, b.exp(), value=0.7),
+    "pow_": lambda a, b: a.abs_().pow_(b),
+    "atan2_": lambda a, b: a.atan2_(b),
+    "hypot_": lambda a, b: a.hypot_(b),
+    "xlogy_": lambda a, b: a.abs_().xlogy_(b.abs()),
+    "clamp_": lambda a, b: a.clamp_(min=b),
+}
+
+
+@pytest.mark.parametrize("narrow,wide", [(torch.bfloat16, torch.float32), (torch.float16, torch.float32),
+                                         (torch.float32, torch.float64)], ids=["bf16", "f16", "f32"])
+@pytest.mark.parametrize("name", list(_NARROWING_UPDATES))
+def test_an_update_computed_in_a_wider_dtype_is_differentiated_as_eager(name, narrow, wide):
+    update = _NARROWING_UPDATES[name]
+
+    def fn(x, y):
+        a = (x * 1.5).to(narrow)
+        update(a, y)
+        return a.float().sum(-1) * 1.3
+
+    gen = torch.Generator().manual_seed(0)
+    x0, y0 = torch.randn(6, 5, generator=gen), torch.randn(6, 5, generator=gen, dtype=wide)
+    results = []
+    for f in (fn, thunder.jit(fn)):
+        x, y = x0.clone().requires_grad_(), y0.clone().requires_grad_()
+        out = f(x, y)
+        results.append((out, *torch.autograd.grad(out.sum(), (x, y))))
+    for a, b in zip(*results):
+        assert a.dtype == b.dtype and torch.equal(a, b), name

@@ -396,6 +396,17 @@ def test_found_by_generated_programs(name):
     assert expected.dtype == actual.dtype and expected.stride() == actual.stride() and torch.equal(expected, actual)
 
 
+@pytest.mark.parametrize("empty_dtype,dtype", [(torch.float32, torch.bfloat16), (torch.float64, torch.float32),
+                                               (torch.int64, torch.float16), (torch.float32, torch.int64)], ids=str)
+def test_cat_promotes_over_the_empty_tensors_it_skips(empty_dtype, dtype):
+    """``torch.cat`` skips 1-D empty tensors (a legacy) for the shape, not for the result's dtype: Hugging Face's
+    key-value cache starts as ``torch.tensor([])``, so under autocast it concatenates bfloat16 values to float32."""
+    fn = lambda empty, x: (lambda y: (y, y.dtype))(torch.cat([empty, x, empty], -1))  # noqa: E731
+    inputs = torch.tensor([], dtype=empty_dtype), torch.randn(2, 3).to(dtype)
+    (expected, expected_dtype), (actual, traced_dtype) = fn(*inputs), thunder.jit(fn)(*inputs)
+    assert expected.dtype == actual.dtype == expected_dtype == traced_dtype and torch.equal(expected, actual)
+
+
 @pytest.mark.parametrize("fn,error,match", [
     (lambda x: torch.add(x, x, alpha=1.5), RuntimeError, "For integral input tensors, argument alpha must not be"),
     (lambda x: x[..., ..., :1], NotImplementedError, "at most one Ellipsis"),

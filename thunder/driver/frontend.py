@@ -346,6 +346,7 @@ class Tracer:
         self.aliases.write_root = self._write_root
         self.grads: dict[str, object] = {}  # input name -> proxy of its .grad (or None) as the program read it
         self.checkpoint_depth = 0
+        self.autocast_casts = ltorch_autocast.CastCache(self._is_unchanged_leaf)
 
     # -- inputs --------------------------------------------------------------------------
     def add_input(self, proxy, source, tensor=None):
@@ -499,7 +500,7 @@ class Tracer:
 
     def call(self, sym, args, kwargs, *, fn=None):
         """Records ``sym(*args, **kwargs)``; ``fn`` is the torch callable the program called, if any."""
-        args, kwargs = ltorch_autocast.maybe_autocast(sym, args, kwargs)
+        args, kwargs = ltorch_autocast.maybe_autocast(sym, args, kwargs, self.autocast_casts)
         scope = self.trace._scopes[-1]
         n = len(scope)
         out = sym(*args, **kwargs)
@@ -592,6 +593,8 @@ class Tracer:
                 new = self.handle(plan.fn, args, kwargs)
             if plan.fn is torch.Tensor.detach:
                 return self._detach_in_place(first, new)
+            if self._differentiated_narrower(self_value, new, args, kwargs, plan):  # see the method
+                new = self.call(inplace_fallback_symbol(func), args, kwargs)
         elif plan.kind == PlanKind.VALUE:
             new = self.call(plan.fn, args, kwargs)
         elif plan.kind == PlanKind.RESIZE:
@@ -604,6 +607,19 @@ class Tracer:
         if plan.check is not None:
             plan.check(self_value, new)
         return self.inplace(first, new, no_grad=plan.no_grad)
+
+    @staticmethod
+    def _differentiated_narrower(self_value, new, args, kwargs, plan) -> bool:
+        """Whether an in-place update computed in a wider dtype than the tensor it updates (``a_bf16.mul_(b_f32)``)
+        is differentiated. Eager's backward then evaluates the op's derivative formulas with the gradient in the
+        updated tensor's dtype: ``b``'s gradient is ``grad * a`` rounded to bfloat16, where the out-of-place twin's
+        (the product's gradient in float32, then the cast's) is not rounded. The update then runs as the torch
+        callable itself on a copy, which torch's autograd differentiates as eager does."""
+        if plan.no_grad or not torch.is_grad_enabled() or not isinstance(new, TensorProxy):
+            return False
+        if not isinstance(self_value, TensorProxy) or new.dtype is self_value.dtype:
+            return False
+        return any(t.requires_grad for t in _tensor_leaves((args, kwargs)) if isinstance(t, TensorProxy))
 
     def inplace(self, original, new, *, no_grad: bool = False):
         """The program's tensor ``original`` gets the value ``new`` (``x.add_(y)``, ``x[i] = v``, ...); returns ``original``."""
@@ -842,6 +858,12 @@ class Tracer:
         self.layouts.meta(value)
         return self.layouts._layout(value)[1]
 
+    def _is_unchanged_leaf(self, value: TensorProxy) -> bool:
+        """Whether ``value`` is an input as the call passed it, a leaf of autograd that is no view (a parameter)."""
+        real = self.real_inputs.get(value.name)
+        return (real is not None and self.aliases.key(value) == value.name and self.aliases.resolve(value) is value
+                and real.is_leaf and real._base is None)
+
     def _is_leaf(self, func, args, kwargs):
         value = self.resolve(args[0])
         if value.name in self.input_names and self.aliases.key(value) == value.name:
@@ -1036,6 +1058,10 @@ def _sanitize(name: str) -> str:
 
 
 def check_tensor_type(t: torch.Tensor):
+    if isinstance(t, torch.Tensor) and t.layout is not torch.strided:
+        raise NotImplementedError(
+            f"thunder does not support tensors of layout {t.layout} (sparse or other non-strided tensors) as inputs; "
+            "convert with to_dense() first, or call the sparse operations outside the jitted function")
     if isinstance(t, torch.nn.parameter.UninitializedTensorMixin):
         raise NotImplementedError(
             "thunder cannot trace a module with uninitialized (lazy) parameters or buffers, whose shapes are only "

@@ -128,6 +128,9 @@ def _inverse(bsym, base, value):
     if name == "slice_prim":
         starts, ends = bsym.args[1], bsym.args[2]
         steps = bsym.args[3] if len(bsym.args) > 3 and bsym.args[3] is not None else [1] * len(starts)
+        # an end the view's decomposition computed from run-time extents (``x.narrow(0, 1, n)``: ``1 + n``) is defined
+        # only inside it: the end is computed again here, from the new value's extent
+        ends = [e if type(e) is int else s + (n - 1) * st + 1 for s, e, st, n in zip(starts, ends, steps, value.shape)]
         key = tuple(slice(s, e, st) for s, e, st in zip(starts, ends, steps))
         return shapes.setitem(base, key, value)
     scatter = _FALLBACK_SCATTERS.get(getattr(bsym.sym, "torch_impl", None))

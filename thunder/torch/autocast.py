@@ -54,18 +54,45 @@ def state() -> tuple:
             torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
 
 
-def _cast(x, device_type, pred, dtype):
+class CastCache:
+    """Eager autocast's cache of casts (``cached_cast`` in autocast_mode.cpp): a float32 leaf tensor that requires grad
+    and is not a view (a parameter) is cast to the lower precision once while autocast stays on, and every op reads
+    that one copy. Its gradient's parts are then added in the lower precision and cast back once, not cast back one
+    by one and added in float32 (``F.linear(x, w) + F.linear(y, w)``). ``is_leaf(proxy)``: whether the traced tensor
+    is such a leaf (the tracer knows the real tensors)."""
+
+    def __init__(self, is_leaf):
+        self.is_leaf = is_leaf
+        self.casts: dict = {}
+
+    def cast(self, x: TensorProxy, dtype):
+        from thunder.core.trace import get_tracectx
+        from thunder.torch.utils import convert
+
+        if not (x.dtype is torch.float32 and x.requires_grad and torch.is_grad_enabled()
+                and torch.is_autocast_cache_enabled() and self.is_leaf(x)):
+            return convert(x, dtype)
+        key = (id(get_tracectx()._scopes[-1]), x.name, dtype)  # a copy made in an inner scope is not defined outside
+        if key not in self.casts:
+            self.casts[key] = convert(x, dtype)
+        return self.casts[key]
+
+
+def _cast(x, device_type, pred, dtype, cache):
     if isinstance(x, TensorProxy):
         if x.device.type == device_type and x.dtype.is_floating_point and x.dtype is not torch.float64 and pred(x):
             from thunder.torch.utils import convert
 
-            return convert(x, dtype)
+            return cache.cast(x, dtype) if cache is not None else convert(x, dtype)
     return x
 
 
-def maybe_autocast(sym, args, kwargs):
-    """``(args, kwargs)`` with the casts autocast would apply to ``sym``'s inputs."""
+def maybe_autocast(sym, args, kwargs, cache: CastCache | None = None):
+    """``(args, kwargs)`` with the casts autocast would apply to ``sym``'s inputs; ``cache``: the casts of leaves so
+    far, used and cleared as eager's cache is (torch empties it when autocast is left)."""
     if not (torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")):
+        if cache is not None:
+            cache.casts.clear()
         return args, kwargs
     tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, TensorProxy)]
     device_type = tensors[0].device.type if tensors else None
@@ -74,7 +101,8 @@ def maybe_autocast(sym, args, kwargs):
     policy = POLICIES.get(device_type, {}).get(getattr(sym, "name", None) or getattr(sym, "__name__", None))
     if policy is None:
         return args, kwargs
-    if policy is Policy.LOWER_PRECISION:
+    lower = policy is Policy.LOWER_PRECISION
+    if lower:
         dtype = torch.get_autocast_dtype(device_type)
         pred = lambda t: True  # noqa: E731
     elif policy is Policy.FP32:
@@ -86,4 +114,5 @@ def maybe_autocast(sym, args, kwargs):
             return args, kwargs
         dtype = max((t.dtype for t in floats), key=lambda d: torch.finfo(d).bits)
         pred = lambda t: True  # noqa: E731
-    return tree_map(lambda x: _cast(x, device_type, pred, dtype), (args, kwargs))
+    cache = cache if lower else None  # eager caches the casts to the lower precision only
+    return tree_map(lambda x: _cast(x, device_type, pred, dtype, cache), (args, kwargs))

@@ -242,10 +242,10 @@ def tile(a, *dims):
 
 @torchsymbol(torch.cat, torch.concat, torch.concatenate)
 def cat(tensors, dim=0):
-    tensors = [t for t in tensors if not (t.ndim == 1 and is_zero(t.shape[0]))] or list(tensors[:1])
     from thunder.torch.utils import promote
 
-    _, dtype = promote(*tensors)
+    _, dtype = promote(*tensors)  # the legacy empty tensors skipped below count (``cat([torch.tensor([]), x_bf16])``
+    tensors = [t for t in tensors if not (t.ndim == 1 and is_zero(t.shape[0]))] or list(tensors[:1])  # is float32)
     dim = canonicalize_dim(tensors[0].ndim, dim)
     tensors = [convert(t, dtype) for t in tensors]
     return prims.cat(tensors, dim)  # a new tensor even of one (eager's cat never returns its input)

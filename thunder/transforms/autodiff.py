@@ -35,6 +35,7 @@ class _TapeEntry:
     n_outputs: int
     kwargs: dict = dataclasses.field(default_factory=dict)  # the rule's keyword arguments
     continues_sums: bool = False  # backward(*cotangents, sums=...) goes on with the inputs' sums: see below
+    keeps_parts: bool = False  # ... and appends to a returned input's parts (_Parts) as they arrive
 
 
 def _rule_for(sym):
@@ -126,7 +127,7 @@ class _ForwardBuilder:
                 self.recomputable.update(o.name for o in new.flat_outs)
             inputs = tuple({a.name: a for a in new.flat_args if isinstance(a, TensorProxy)}.values())
             self.tape.append(_TapeEntry(inputs, list(new.flat_outs), _decomposition_backward(new, inputs),
-                                        len(new.flat_outs), continues_sums=True))
+                                        len(new.flat_outs), continues_sums=True, keeps_parts=True))
             return
         if rule is None:
             if not bsym.subsymbols:
@@ -214,7 +215,10 @@ def _decomposition_backward(bsym, inputs):
                 b = scope[i]
                 scope[i] = b.replace(args=substitute(b.args, to_forward), kwargs=substitute(b.kwargs, to_forward))
             for k, g in list(grads.items()):
-                grads[k] = substitute(g, to_forward)
+                if isinstance(g, _Parts):  # a returned input's, appended to in place
+                    g[:] = [substitute(p, to_forward) for p in g]
+                else:
+                    grads[k] = substitute(g, to_forward)
         return tuple(grads.get(a.name) for a in inputs)
 
     return backward
@@ -230,8 +234,8 @@ def _run_tape(tape, grads: dict, trace):
             names = {a.name for a in flat_proxies((entry.args, entry.kwargs)) if isinstance(a, TensorProxy)}
             # two inputs with one sum (``x`` and ``x.contiguous()``) cannot both go on with it: they add totals
             replace = len({grads.key(n) for n in names}) == len(names)
-            kwargs["sums"] = {n: grads[n] for n in names if n in grads and not isinstance(grads[n], _Parts)} \
-                if replace else {}
+            goes_on = [n for n in names if n in grads and (entry.keeps_parts or not isinstance(grads[n], _Parts))]
+            kwargs["sums"] = {n: grads[n] for n in goes_on} if replace else {}
         in_grads = entry.backward(*cts, **kwargs)
         if isinstance(in_grads, ArgGrads):
             _accumulate(grads, entry.args, in_grads.args, trace, replace)
@@ -242,7 +246,7 @@ def _run_tape(tape, grads: dict, trace):
 
 def _accumulate(grads: dict, arg, g, trace, replace: bool = False):
     """Adds ``g`` to the gradient sum of ``arg`` (matching structures); ``replace``: ``g`` is the new sum."""
-    if g is None:
+    if g is None or isinstance(g, _Parts):  # a returned input's parts, appended to as they arrived
         return
     if isinstance(arg, (list, tuple)):
         for a, gg in zip(arg, g):
@@ -307,7 +311,9 @@ def _build_backward(builder: _ForwardBuilder, fwd: TraceCtx, flat_outputs: list,
 # would be added after all of them, summed (``ct + (p1 + p2)`` where eager has ``(ct + p1) + p2``). So the backward
 # returns the parts of such an input (a call's argument) separately, in the order they arrive: the first as its
 # gradient, the others as gradients of ``x`` passed to the autograd.Function again (``ForwardBackward.parts``), which
-# the engine adds in that order.
+# the engine adds in that order. An op differentiated through its decomposition appends its pieces' parts to the list
+# one by one (``keeps_parts``: ``F.softsign(x)`` and ``x`` returned, the two parts of ``x / (1 + |x|)``), as eager's
+# engine sees them arrive; an op torch's autograd differentiates still adds its own parts first (``torch.xlogy(x, x)``).
 class _Parts(list):
     """The gradient parts of a returned input, in arrival order (``_accumulate`` appends to it)."""
 
