@@ -661,3 +661,26 @@ def test_an_update_computed_in_a_wider_dtype_is_differentiated_as_eager(name, na
         results.append((out, *torch.autograd.grad(out.sum(), (x, y))))
     for a, b in zip(*results):
         assert a.dtype == b.dtype and torch.equal(a, b), name
+
+
+# The in-place functions of the ELU family: eager differentiates them from their result (elu_backward with
+# is_result), as F.elu(x, inplace=True); they were once traced as the out-of-place function, differentiated from the
+# input (PyTorch Geometric's AttentiveFP calls F.elu_)
+_INPLACE_FUNCTIONS = {
+    "F.elu_": lambda a: F.elu_(a * 1.0), "F.celu_": lambda a: F.celu_(a * 1.0, 0.7), "F.selu_": lambda a: F.selu_(a * 1.0),
+    "torch.selu_": lambda a: torch.selu_(a * 1.0), "torch.celu_": lambda a: torch.celu_(a * 1.0),
+    "F.leaky_relu_": lambda a: F.leaky_relu_(a * 1.0, 0.3), "F.hardtanh_": lambda a: F.hardtanh_(a * 1.0),
+    "F.threshold_": lambda a: F.threshold_(a * 1.0, 0.1, 2.0),
+}
+
+
+@pytest.mark.parametrize("name", list(_INPLACE_FUNCTIONS))
+def test_in_place_activation_functions_are_differentiated_from_their_result(name):
+    fn = _INPLACE_FUNCTIONS[name]
+    results = []
+    for f in (fn, thunder.jit(fn)):
+        a = torch.randn(1000, generator=torch.Generator().manual_seed(0), requires_grad=True)
+        out = f(a)
+        results.append((out, *torch.autograd.grad(out, a, torch.randn(1000, generator=torch.Generator().manual_seed(1)))))
+    for x, y in zip(*results):
+        assert torch.equal(x, y), name

@@ -241,6 +241,31 @@ def test_jit_captures_closures():
     assert torch.equal(jf(x), x * scale)
 
 
+@pytest.mark.parametrize("use", ["detach", "no_grad"])
+def test_a_captured_tensor_with_a_history_that_no_gradient_reaches(use):
+    """PyTorch Geometric's SGConv(cached=True) keeps ``x``'s propagation (with its history) and reads it detached on
+    later calls. The Function's node once had an edge into that history, which a second backward reached after the
+    first had freed it."""
+    x = torch.randn(3, requires_grad=True)
+    cache = x * 2
+
+    def f(y):
+        if use == "detach":
+            return (cache.detach() * y).sum()
+        with torch.no_grad():
+            c = cache * 1
+        return (c * y).sum()
+
+    jf = thunder.jit(f)
+    for _ in range(3):
+        grads = []
+        for fn in (f, jf):
+            y = torch.randn(3, generator=torch.Generator().manual_seed(0), requires_grad=True)
+            fn(y).backward()
+            grads.append(y.grad)
+        assert torch.equal(*grads) and x.grad is None
+
+
 def test_python_control_flow_on_shapes_is_specialized():
     def f(x):
         if x.shape[0] > 2:

@@ -582,6 +582,8 @@ class Tracer:
         if plan.kind in (PlanKind.TWIN, PlanKind.VALUE, PlanKind.CLONE_APPLY):
             self._check_no_partial_overlap(func, self_value, args[1:], kwargs)
         if plan.kind == PlanKind.TWIN:
+            if plan.inplace_kwarg:  # F.elu_(x) is F.elu(x, inplace=True), which updates x itself
+                return self.handle(plan.fn, args, {**kwargs, "inplace": True})
             if isinstance(plan.fn, Symbol):
                 if kwargs.get("dtype") not in (None, getattr(self_value, "dtype", None)):  # x.cumsum_(0, dtype=...)
                     raise RuntimeError(f"Bad in-place call: input tensor dtype {self_value.dtype} and output tensor dtype "

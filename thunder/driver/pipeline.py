@@ -345,9 +345,12 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
               if b.sym is prims.copy_ and isinstance(b.args[1], TensorProxy)}
     sources = [copied.get(o.name, o.name) if isinstance(o, TensorProxy) else None for o in fb.flat_outputs]
     passed = tuple((i, position[n]) for i, n in enumerate(sources) if n in position and n not in dirty)
+    reached_any = frozenset().union(*reached)
+    unreached = tuple(i for i, p in enumerate(candidates) if isinstance(p, TensorProxy) and p.requires_grad
+                      and i not in reached_any and p.name not in dirty)
     grad_info = GradInfo(nondiff, len(fb.flat_outputs), is_printable_structure(result.output),
                          enable_grad=not outer_grad, dirty_inputs=tuple(i for i, _ in fb.dirty), passed_inputs=passed,
-                         parts=fb.parts,
+                         parts=fb.parts, unreached_inputs=unreached,
                          inputs_reached=reached, output_meta=output_meta,
                          runtime_extents=any(m is not None and m[0] is None for m in output_meta))
     return make_entry(result, candidates, traces, output_rebuild=output_rebuild(result), backward_traces=bwd_traces,

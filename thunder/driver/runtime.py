@@ -76,6 +76,9 @@ class GradInfo:
     inputs_reached: tuple = ()
     output_meta: tuple = ()
     runtime_extents: bool = False  # whether an output's shape holds one (its output_meta shape is None)
+    # inputs that require grad but that no output's gradient reaches (``c.detach()`` of a captured ``c``): passed
+    # detached, so that the Function's node has no edge into their history, which eager's graph never reaches either
+    unreached_inputs: tuple = ()
 
 
 def output_rebuild(result):
@@ -154,6 +157,10 @@ class ThunderFunction(torch.autograd.Function):
 def run_with_autograd(entry, inps):
     info = entry.grad_info
     args = (*inps, *(inps[j] for j in info.parts)) if info.parts else inps
+    if info.unreached_inputs:
+        args = list(args)
+        for i in info.unreached_inputs:
+            args[i] = args[i].detach()
     if info.enable_grad:
         with torch.enable_grad():
             out = ThunderFunction.apply(entry, *args)

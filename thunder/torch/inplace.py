@@ -36,6 +36,7 @@ class InplacePlan:
     no_grad: bool = False  # the update happens under torch.no_grad() (torch.nn.init)
     message: str = ""  # why it is refused
     check: Callable | None = None  # extra validation (self, new value) -> None
+    inplace_kwarg: bool = False  # TWIN: the twin called with inplace=True updates the tensor itself (F.elu_)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,8 +290,12 @@ def _build() -> dict:
             if not callable(obj) or isinstance(obj, type):
                 continue
             twin = getattr(ns, name[:-1], None)
+            functional = getattr(F, name[:-1], None)
             if name in ("fill_", "zero_"):
                 plans.setdefault(obj, InplacePlan(PlanKind.VALUE, _VALUE[name]))
+            elif callable(functional) and "inplace" in _parameters(functional) and name not in _RANDOM_FUNCTIONS:
+                # F.elu_, torch.selu_: eager differentiates them from their result, as F.elu(x, inplace=True)
+                plans.setdefault(obj, InplacePlan(PlanKind.TWIN, functional, inplace_kwarg=True))
             elif callable(twin):
                 plans.setdefault(obj, InplacePlan(PlanKind.TWIN, twin))
             elif name[:-1] in _REFUSED or name in _REFUSED:
@@ -301,6 +306,16 @@ def _build() -> dict:
         if name.endswith("_") and not name.startswith("_") and inspect.isfunction(obj):
             plans[obj] = InplacePlan(PlanKind.CLONE_APPLY, obj, no_grad=True)
     return plans
+
+
+_RANDOM_FUNCTIONS = frozenset({"rrelu_", "dropout_", "alpha_dropout_", "feature_alpha_dropout_"})
+
+
+def _parameters(fn) -> tuple:
+    try:
+        return tuple(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return ()
 
 
 PLANS: dict[object, InplacePlan] = {}
