@@ -126,10 +126,6 @@ def meta_outputs(fn, args, kwargs, *, device=None):
     def to_proxy(k, x):
         if not isinstance(x, torch.Tensor):
             return x
-        check(x.layout is torch.strided, lambda: (
-            f"thunder cannot trace {describe(fn)}: it returns a tensor of layout {x.layout} (a sparse tensor), and "
-            "thunder's traces hold strided tensors only. Call it outside the jitted function, or use dense tensors"),
-              NotImplementedError)
         shape = tuple(extents.extent(k, d, [o[k].shape[d] for o in outs]) for d in range(x.ndim))
         differentiable = x.dtype.is_floating_point or x.dtype.is_complex
         return trace.tensor(shape, x.dtype, device, (grads[k] if grads is not None else requires_grad) and differentiable)
