@@ -860,15 +860,19 @@ class Tracer:
         self.layouts.meta(value)
         return self.layouts._layout(value)[1]
 
+    def _is_input_itself(self, value: TensorProxy) -> bool:
+        """Whether ``value`` (a current value) is an input of the trace, not a value computed from one."""
+        return value.name in self.input_names and self.aliases.key(value) == value.name
+
     def _is_unchanged_leaf(self, value: TensorProxy) -> bool:
         """Whether ``value`` is an input as the call passed it, a leaf of autograd that is no view (a parameter)."""
         real = self.real_inputs.get(value.name)
-        return (real is not None and self.aliases.key(value) == value.name and self.aliases.resolve(value) is value
+        return (real is not None and self._is_input_itself(value) and self.aliases.resolve(value) is value
                 and real.is_leaf and real._base is None)
 
     def _is_leaf(self, func, args, kwargs):
         value = self.resolve(args[0])
-        if value.name in self.input_names and self.aliases.key(value) == value.name:
+        if self._is_input_itself(value):
             real = self.real_inputs.get(value.name)
             return real.is_leaf if real is not None else True
         return not value.requires_grad

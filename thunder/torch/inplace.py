@@ -16,6 +16,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from thunder.torch.fallback import _RANDOM_NAMES
 from thunder.torch.registry import INPLACE_TO_SYMBOL, torchsymbol
 from thunder.torch.utils import convert, expand_to, check
 
@@ -293,7 +294,7 @@ def _build() -> dict:
             functional = getattr(F, name[:-1], None)
             if name in ("fill_", "zero_"):
                 plans.setdefault(obj, InplacePlan(PlanKind.VALUE, _VALUE[name]))
-            elif callable(functional) and "inplace" in _parameters(functional) and name not in _RANDOM_FUNCTIONS:
+            elif callable(functional) and "inplace" in _parameters(functional) and name not in _RANDOM_NAMES:
                 # F.elu_, torch.selu_: eager differentiates them from their result, as F.elu(x, inplace=True)
                 plans.setdefault(obj, InplacePlan(PlanKind.TWIN, functional, inplace_kwarg=True))
             elif callable(twin):
@@ -306,9 +307,6 @@ def _build() -> dict:
         if name.endswith("_") and not name.startswith("_") and inspect.isfunction(obj):
             plans[obj] = InplacePlan(PlanKind.CLONE_APPLY, obj, no_grad=True)
     return plans
-
-
-_RANDOM_FUNCTIONS = frozenset({"rrelu_", "dropout_", "alpha_dropout_", "feature_alpha_dropout_"})
 
 
 def _parameters(fn) -> tuple:
