@@ -56,6 +56,11 @@ from thunder.executors import pythonex as px
 from thunder.executors.pythonex import MISSING, Contents, MethodOf
 
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+# Hooks that a library runs only when ``torch.compiler.is_compiling()`` is False, which it is not while thunder traces
+# (see [Note: compiling flag] in frontend.py): registered, they would be skipped silently. module attribute -> library
+_HOOKS_SKIPPED_WHILE_COMPILING = {
+    f"_{stage}_forward{pre}_hooks": "PyTorch Geometric's MessagePassing"
+    for stage in ("propagate", "message", "aggregate", "message_and_aggregate", "edge_update") for pre in ("", "_pre")}
 _CALL_STATE = {"_compiled_call_impl": (None, MISSING), "forward": (MISSING,), "_call_impl": (MISSING,)}
 _VALUE_TYPES = (int, float, complex, bool, str, bytes, type(None), torch.dtype, torch.device, type(Ellipsis), range,
                 enum.Enum)
@@ -402,10 +407,27 @@ class StateRecorder:
         if not _watchable(cls, self.skipped) or not _patch(cls):
             return False
         self.patched.append(cls)
-        self.watched[id(obj)] = Watched(obj, label, var, qualname)
-        if isinstance(obj, torch.nn.Module) and qualname is None:
-            self._module_sources(obj, label)
+        w = self.watched[id(obj)] = Watched(obj, label, var, qualname)
+        if isinstance(obj, torch.nn.Module):
+            self._no_hooks_skipped_while_compiling(w)
+            if qualname is None:
+                self._module_sources(obj, label)
         return True
+
+    def _no_hooks_skipped_while_compiling(self, w: Watched):
+        """Refuses a module with hooks its library skips while compiling; where it has none, the prologue checks that
+        none is added (which recompiles, and refuses)."""
+        for name, library in _HOOKS_SKIPPED_WHILE_COMPILING.items():
+            hooks = w.dict.get(name) if w.dict is not None else None
+            if hooks is None:
+                continue
+            if hooks:
+                raise NotImplementedError(
+                    f"thunder cannot run the hooks in {w.label}.{name}: {library} runs them only when "
+                    "torch.compiler.is_compiling() is False, and it is True while thunder traces (as under torch.compile), "
+                    "so they would be skipped silently. Remove them, or call the module outside the jitted function.")
+            w.seen.add(name)
+            w.items[name] = self.expected(hooks, f"{w.label}.{name}", w.obj, name)
 
     def _module_sources(self, module: torch.nn.Module, label: str):
         """Parameters and buffers of a module outside the jitted module are fetched from it on every call."""
