@@ -923,6 +923,32 @@ def test_an_update_through_detach_keeps_the_updated_tensor_in_the_graph():
     assert (a, b) == (ja, jb) == (False, True) and torch.equal(v, jv) and torch.equal(g, jg)
 
 
+def _views_of_a_detached_tensor(x, w, view):
+    t = (x * 2).detach()
+    v = view(t)
+    t.mul_(w)  # t now has a gradient history of its own
+    return v, t
+
+
+@pytest.mark.parametrize("view", [torch.flatten, lambda t: t.view(-1), lambda t: t[1:], lambda t: t.t(),
+                                  lambda t: (t.flatten().fill_(1), t.flatten())[1]],
+                         ids=["flatten", "view", "slice", "transpose", "view_written_before"])
+@pytest.mark.parametrize("x_requires_grad", [False, True])
+def test_a_view_of_a_detached_tensor_follows_its_updates_gradient(view, x_requires_grad):
+    """A view taken of a ``detach()``ed tensor is autograd's view of that tensor: when an update gives it a gradient
+    history, the view has it too (it once was read back from the tensor ``detach`` was taken of, without one: the
+    view no longer required grad and its gradient was lost; a generated program, seed 138056)."""
+    results = []
+    for f in (_views_of_a_detached_tensor, thunder.jit(_views_of_a_detached_tensor)):
+        torch.manual_seed(0)
+        x, w = torch.randn(2, 3, requires_grad=x_requires_grad), torch.randn(2, 3, requires_grad=True)
+        v, t = f(x, w, view)
+        results.append((v.requires_grad, t.requires_grad, v.detach(), t.detach(),
+                        torch.autograd.grad((v * torch.arange(v.numel()).view(v.shape)).sum() + t.sum(), w)[0]))
+    for a, b in zip(*results):
+        assert torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+
+
 @pytest.mark.parametrize("program,refused", [
     (lambda x: (lambda t: (t.sub_(t[0]), t)[1])(x * 1), True),  # eager's result depends on its kernel's order
     (lambda x: (lambda t: (t[1:].add_(t[:-1]), t)[1])(x * 1), True),

@@ -261,8 +261,12 @@ class Aliases:
         root_value = self.root_value(view.root)
         if self.version[key] == root_value.name:
             return self.view_values.get(key, self.originals[key])
-        value = root_value
-        for step in view.steps:
+        value, steps = root_value, view.steps
+        detached = max((i for i, step in enumerate(steps) if step.kind == "detach"), default=len(steps) - 1)
+        if detached < len(steps) - 1:  # a view of a detach()ed tensor is autograd's view of it, not of the root: it
+            value = self.resolve(self.originals[view.keys[detached]])  # sees that tensor's gradient history
+            steps = steps[detached + 1:]
+        for step in steps:
             value = step.apply(value)
         if self.view_values.get(key, self.originals[key]).requires_grad and not value.requires_grad:
             raise NotImplementedError(_DETACHED_HISTORY.format(
