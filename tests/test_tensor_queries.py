@@ -124,6 +124,20 @@ def test_strides_of_intermediates():
     _check(f, (torch.randn(3, 5),))
 
 
+@pytest.mark.parametrize("fn", [torch.xlogy, torch.Tensor.xlogy, torch.special.xlogy, torch.special.xlog1py,
+                                torch.copysign, torch.Tensor.copysign])
+def test_elementwise_ops_whose_meta_kernel_lays_out_otherwise_follow_eager(fn):
+    """torch 2.13's meta kernels of these give a contiguous result where the CPU kernel follows the layout of its
+    first operand (TensorIterator): thunder took the reshape of the result for a view, and wrote an in-place update
+    of it back into the result (a generated program, seed 139680)."""
+    def f(x):
+        y = x.transpose(1, 2)
+        z = fn(y * 2.0, y.roll(1, 1).abs() + 0.5)
+        return z.reshape(-1).sigmoid_(), z, z.stride()
+
+    _check(f, (torch.randn(4, 2, 5, 3),))
+
+
 @pytest.mark.parametrize("ask", ["stride", "inplace"])
 def test_layout_at_the_end_of_a_long_chain_of_operations(ask):
     """Strides are computed from the producers' layouts, innermost first: asked only at the end of a chain of

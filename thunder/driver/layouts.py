@@ -11,8 +11,8 @@ the prologue checks their strides on every call (see ``observed``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
-import math
 
 import torch
 
@@ -164,6 +164,8 @@ class Layouts:
         margs, mkwargs = tree_map(to_meta, (args, kwargs))
         if not any(isinstance(x, TensorProxy) for x in tree_leaves((args, kwargs))):
             mkwargs = {**mkwargs, "device": "meta"}  # a factory (torch.rand(4, 4)): run for real, it would draw
+        if fn in _LAID_OUT_AS_PRODUCT:
+            fn, margs, mkwargs = _LAID_OUT_AS_PRODUCT[fn](margs, mkwargs)
         try:
             with torch._C.DisableTorchFunction():
                 out = fn(*margs, **mkwargs)
@@ -213,7 +215,7 @@ class Layouts:
 
     def _aliases(self, fn, args, kwargs, out_index: int, base: TensorProxy, same: bool = False):
         """``aliases`` (``same``: ``returns_input``) for the current trial values; None where they are impossible (an
-        extent below 0, an error)."""
+        extent below 0, an error) or say nothing (an output without elements)."""
         metas = {}
 
         def to_meta(x):
@@ -239,6 +241,8 @@ class Layouts:
         t = leaves[out_index] if out_index < len(leaves) else None
         if same:
             return isinstance(t, torch.Tensor) and t is mbase
+        if self.trial is not None and isinstance(t, torch.Tensor) and t.numel() == 0:
+            return None  # no element to share: the answer of the other values holds (x.diff() of 0 rows aliases x)
         return isinstance(t, torch.Tensor) and isinstance(mbase, torch.Tensor) and torch._C._is_alias_of(t, mbase)
 
     @contextlib.contextmanager
@@ -254,7 +258,7 @@ class Layouts:
     def _number(self, x: NumberProxy):
         if self.trial is None or not is_runtime(x):
             return x.value
-        return sum(c * math.prod(self.trial[r] for r in m) for m, c in poly_of(x).terms.items())
+        return poly_of(x).value(self.trial)
 
     def _shape(self, proxy: TensorProxy) -> tuple:
         if self.trial is None:
@@ -281,8 +285,22 @@ def _roots(leaves) -> set:
     for x in leaves:
         for n in (x.shape if isinstance(x, TensorProxy) else (x,) if is_runtime(x) else ()):
             if isinstance(n, NumberProxy):
-                roots.update(poly_of(n).roots)
+                roots.update(poly_of(n).base_roots())
     return roots
+
+
+def _product_of_tensors(margs, mkwargs):
+    """``torch.mul`` of the tensor operands (all, with TensorIterator's broadcasting and choice of layout)."""
+    tensors = [x for x in tree_leaves((margs, mkwargs)) if isinstance(x, torch.Tensor)]
+    return (lambda *ts: functools.reduce(torch.mul, ts)), tensors, {}
+
+
+# torch operations whose meta kernel lays out its output otherwise than the CPU and CUDA kernels, which follow
+# TensorIterator's rule for elementwise operations (torch 2.13's meta kernels of these decompose through
+# ``torch.where``, whose output follows its condition): their strides are those of a product of their operands
+_LAID_OUT_AS_PRODUCT = dict.fromkeys(
+    (torch.xlogy, torch.Tensor.xlogy, torch.special.xlogy, torch.special.xlog1py, torch.copysign,
+     torch.Tensor.copysign), _product_of_tensors)
 
 
 _TRANSPOSED_RESULTS = (torch.nonzero, torch.Tensor.nonzero, torch.argwhere, torch.Tensor.argwhere)
