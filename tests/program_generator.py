@@ -792,10 +792,23 @@ class _Gen:
                 f"{t}.float().var(0, correction=0)", f"torch.cumsum({t}.flatten(), 0)[-1]"]
         return self.emit(f"{n} = {rng.choice(opts)}", "misc", [n])
 
+    def r_select(self):
+        """Rows or elements selected by a mask computed from the data (a run-time extent), then sliced, differenced or
+        accumulated as graph code does."""
+        t = self.pick(lambda x: x.dim() >= 1 and x.dtype != torch.bool)
+        if t is None:
+            return False
+        n = self.new()
+        mask = f"{t}.flatten(1).sum(1) > 0" if self.env[t].dim() >= 2 else f"{t} > 0"
+        s = f"{t}[{mask}]"
+        opts = [s, f"{s}[1:]", f"{s}[:-1]", f"{s}[:2]", f"{s}[-2:]", f"{s}[1:-1]", f"torch.diff({s}, dim=0)",
+                f"(lambda s: s[1:] - s[:-1])({s})", f"{s}.cumsum(0)[:-1]", f"torch.cat([{s}[:1], {s}])"]
+        return self.emit(f"{n} = {self.rng.choice(opts)}", "select", [n])
+
     RULES = [("r_unary", 12), ("r_binary", 16), ("r_compare_where", 6), ("r_reduce", 10), ("r_softmax", 3),
              ("r_matmul", 6), ("r_view", 16), ("r_shape_flow", 3), ("r_cat_stack", 5), ("r_cast", 4),
              ("r_clamp", 3), ("r_gather_scatter", 5), ("r_factory", 2), ("r_inplace", 16), ("r_nograd", 2),
-             ("r_item", 0.3), ("r_misc", 4)]
+             ("r_item", 0.3), ("r_misc", 4), ("r_select", 3)]
 
     def generate(self) -> Program:
         rng = self.rng

@@ -285,20 +285,90 @@ def test_fallback_op_on_unmatched_extents_raises():
 
 
 @pytest.mark.parametrize("fn,match", [
-    (lambda x: _rows(x)[:3], "is 3 only when the extents known at run time .i0. are large enough"),
-    (lambda x: torch.cat([_rows(x), x])[:7], "is 7 only when"),
-    (lambda x: _rows(x)[1:], r"cannot name \(torch gives 7918 and 8622 when i0 is 7919 and 8623\)"),
-], ids=["head", "head_of_sum", "tail"])
-def test_slice_clamped_at_small_extents_raises(fn, match):
-    """``x[:3]`` of ``i0`` rows has 3 rows only when ``i0 >= 3``, ``x[1:]`` has ``max(i0 - 1, 0)``: a trace for every
-    value cannot name their extents (it once took the first for 3 and gave fewer rows than its shapes said)."""
+    (lambda x: _rows(x)[:3, torch.tensor([0, 2])], "is 3 only when the extents known at run time .i0. are large enough"),
+    (lambda x: torch.cat([_rows(x), x])[:7, torch.tensor([0, 2])], "is 7 only when"),
+    (lambda x: _rows(x)[::2, torch.tensor([0, 2])], r"cannot name \(torch gives 3960 and 4312 when i0 is 7919 and 8623\)"),
+], ids=["head", "head_of_sum", "strided"])
+def test_fallback_indexing_clamped_at_small_extents_raises(fn, match):
+    """Slices mixed with tensor indices run torch's own indexing (the fallback), whose output extents are named from
+    two runs at large sizes: ``x[:3, idx]`` of ``i0`` rows has 3 rows only when ``i0 >= 3``, ``x[::2, idx]`` has
+    ``(i0 + 1) // 2``; neither is named so (the first once was taken for 3 and gave fewer rows than its shapes said).
+    Basic slices of run-time extents are clamped as torch clamps them (below)."""
     with pytest.raises(NotImplementedError, match=match):
         thunder.jit(fn)(torch.randn(6, 3))
 
 
 def test_fallback_op_changing_an_extent_raises_naming_it():
-    with pytest.raises(NotImplementedError, match="torch.diff"):
-        thunder.jit(lambda x: torch.diff(_rows(x), dim=0))(torch.randn(6, 3))
+    with pytest.raises(NotImplementedError, match="torch.Tensor.unfold"):
+        thunder.jit(lambda x: _rows(x).unfold(0, 2, 2))(torch.randn(6, 3))
+
+
+def _ptr_segments(x):
+    """PyG's segment pointers built inside: counts per segment, their cumulative sum after a 0, then differences."""
+    counts = torch.bincount(torch.nonzero(x[:, 0] > 0)[:, 0])
+    ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+    return (ptr[1:] - ptr[:-1]).float().sum() + _rows(x).sum(0)
+
+
+def _of_rows(fn):
+    return lambda x: fn(_rows(x))
+
+
+CLAMPED_SLICES = {
+    "tail": _of_rows(lambda r: r[1:]),
+    "head": _of_rows(lambda r: r[:3]),
+    "drop_last": _of_rows(lambda r: r[:-1]),
+    "last_three": _of_rows(lambda r: r[-3:]),
+    "middle": _of_rows(lambda r: r[1:-1]),
+    "beyond": _of_rows(lambda r: r[5:] * 2),
+    "two_to_four": _of_rows(lambda r: r[2:4]),
+    "negative_range": _of_rows(lambda r: r[-4:-1]),
+    "stop_before_start": _of_rows(lambda r: r[3:-3]),
+    "columns_then_rows": _of_rows(lambda r: r[1:, 1:].t()[:, :-1]),
+    "every_other": _of_rows(lambda r: r[::2]),
+    "every_third_from_one": _of_rows(lambda r: r[1::3]),
+    "every_other_of_head": _of_rows(lambda r: r[:3:2]),
+    "every_other_from_the_end": _of_rows(lambda r: r[-4::2]),
+    "every_other_twice": _of_rows(lambda r: r[::2] + r[::2] * 2),
+    "every_other_updated": _of_rows(lambda r: (lambda c: (c[::2].mul_(2), c)[1])(r * 1)),
+    "differences_of_slices": _of_rows(lambda r: r[1:] - r[:-1]),
+    "shifted_cumsum": _of_rows(lambda r: torch.cat([r[:1], r[1:] + r[:-1].cumsum(0)])),
+    "diff": _of_rows(lambda r: torch.diff(r, dim=0)),
+    "diff_twice": _of_rows(lambda r: r.diff(n=2, dim=0)),
+    "diff_and_slice": _of_rows(lambda r: r.diff(dim=0) * r[1:]),
+    "diff_prepend": lambda x: torch.diff(_rows(x), dim=0, prepend=x[:1]),
+    "pad_of_tail": _of_rows(lambda r: F.pad(r[1:], (0, 0, 1, 2))),
+    "narrow_to_one_less": _of_rows(lambda r: r.narrow(0, 1, r.size(0) - 1)),
+    "segment_pointers": _ptr_segments,
+}
+
+
+@pytest.mark.parametrize("name", list(CLAMPED_SLICES))
+def test_slices_of_a_run_time_extent_clamp_as_torch(name):
+    """A slice of a run-time extent ``i0`` is clamped as torch clamps it: ``x[:-1]`` and ``x[1:]`` have ``max(0, i0 -
+    1)`` rows, one extent for both (so ``x[1:] - x[:-1]`` broadcasts), ``x[:3]`` has ``i0 - max(0, i0 - 3)``,
+    ``x[::2]`` has ``(i0 + 1) // 2``; torch operations the fallback runs (``diff``) are named so when their extent is an input's plus a constant.
+    One trace serves every number of selected rows, 0 and 1 included; values and gradients are eager's."""
+    fn = CLAMPED_SLICES[name]
+    jfn = thunder.jit(fn)
+    for n in (0, 1, 2, 3, 4, 6, 9):
+        torch.manual_seed(n)
+        x = torch.randn(9, 3)
+        x[:, 0] = torch.where(torch.arange(9) < n, x[:, 0].abs() + 0.1, -1.0)
+        x.requires_grad_()
+        try:
+            expected = fn(x)
+        except RuntimeError:  # narrow to -1 rows
+            with pytest.raises(RuntimeError):
+                jfn(x)
+            continue
+        actual = jfn(x)
+        assert actual.shape == expected.shape and torch.equal(actual, expected), (n, actual, expected)
+        cotangent = torch.randn_like(expected)
+        assert torch.equal(*(torch.autograd.grad(y, x, cotangent)[0] for y in (actual, expected))), n
+    assert thunder.cache_misses(jfn) == 1
+    for trace in thunder.last_traces(jfn) + thunder.last_backward_traces(jfn):
+        check_trace(trace)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -403,3 +473,17 @@ def test_an_update_of_a_narrow_view_of_a_run_time_length(update):
         assert len(results[0]) == len(results[1])
         for a, b in zip(*results):
             assert torch.equal(a, b), (update, mask)
+
+
+@pytest.mark.parametrize("program", [
+    lambda x: (lambda v: (F.relu(v.detach(), inplace=True), v)[1])(x[x > 0][::2]),
+    lambda x: (lambda v: (lambda d: (d.mul_(2), d, v))(v.detach())[1:])(x[x[:, 0] > 0][:, ::2]),
+], ids=["every_other_element", "every_other_column"])
+def test_an_update_of_a_detached_strided_view_of_a_run_time_extent_keeps_its_strides(program):
+    """The strides of a tensor with run-time extents are not computed while tracing; a detached view updated in place
+    keeps its memory, so its new value is laid out as the view when it runs (it came out contiguous: a generated
+    program, seed 6634 of the generator with selections)."""
+    x = torch.randn(6, 4)
+    actual, expected = _flat(thunder.jit(program)(x)), _flat(program(x))
+    for a, e in zip(actual, expected):
+        assert a.stride() == e.stride() and torch.equal(a, e)

@@ -2,7 +2,8 @@
 
 Each seed is one program over 1-3 inputs (contiguous, transposed, sliced or expanded; float32/float64/int64/bool)
 built from elementwise ops, reductions, matmuls, views, in-place updates of intermediates, of views of them and
-(in forward-only programs) of inputs, casts, indexing, gather/scatter, shape-dependent control flow. The runner
+(in forward-only programs) of inputs, casts, indexing, gather/scatter, shape-dependent control flow, and selections
+by data-dependent masks (run-time extents) that are then sliced and differenced. The runner
 compares outputs (values, dtype, shape, strides, requires_grad), updated inputs, gradients of sum(out * cotangent)
 and a second call with fresh inputs (the cache-hit path). A WRONG result or a CRASH (an internal error where eager
 works) fails; a clear refusal (NotImplementedError and the like) is allowed.
@@ -62,7 +63,7 @@ def test_generator_exercises_aliasing_broadcasting_layouts_and_grads():
     progs = [p for p in (pg.generate(s) for s in range(200)) if p is not None]
     tags = set().union(*(p.tags for p in progs))
     for needed in ("inplace_view", "inplace_view_of_input", "inplace_input", "binary_broadcast_op", "view", "matmul",
-                   "reduce_sum", "softmax", "gather", "scatter", "cat", "shape_control_flow", "cast", "where"):
+                   "reduce_sum", "softmax", "gather", "scatter", "cat", "shape_control_flow", "cast", "where", "select"):
         assert needed in tags, needed
     layouts = {spec.layout for p in progs for spec in p.inputs}
     assert layouts == {"contiguous", "transposed", "sliced", "expanded"}

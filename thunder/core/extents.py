@@ -33,12 +33,14 @@ from thunder.core.proxies import NumberProxy, TensorProxy
 class Poly:
     """An integer polynomial ``sum(coeff * product(roots))``: terms map sorted tuples of root names to coefficients."""
 
-    __slots__ = ("terms", "roots", "nonneg")
+    __slots__ = ("terms", "roots", "nonneg", "derived")
 
-    def __init__(self, terms: dict, roots: dict, nonneg: frozenset):
+    def __init__(self, terms: dict, roots: dict, nonneg: frozenset, derived: dict | None = None):
         self.terms = {m: c for m, c in terms.items() if c != 0}
         self.roots = roots  # name -> NumberProxy
         self.nonneg = nonneg  # roots known to be >= 0
+        # name of a derived root -> (its function: "max0" or "floordiv", the polynomial it is of, the divisor)
+        self.derived = derived or {}
 
     @staticmethod
     def const(c: int) -> "Poly":
@@ -48,8 +50,19 @@ class Poly:
     def root(p: NumberProxy, nonneg: bool) -> "Poly":
         return Poly({(p.name,): 1}, {p.name: p}, frozenset({p.name}) if nonneg else frozenset())
 
+    @staticmethod
+    def derived_root(fn: str, inner: "Poly", p: NumberProxy, divisor: int = 1) -> "Poly":
+        """The root ``max(0, inner)`` (``fn`` "max0") or ``inner // divisor`` (a positive int; ``fn`` "floordiv"),
+        ``p`` its value: named by what it is computed from, so that every computation of it in a trace (``y[1:]`` and
+        ``y[:-1]`` of a run-time extent, ``x[::2]`` twice) gives the same polynomial."""
+        name = f"max(0, {inner.canonical()})" if fn == "max0" else f"({inner.canonical()}) // {divisor}"
+        lower = inner.bounds()[0]
+        nonneg = fn == "max0" or lower is not None and lower >= 0
+        return Poly({(name,): 1}, {name: p}, frozenset({name}) if nonneg else frozenset(),
+                    {**inner.derived, name: (fn, inner, divisor)})
+
     def _join(self, other, terms):
-        return Poly(terms, {**self.roots, **other.roots}, self.nonneg | other.nonneg)
+        return Poly(terms, {**self.roots, **other.roots}, self.nonneg | other.nonneg, {**self.derived, **other.derived})
 
     def __add__(self, other: "Poly") -> "Poly":
         terms = dict(self.terms)
@@ -58,7 +71,7 @@ class Poly:
         return self._join(other, terms)
 
     def __neg__(self) -> "Poly":
-        return Poly({m: -c for m, c in self.terms.items()}, self.roots, self.nonneg)
+        return Poly({m: -c for m, c in self.terms.items()}, self.roots, self.nonneg, self.derived)
 
     def __sub__(self, other: "Poly") -> "Poly":
         return self + (-other)
@@ -90,7 +103,7 @@ class Poly:
             return None
         lead = max(other.terms, key=_monomial_order)
         lead_c = other.terms[lead]
-        quotient, rest = {}, Poly(dict(self.terms), self.roots, self.nonneg)
+        quotient, rest = {}, Poly(dict(self.terms), self.roots, self.nonneg, self.derived)
         while rest.terms:
             m = max(rest.terms, key=_monomial_order)
             c = rest.terms[m]
@@ -112,6 +125,35 @@ class Poly:
         lower = const if all(c > 0 for _, c in others) else None
         upper = const if all(c < 0 for _, c in others) else None
         return lower, upper
+
+    def value(self, values: dict) -> int:
+        """The value given the values of the roots it is built from (by name; see ``base_roots``)."""
+        def root(r):
+            if r not in self.derived:
+                return values[r]
+            fn, inner, divisor = self.derived[r]
+            return max(0, inner.value(values)) if fn == "max0" else inner.value(values) // divisor
+
+        total = 0
+        for monomial, c in self.terms.items():
+            for r in monomial:
+                c *= root(r)
+            total += c
+        return total
+
+    def base_roots(self) -> dict:
+        """name -> NumberProxy of the roots the value is computed from: a derived root stands for those of what it is
+        computed from."""
+        out = {}
+        for name, p in self.roots.items():
+            if name in self.derived:
+                out.update(self.derived[name][1].base_roots())
+            else:
+                out[name] = p
+        return out
+
+    def canonical(self) -> str:
+        return " + ".join(f"{c}*{'*'.join(m)}" if m else str(c) for m, c in sorted(self.terms.items())) or "0"
 
     def __repr__(self):
         parts = [f"{c}*{'*'.join(m)}" if m else str(c) for m, c in self.terms.items()]
@@ -196,15 +238,26 @@ def compare(op, a, b) -> bool:
 
 
 def evaluate(x, values: dict):
-    """The value of an int or NumberProxy given the values of its polynomial's roots (by name)."""
+    """The value of an int or NumberProxy given the values of its polynomial's base roots (by name)."""
     if not isinstance(x, NumberProxy):
         return x
-    total = 0
-    for monomial, c in poly_of(x).terms.items():
-        for r in monomial:
-            c *= values[r]
-        total += c
-    return total
+    return poly_of(x).value(values)
+
+
+def clamp_at_zero(x):
+    """``max(0, x)`` of an int or an int NumberProxy, as torch clamps a slice's bounds and extent (``y[:-1]`` of ``i0``
+    rows has ``max(0, i0 - 1)``). Where the sign is not known for every run-time value, the result is a new extent
+    recorded as ``max(x, 0)``, whose polynomial names what it clamps (``Poly.derived_root``)."""
+    if not is_runtime(x):
+        return max(0, x)
+    lo, hi = poly_of(x).bounds()
+    if lo is not None and lo >= 0:
+        return x
+    if hi is not None and hi <= 0:
+        return 0
+    from thunder.core import prims
+
+    return prims.maximum(x, 0)
 
 
 def _comparable(x) -> bool:

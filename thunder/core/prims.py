@@ -17,7 +17,8 @@ from numbers import Number
 import torch
 
 from thunder.core import dtypes
-from thunder.core.extents import as_extent, is_one, is_runtime, is_zero, prod_poly, same, same_shape, unknown_equality
+from thunder.core.extents import (as_extent, clamp_at_zero, is_one, is_runtime, is_zero, prod_poly, same, same_shape,
+                                  unknown_equality)
 from thunder.core.proxies import NUMBER_OPS, TensorProxy, NumberProxy
 from thunder.core.symbol import Symbol, Tag
 from thunder.core.trace import get_tracectx
@@ -190,8 +191,8 @@ def _number_type(name: str, args):
         return bool if cat == 0 else int
     if name in _INT_RESULT:
         return int
-    if name in ("maximum", "minimum"):
-        return None  # max() and min() return one of their operands
+    if name in ("maximum", "minimum"):  # max() and min() return one of their operands
+        return _ptype(args[0]) if len({_ptype(a) for a in args}) == 1 else None
     if name == "round_to":
         return float if _ptype(args[0]) is float else int
     if name == "abs" and cat == 3:
@@ -256,7 +257,12 @@ def _result_poly(name, args, out):
         exact = poly_of(args[0]).exact_div(poly_of(args[1]))
         if exact is not None:
             return exact
-    nonneg = name in ("floor_divide", "remainder") and all(_nonneg(a) for a in args) or name == "abs"
+        if type(args[1]) is int and args[1] > 0:
+            return Poly.derived_root("floordiv", poly_of(args[0]), out, args[1])
+    if name == "maximum" and any(type(a) is int and a == 0 for a in args):
+        return Poly.derived_root("max0", poly_of(next(a for a in args if not (type(a) is int and a == 0))), out)
+    nonneg = (name in ("floor_divide", "remainder", "minimum") and all(_nonneg(a) for a in args) or name == "abs"
+              or name == "maximum" and any(_nonneg(a) for a in args))
     return Poly.root(out, nonneg=nonneg)
 
 
@@ -387,7 +393,11 @@ shallow_copy = make_prim("shallow_copy", shallow_copy_meta)
 def broadcast_in_dim_meta(a, shape, broadcast_dimensions):
     _check(len(broadcast_dimensions) == a.ndim, "prims.broadcast_in_dim: one broadcast dimension per input dimension")
     for d, s in zip(broadcast_dimensions, a.shape):
-        _check(is_one(s) or same(s, shape[d]), lambda: f"prims.broadcast_in_dim: cannot broadcast {tuple(a.shape)} to {shape}")
+        if is_one(s) or same(s, shape[d]):
+            continue
+        if is_runtime(s) or is_runtime(shape[d]):  # x[:1].expand(3) of a run-time extent: 1 or 0 when it runs
+            raise NotImplementedError(unknown_equality(s, shape[d], f"expanding {a.name} to {tuple(shape)}"))
+        raise RuntimeError(f"prims.broadcast_in_dim: cannot broadcast {tuple(a.shape)} to {shape}")
     return new_tensor(shape, a.dtype, a.device, requires_grad(a))
 
 
@@ -420,11 +430,11 @@ def slice_meta(a, start_indices, end_indices, strides=None):
 def _slice_extent(start, stop, step):
     if not (is_runtime(start) or is_runtime(stop)):
         return builtins.max(0, (stop - start + step - 1) // step)
-    from thunder.core.extents import decide, materialize, poly_of
+    from thunder.core.extents import clamp_at_zero, decide, materialize, poly_of
 
     if step == 1 and decide(operator.ge, stop, start):  # e.g. the part of a concatenation
         return materialize(poly_of(stop) - poly_of(start))
-    return builtins.max(0, (stop - start + step - 1) // step)
+    return clamp_at_zero(materialize(poly_of(stop) - poly_of(start)) if step == 1 else (stop - start + step - 1) // step)
 
 
 slice_prim = make_prim("slice_prim", slice_meta)
@@ -451,7 +461,8 @@ cat = make_prim("cat", cat_meta)
 def pad_meta(a, padding_value, padding_config):
     shape = []
     for s, (lo, hi, dilation) in zip(a.shape, padding_config):
-        shape.append(s if lo == hi == dilation == 0 else lo + hi + s + builtins.max(0, s - 1) * dilation)
+        interior = clamp_at_zero(s - 1) * dilation if dilation else 0
+        shape.append(s if lo == hi == dilation == 0 else lo + hi + s + interior)
     return new_tensor(shape, a.dtype, a.device, requires_grad(a))
 
 

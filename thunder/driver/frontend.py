@@ -652,7 +652,7 @@ class Tracer:
         elif target.requires_grad:
             with torch.no_grad():
                 new = detached_update(target, new)
-        if (view is None or not view.read_back) and self._laid_out_otherwise(new, target):
+        if (view is None or not view.read_back) and self._laid_out_otherwise(new, target, unknown=view is not None):
             new = laid_out_as(new, target)
         self.aliases.update(proxy, new)
         return original
@@ -678,11 +678,12 @@ class Tracer:
             new = laid_out_as(new, root)
         return new
 
-    def _laid_out_otherwise(self, new, target) -> bool:
+    def _laid_out_otherwise(self, new, target, unknown: bool = False) -> bool:
         """Whether ``new``, computed out of place, is laid out otherwise than the tensor it updates in place, which
         keeps its memory in eager: with gaps (a strided slice of the caller's memory), or other strides of size-one
         dims (which decide matmul's path). Its new value is then laid out as it (see laid_out_as, which reads the
-        layout of each call: nothing to check in the prologue)."""
+        layout of each call: nothing to check in the prologue). Where the layouts cannot be computed (run-time
+        extents), ``unknown``: true for a view, which may have gaps (``x[m][::2].detach()``)."""
         if target.ndim == 0:
             return False
         try:
@@ -695,7 +696,7 @@ class Tracer:
             producer = self._producer(new)
             return producer is not None and self.layouts.replayed(new, *producer).stride() != laid_out
         except UnknownLayout:
-            return False
+            return unknown
 
     def _producing_bsym(self, proxy):
         """The trace's operation (in the current scope) computing ``proxy``, or None."""

@@ -77,7 +77,7 @@ class ValueGuards:
     def compare(self, op, a, b, what: str) -> bool:
         """``op(a, b)`` of run-time extents (``if label_index.size(0) > 0``), decided by their values, computed from
         the call's arguments; else DataDependentError."""
-        roots = {**poly_of(a).roots, **poly_of(b).roots}
+        roots = {**poly_of(a).base_roots(), **poly_of(b).base_roots()}
         unknown = [r for r in roots.values() if is_runtime(r)]
         subject = ", ".join(f"{r.name}, {r.origin}," for r in unknown)
         known = {name: r._specialize(what) for name, r in roots.items() if not is_runtime(r)}

@@ -82,6 +82,7 @@ def describe(fn) -> str:
 # tensor values (``nonzero``, ``unique``, boolean-mask indexing, ...) has no meta kernel; torch's
 # fake tensors with a ShapeEnv give its outputs unbacked sizes, and each becomes a fresh extent.
 _PLACEHOLDERS = ((7919, 7927, 7933, 7937, 7949, 7951), (8623, 8627, 8629, 8641, 8647, 8663))
+_CHECK_VALUES = (5003, 5081, 5167, 5273, 5387, 5471)  # their differences from the first placeholders all differ
 
 
 def meta_outputs(fn, args, kwargs, *, device=None):
@@ -136,32 +137,64 @@ def meta_outputs(fn, args, kwargs, *, device=None):
     out = [to_proxy(k, x) for k, x in enumerate(flat_out)]
     if roots:
         _check_small_extents(fn, args, kwargs, roots, out)
+        if extents.offsets:
+            _check_offsets(fn, args, kwargs, roots, out)
     return tree_unflatten(out, spec)
 
 
 def _check_small_extents(fn, args, kwargs, roots, out):
     """Refuses an output extent that holds at the large placeholders but not when the run-time extents are small:
-    torch clamps (``x[:3]`` of ``i0`` rows has 3 only when ``i0 >= 3``). Where torch raises at the small sizes, it
-    raises when the program runs too (the fallback runs torch's own operation)."""
-    from thunder.core.extents import poly_of
-
+    torch clamps (``x[:3, idx]`` of ``i0`` rows has 3 only when ``i0 >= 3``), checked at 0 and at 1. Where torch raises
+    at the small sizes, it raises when the program runs too (the fallback runs torch's own operation)."""
     for small in (0, 1):
         try:
-            run = tree_leaves(_run(fn, args, kwargs, {r: small for r in roots}))
-        except Exception:
+            mismatch = _mismatch(fn, args, kwargs, roots, out, dict.fromkeys(roots, small))
+        except Exception:  # noqa: BLE001 - torch raises at these sizes: so will the program
             continue
-        for k, (x, p) in enumerate(zip(run, out)):
-            if not isinstance(p, TensorProxy):
-                continue
-            for d, (got, s) in enumerate(zip(x.shape, p.shape)):
-                if not isinstance(got, int) or isinstance(s, NumberProxy) and not set(poly_of(s).roots) <= set(roots):
-                    continue  # a fresh extent of a data-dependent shape
-                if got != (_evaluate(s, {r: (small, small) for r in roots}, 0) if isinstance(s, NumberProxy) else s):
-                    raise NotImplementedError(
-                        f"thunder cannot trace {describe(fn)}: the extent of dim {d} of its output is {s} only when the "
-                        f"extents known at run time ({', '.join(roots)}) are large enough (torch gives {got} when they are "
-                        f"{small}). Slice or size it so that its extents hold for every value.")
+        if mismatch is not None:
+            d, s, got = mismatch
+            raise NotImplementedError(
+                f"thunder cannot trace {describe(fn)}: the extent of dim {d} of its output is {_named(s)} only when the "
+                f"extents known at run time ({', '.join(roots)}) are large enough (torch gives {got} when they are "
+                f"{small}). Slice or size it so that its extents hold for every value.")
+
+
+def _check_offsets(fn, args, kwargs, roots, out):
+    """An output extent named as an input extent plus a constant (``_Extents._offset``) is checked at a third set of
+    values, different for each extent: two runs cannot tell ``i0 - 1`` from a combination of extents that moves
+    with ``i0`` by chance."""
+    values = dict(zip(roots, _CHECK_VALUES))
+    try:
+        mismatch = _mismatch(fn, args, kwargs, roots, out, values)
+    except Exception:  # noqa: BLE001 - a value torch rejects: say nothing
         return
+    if mismatch is not None:
+        d, s, got = mismatch
+        raise NotImplementedError(
+            f"thunder cannot trace {describe(fn)}: the extent of dim {d} of its output depends on run-time extents of "
+            f"its inputs in a way thunder cannot name (it is not {_named(s)}: torch gives {got} when "
+            f"{', '.join(f'{r} is {v}' for r, v in values.items())}). Compute it with simpler torch operations.")
+
+
+def _named(s) -> str:
+    return s.name if isinstance(s, NumberProxy) else str(s)
+
+
+def _mismatch(fn, args, kwargs, roots, out, values: dict):
+    """(dim, extent, torch's extent) of the first output extent that differs from torch's when the run-time extents
+    have ``values``; None if all agree."""
+    from thunder.core.extents import poly_of
+
+    run = tree_leaves(_run(fn, args, kwargs, values))
+    for x, p in zip(run, out):
+        if not isinstance(p, TensorProxy):
+            continue
+        for d, (got, s) in enumerate(zip(x.shape, p.shape)):
+            if not isinstance(got, int) or isinstance(s, NumberProxy) and not set(poly_of(s).base_roots()) <= set(roots):
+                continue  # a fresh extent of a data-dependent shape
+            if got != (poly_of(s).value(values) if isinstance(s, NumberProxy) else s):
+                return d, s, got
+    return None
 
 
 def _roots(flat) -> list:
@@ -173,7 +206,7 @@ def _roots(flat) -> list:
         values = tuple(x.shape) if isinstance(x, TensorProxy) and is_symbolic_shape(x.shape) else (x,)
         for s in values:
             if is_runtime(s):
-                for r in poly_of(s).roots:
+                for r in poly_of(s).base_roots():
                     names[r] = None
     return list(names)
 
@@ -185,6 +218,7 @@ class _Extents:
         from thunder.core.extents import is_runtime
 
         self.fn, self.trace, self.unbacked = fn, trace, {}
+        self.offsets = False  # whether an extent was named as an input extent plus a constant
         self.known = {}  # the values an input extent takes in the runs -> the extent
         for x in flat:
             for s in (tuple(x.shape) if isinstance(x, TensorProxy) else (x,)):
@@ -196,6 +230,8 @@ class _Extents:
             return self._unbacked(k, d, values[0])
         if len(values) > 1:
             found = self.known.get(tuple(values))
+            if found is None:
+                found = self._offset(values)
             if found is not None:
                 return found
             check(values[0] == values[1], lambda: (
@@ -204,6 +240,21 @@ class _Extents:
                 f"{self._described_placeholders()}). Compute it with simpler torch operations."),
                 NotImplementedError)
         return int(values[0])
+
+    def _offset(self, values: list):
+        """An input extent plus a constant in both runs (``x.diff()`` of ``i0`` rows has ``i0 - 1``, ``F.pad`` adds
+        2): that extent plus the constant, clamped at zero as torch clamps (``max(0, i0 - 1)``); None otherwise. The
+        small sizes' check (``_check_small_extents``) refuses an operation where torch does otherwise there."""
+        from thunder.core.extents import clamp_at_zero
+
+        if values[0] == values[1]:
+            return None  # the same in both runs: a static extent
+        offsets = [(values[0] - a, s) for (a, b), s in self.known.items() if a != b and values[0] - a == values[1] - b]
+        if not offsets:
+            return None
+        c, s = min(offsets, key=lambda cs: abs(cs[0]))
+        self.offsets = True
+        return clamp_at_zero(s + c)
 
     def _described_placeholders(self) -> str:
         extents = sorted(self.known.items(), key=lambda kv: kv[1].name)
@@ -225,12 +276,7 @@ class _Extents:
 def _evaluate(s, placeholders: dict, run: int) -> int:
     from thunder.core.extents import poly_of
 
-    total = 0
-    for monomial, c in poly_of(s).terms.items():
-        for r in monomial:
-            c *= placeholders[r][run]
-        total += c
-    return total
+    return poly_of(s).value({r: v[run] for r, v in placeholders.items()})
 
 
 def _concrete(x, values: dict, fake_mode):

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 
 from thunder.core import prims
 from thunder.core.symbol import Symbol
-from thunder.core.extents import (as_extent, decide, infer_shape, is_one, is_runtime, is_symbolic_shape, is_zero, prod, same,
-                                  same_shape)
+from thunder.core.extents import (as_extent, clamp_at_zero, decide, infer_shape, is_one, is_runtime, is_symbolic_shape,
+                                  is_zero, prod, same, same_shape)
 from thunder.core.proxies import TensorProxy, NumberProxy
 from thunder.torch.registry import torchsymbol
 from thunder.torch.utils import canonicalize_dim, canonicalize_dims, check, convert, expand_to
@@ -527,26 +527,37 @@ def _check_one_ellipsis(key):
 
 
 def _runtime_bounds(a, dim: int, x):
-    """(start, stop, step) of an int or a unit-step slice indexing a dim whose extent is known only at run time, where
-    they hold for every run-time value (``x[1:]`` of an ``i0 + 1`` extent has ``i0`` elements, ``x[-1]`` of one is at
-    ``i0``); None where they depend on the value (``x[:3]`` of ``i0``: 3 or fewer; ``x[3]`` of ``i0``: an IndexError
-    below 4), which torch's own indexing then handles."""
+    """(start, stop, step) of an int or a slice indexing a dim whose extent is known only at run time. A
+    slice's bounds are clamped as torch clamps them, with run-time extents where that depends on the value (``x[:-1]``
+    of ``i0`` rows stops at ``max(0, i0 - 1)``, ``x[:3]`` at ``i0 - max(0, i0 - 3)``, ``x[1:]`` has ``max(0, i0 - 1)``
+    elements, as ``x[:-1]``; ``x[::2]`` has ``(i0 + 1) // 2``). An int index must hold for every run-time value (``x[-1]`` of an ``i0 + 1`` extent is at
+    ``i0``); None otherwise (``x[3]`` of ``i0``: an IndexError below 4), which torch's own indexing then handles."""
     size = a.shape[dim]
 
     def position(k):  # k (negative: from the end) as a position in [0, size] for every run-time value, else None
         k = size + k if decide(operator.lt, k, 0) is True else k
         return k if decide(operator.ge, k, 0) is True and decide(operator.le, k, size) is True else None
 
+    def clamped(k):  # k as torch clamps a slice bound to [0, size]; None where k's sign depends on the value
+        if decide(operator.lt, k, 0) is True:
+            return clamp_at_zero(size + k)
+        if decide(operator.ge, k, 0) is not True:
+            return None
+        return k if decide(operator.le, k, size) is True else size - clamp_at_zero(size - k)
+
     if isinstance(x, int):
         start = position(x)
         return None if start is None or decide(operator.lt, start, size) is not True else (start, start + 1, 1)
-    if x.step not in (None, 1):
+    step = 1 if x.step is None else x.step
+    if type(step) is not int or step < 1:
         return None
-    start = 0 if x.start is None else position(x.start)
-    stop = size if x.stop is None else position(x.stop)
-    if start is None or stop is None or decide(operator.ge, stop, start) is not True:
+    start = 0 if x.start is None else clamped(x.start)
+    stop = size if x.stop is None else clamped(x.stop)
+    if start is None or stop is None:
         return None
-    return start, stop, 1
+    if decide(operator.ge, stop, start) is not True:  # an empty slice where the stop comes first, as torch's
+        stop = start + clamp_at_zero(stop - start)
+    return start, stop, step
 
 
 @torchsymbol(methods=("__getitem__",), view=True, torch_impl=operator.getitem)

@@ -17,7 +17,7 @@ from typing import NamedTuple
 import torch
 
 from thunder.core import prims
-from thunder.core.extents import is_one, prod, same_shape
+from thunder.core.extents import is_one, prod, same, same_shape
 from thunder.core.proxies import TensorProxy
 
 VJP_RULES: dict[str, callable] = {}
@@ -310,7 +310,7 @@ def slice_rule(a, start_indices, end_indices, strides=None):
         sizes = list(out.shape)
         # Undo the per-dimension slices from the last dimension to the first.
         for d in reversed(range(a.ndim)):
-            if start_indices[d] == 0 and end_indices[d] == a.shape[d] and steps[d] == 1:
+            if same(start_indices[d], 0) and same(end_indices[d], a.shape[d]) and steps[d] == 1:
                 continue
             sizes[d] = a.shape[d]
             g = slice_backward(g, list(sizes), d, start_indices[d], end_indices[d], steps[d])
