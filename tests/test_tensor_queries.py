@@ -124,15 +124,26 @@ def test_strides_of_intermediates():
     _check(f, (torch.randn(3, 5),))
 
 
-@pytest.mark.parametrize("fn", [torch.xlogy, torch.Tensor.xlogy, torch.special.xlogy, torch.special.xlog1py,
-                                torch.copysign, torch.Tensor.copysign])
-def test_elementwise_ops_whose_meta_kernel_lays_out_otherwise_follow_eager(fn):
-    """torch 2.13's meta kernels of these give a contiguous result where the CPU kernel follows the layout of its
-    first operand (TensorIterator): thunder took the reshape of the result for a view, and wrote an in-place update
-    of it back into the result (a generated program, seed 139680)."""
+def _second(y):
+    return y.roll(1, 1).abs() + 0.5
+
+
+@pytest.mark.parametrize("op", [
+    *(lambda y, f=f: f(y * 2.0, _second(y)) for f in (torch.xlogy, torch.Tensor.xlogy, torch.special.xlogy,
+                                                      torch.special.xlog1py, torch.copysign, torch.Tensor.copysign,
+                                                      torch.floor_divide, torch.Tensor.floor_divide)),
+    lambda y: y // _second(y), lambda y: 7 // (y + 3), torch.nn.functional.logsigmoid,
+    lambda y: torch.nn.functional.rrelu(y), lambda y: torch.rrelu(y), lambda y: torch.isin(y, y[0, 0, 0]).float(),
+], ids=["xlogy", "Tensor.xlogy", "special.xlogy", "special.xlog1py", "copysign", "Tensor.copysign", "floor_divide",
+        "Tensor.floor_divide", "floordiv_operator", "rfloordiv_operator", "logsigmoid", "F.rrelu", "rrelu", "isin"])
+def test_ops_whose_meta_kernel_lays_out_otherwise_than_the_cpu_kernel_follow_eager(op):
+    """torch 2.13's meta kernels of these lay out their result otherwise than the CPU kernel: contiguous where the CPU
+    kernel follows its first operand (TensorIterator: xlogy, copysign, floor_divide), or following the operand where
+    the CPU kernel returns a contiguous tensor (logsigmoid, rrelu, isin). thunder took the reshape of the result for a
+    view or a copy as eager does not, and wrote an in-place update of it back or not (generated programs, seeds 139680
+    and 13499)."""
     def f(x):
-        y = x.transpose(1, 2)
-        z = fn(y * 2.0, y.roll(1, 1).abs() + 0.5)
+        z = op(x.transpose(1, 2))
         return z.reshape(-1).sigmoid_(), z, z.stride()
 
     _check(f, (torch.randn(4, 2, 5, 3),))

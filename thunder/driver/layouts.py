@@ -166,6 +166,8 @@ class Layouts:
             mkwargs = {**mkwargs, "device": "meta"}  # a factory (torch.rand(4, 4)): run for real, it would draw
         if fn in _LAID_OUT_AS_PRODUCT:
             fn, margs, mkwargs = _LAID_OUT_AS_PRODUCT[fn](margs, mkwargs)
+        elif fn in _CONTIGUOUS_ON_CPU and proxy.device.type == "cpu":
+            return contiguous_strides(self._shape(proxy)), 0, frozenset(deps)
         try:
             with torch._C.DisableTorchFunction():
                 out = fn(*margs, **mkwargs)
@@ -300,7 +302,11 @@ def _product_of_tensors(margs, mkwargs):
 # ``torch.where``, whose output follows its condition): their strides are those of a product of their operands
 _LAID_OUT_AS_PRODUCT = dict.fromkeys(
     (torch.xlogy, torch.Tensor.xlogy, torch.special.xlogy, torch.special.xlog1py, torch.copysign,
-     torch.Tensor.copysign), _product_of_tensors)
+     torch.Tensor.copysign, torch.floor_divide, torch.Tensor.floor_divide, torch.Tensor.__floordiv__,
+     torch.Tensor.__rfloordiv__), _product_of_tensors)
+# torch operations whose CPU kernel returns a contiguous tensor whatever its input's layout, where their meta kernel
+# follows the input's
+_CONTIGUOUS_ON_CPU = frozenset({torch.nn.functional.logsigmoid, torch.nn.functional.rrelu, torch.rrelu, torch.isin})
 
 
 _TRANSPOSED_RESULTS = (torch.nonzero, torch.Tensor.nonzero, torch.argwhere, torch.Tensor.argwhere)
