@@ -340,6 +340,8 @@ CLAMPED_SLICES = {
     "pad_of_tail": _of_rows(lambda r: F.pad(r[1:], (0, 0, 1, 2))),
     "narrow_to_one_less": _of_rows(lambda r: r.narrow(0, 1, r.size(0) - 1)),
     "segment_pointers": _ptr_segments,
+    "mse_loss_of_differences": _of_rows(lambda r: F.mse_loss(r.diff(dim=0), r[1:], reduction="none")),
+    "cosine_similarity_of_neighbours": _of_rows(lambda r: F.cosine_similarity(r[1:], r[:-1])),
 }
 
 

@@ -544,13 +544,13 @@ register_vjp(tnn.smooth_l1_loss)(torch_autograd_rule(F.smooth_l1_loss, _smooth_l
 
 
 def _mse_meta(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
-    shape = tuple(torch.broadcast_shapes(tuple(input.shape), tuple(target.shape)))
+    shape = prims.broadcast_shapes(tuple(input.shape), tuple(target.shape))
     reduction = tnn._legacy_reduction(size_average, reduce, reduction)
     return ((shape if reduction == "none" else (), input.dtype, input.device),)
 
 
 def _cosine_similarity_meta(x1, x2, dim=1, eps=1e-8):
-    shape = list(torch.broadcast_shapes(tuple(x1.shape), tuple(x2.shape)))
+    shape = list(prims.broadcast_shapes(tuple(x1.shape), tuple(x2.shape)))
     del shape[dim % len(shape)]
     return ((tuple(shape), x1.dtype, x1.device),)
 

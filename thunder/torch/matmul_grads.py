@@ -24,6 +24,7 @@ import math
 
 import torch
 
+from thunder.core import prims
 from thunder.torch.grad_rules import _aten_symbol, _column_major, _like
 
 
@@ -105,7 +106,7 @@ def _batched_grads(g, a, b, mask):
     n, m1 = (a.shape[-2] if a.dim() > 1 else 1), a.shape[-1]
     vector = b.dim() == 1
     m2, p = (b.shape[-1], 1) if vector else (b.shape[-2], b.shape[-1])
-    batch = tuple(torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    batch = prims.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
     size = math.prod(batch)
     a3 = a.expand(batch + (n, m1)).reshape(size, n, m1)
     b3 = b.expand(batch + (m2,)).reshape(size, m2).unsqueeze(2) if vector else b.expand(batch + (m2, p)).reshape(
@@ -178,7 +179,6 @@ def rule(sym, a, b):
     """The gradient rule of ``sym`` (``torch.matmul`` or the matmul primitive): the forward and the gradients as eager
     computes them for these operands. A layer-like product (a 2-D ``b`` that requires grad) keeps
     ``linear_backward``, which computes the same and which executors can claim."""
-    from thunder.core import prims
     from thunder.torch.grad_rules import layout_of, linear_backward
     from thunder.torch.shapes import transpose
 
@@ -208,7 +208,6 @@ def _batched_backward(g, a, b):
     """The general path in the trace, where fusion executors see its copies: both operands expanded to the common
     batch and folded to 3-D (copying those a view cannot fold, such as ``k.transpose(-2, -1)`` of a head-split ``k``),
     the gradients ``bmm``s of those folded operands (the same layouts as eager's: the same roundings)."""
-    from thunder.core import prims
     from thunder.core.extents import prod
     from thunder.torch import expand, matmul, reshape, transpose
     from thunder.transforms.grad_rules import _reduce_to
