@@ -11,7 +11,6 @@ the prologue checks their strides on every call (see ``observed``).
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 
 import torch
@@ -19,6 +18,7 @@ import torch
 from thunder.core.extents import is_runtime, is_symbolic_shape, poly_of
 from thunder.core.proxies import TensorProxy, NumberProxy, known_value
 from thunder.core.pytree import tree_leaves, tree_map
+from thunder.driver import kernel_layouts
 
 
 class UnknownLayout(Exception):
@@ -164,10 +164,11 @@ class Layouts:
         margs, mkwargs = tree_map(to_meta, (args, kwargs))
         if not any(isinstance(x, TensorProxy) for x in tree_leaves((args, kwargs))):
             mkwargs = {**mkwargs, "device": "meta"}  # a factory (torch.rand(4, 4)): run for real, it would draw
-        if fn in _LAID_OUT_AS_PRODUCT:
-            fn, margs, mkwargs = _LAID_OUT_AS_PRODUCT[fn](margs, mkwargs)
-        elif fn in _CONTIGUOUS_ON_CPU and proxy.device.type == "cpu":
-            return contiguous_strides(self._shape(proxy)), 0, frozenset(deps)
+        if fn in kernel_layouts.RULES:  # a meta kernel that lays out otherwise than the kernel that runs
+            source = next((x for x in tree_leaves(args) if isinstance(x, TensorProxy)), None)
+            strides = kernel_layouts.strides(fn, self._shape(proxy), proxy, margs, mkwargs, source)
+            if strides is not None:
+                return strides, 0, frozenset(deps)
         try:
             with torch._C.DisableTorchFunction():
                 out = fn(*margs, **mkwargs)
@@ -289,24 +290,6 @@ def _roots(leaves) -> set:
             if isinstance(n, NumberProxy):
                 roots.update(poly_of(n).base_roots())
     return roots
-
-
-def _product_of_tensors(margs, mkwargs):
-    """``torch.mul`` of the tensor operands (all, with TensorIterator's broadcasting and choice of layout)."""
-    tensors = [x for x in tree_leaves((margs, mkwargs)) if isinstance(x, torch.Tensor)]
-    return (lambda *ts: functools.reduce(torch.mul, ts)), tensors, {}
-
-
-# torch operations whose meta kernel lays out its output otherwise than the CPU and CUDA kernels, which follow
-# TensorIterator's rule for elementwise operations (torch 2.13's meta kernels of these decompose through
-# ``torch.where``, whose output follows its condition): their strides are those of a product of their operands
-_LAID_OUT_AS_PRODUCT = dict.fromkeys(
-    (torch.xlogy, torch.Tensor.xlogy, torch.special.xlogy, torch.special.xlog1py, torch.copysign,
-     torch.Tensor.copysign, torch.floor_divide, torch.Tensor.floor_divide, torch.Tensor.__floordiv__,
-     torch.Tensor.__rfloordiv__), _product_of_tensors)
-# torch operations whose CPU kernel returns a contiguous tensor whatever its input's layout, where their meta kernel
-# follows the input's
-_CONTIGUOUS_ON_CPU = frozenset({torch.nn.functional.logsigmoid, torch.nn.functional.rrelu, torch.rrelu, torch.isin})
 
 
 _TRANSPOSED_RESULTS = (torch.nonzero, torch.Tensor.nonzero, torch.argwhere, torch.Tensor.argwhere)

@@ -1,0 +1,122 @@
+"""Where torch's meta kernels lay out a result otherwise than the kernels that run.
+
+Layouts (thunder/driver/layouts.py) computes the strides of a traced tensor by running its operation on meta tensors
+laid out as the operands. For the operations below, torch 2.13's meta kernel lays out the result otherwise than the
+CPU kernel (and, for the elementwise ones, the CUDA kernel: both follow TensorIterator's rule), which the strides a
+program reads, whether a later ``reshape`` views or copies, and so whether an in-place update of it writes back,
+depend on. Each rule gives the strides the kernel gives, or None to keep the meta kernel's.
+``tests/test_ops.py::test_op_output_layouts_follow_eager`` compares every op's strides with eager's on operands laid
+out transposed.
+"""
+from __future__ import annotations
+
+import functools
+from numbers import Number
+
+import torch
+import torch.nn.functional as F
+from torch._prims_common import suggest_memory_format
+from torch.utils._pytree import tree_leaves
+
+# torch callable -> rule(shape, output proxy, args, kwargs) -> strides or None; args: meta tensors laid out as the
+# operands, and numbers given values; ``shape``: the output's, run-time extents given values
+RULES: dict = {}
+
+
+def rule(*fns):
+    def register(r):
+        for fn in fns:
+            RULES[fn] = r
+        return r
+
+    return register
+
+
+def strides(fn, shape: tuple, out, args, kwargs, source=None):
+    """The strides of ``out`` (of ``shape``: run-time extents given values), or None: the meta kernel's. ``source``:
+    the traced tensor the operation reads first."""
+    r = RULES.get(fn)
+    if r is None:
+        return None
+    return r(tuple(shape), out, args, kwargs, source) if r is conversion else r(tuple(shape), out, args, kwargs)
+
+
+def _contiguous(shape, memory_format=torch.contiguous_format) -> tuple:
+    return torch.empty(shape, device="meta", memory_format=memory_format).stride()
+
+
+@rule(torch.xlogy, torch.Tensor.xlogy, torch.special.xlogy, torch.special.xlog1py, torch.copysign,
+      torch.Tensor.copysign, torch.floor_divide, torch.Tensor.floor_divide, torch.Tensor.__floordiv__,
+      torch.Tensor.__rfloordiv__, torch.logical_and, torch.Tensor.logical_and, torch.logical_or, torch.Tensor.logical_or,
+      torch.logical_xor, torch.Tensor.logical_xor)
+def elementwise(shape, out, args, kwargs):
+    """TensorIterator's layout for the tensor operands, as ``torch.mul`` of them gives it (the meta kernels of these
+    decompose through ``torch.where``, or ignore a 0-dim operand's place)."""
+    tensors = [x for x in tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+    product = functools.reduce(torch.mul, tensors)
+    return tuple(product.stride()) if tuple(product.shape) == shape else None
+
+
+@rule(torch.div, torch.Tensor.div, torch.divide, torch.Tensor.divide)
+def division(shape, out, args, kwargs):
+    return elementwise(shape, out, args, kwargs) if kwargs.get("rounding_mode") == "floor" else None
+
+
+@rule(F.logsigmoid, F.rrelu, torch.rrelu, torch.isin)
+def contiguous_on_cpu(shape, out, args, kwargs):
+    return _contiguous(shape) if out.device.type == "cpu" else None
+
+
+@rule(torch.pow)
+def power(shape, out, args, kwargs):
+    """``torch.pow(2, t)``: the CPU kernel's result is contiguous, whatever the exponent's layout."""
+    base = args[0] if args else kwargs.get("self", kwargs.get("input"))
+    return _contiguous(shape) if out.device.type == "cpu" and isinstance(base, Number) else None
+
+
+@rule(torch.Tensor.__rpow__)
+def power_of_a_number(shape, out, args, kwargs):
+    """``2 ** t``, as ``torch.pow(2, t)``."""
+    return _contiguous(shape) if out.device.type == "cpu" and isinstance(args[1], Number) else None
+
+
+@rule(F.batch_norm, torch.batch_norm, torch.native_batch_norm, F.max_pool1d, torch.max_pool1d)
+def suggested_by_the_input(shape, out, args, kwargs):
+    """The CPU kernels lay out their result as ATen suggests for the input (channels-last, else contiguous)."""
+    if out.device.type != "cpu" or not isinstance(args[0], torch.Tensor):
+        return None
+    return _contiguous(shape, suggest_memory_format(args[0]))
+
+
+@rule(torch.conv1d, torch.conv2d, F.conv1d, F.conv2d)
+def convolution(shape, out, args, kwargs):
+    """CPU convolutions of float tensors (oneDNN) are channels-last where the input or the weight suggests it, else
+    contiguous; a 1-D one is run as 2-D on the weight unsqueezed (and the input made contiguous); an unbatched one as a
+    batch of one."""
+    x, w = args[0], args[1] if len(args) > 1 else kwargs.get("weight")
+    if out.device.type != "cpu" or not isinstance(w, torch.Tensor) or w.dim() not in (3, 4) or x.dtype not in (
+            torch.float32, torch.bfloat16, torch.float16):
+        return None
+    if len(shape) == w.dim() - 1:  # unbatched
+        batched = convolution((1,) + shape, out, (x.unsqueeze(0), w, *args[2:]), kwargs)
+        return None if batched is None else batched[1:]
+    if w.dim() == 3:
+        if suggest_memory_format(w.unsqueeze(2)) != torch.channels_last:
+            return _contiguous(shape)
+        n, c, length = shape
+        s = _contiguous((n, c, 1, length), torch.channels_last)
+        return (s[0], s[1], s[3])
+    channels_last = torch.channels_last in (suggest_memory_format(x), suggest_memory_format(w))
+    return _contiguous(shape, torch.channels_last if channels_last else torch.contiguous_format)
+
+
+@rule(torch.Tensor.to, torch.Tensor.type)
+def conversion(shape, out, args, kwargs, source):
+    """A cast or a copy is laid out as ``empty_like`` lays it out (the meta kernel cannot copy to a device, nor read a
+    type's name); where nothing changes, the result is the input itself."""
+    x = args[0]
+    memory_format = kwargs.get("memory_format", torch.preserve_format)
+    unchanged = source is not None and out.dtype == source.dtype and out.device == source.device
+    if unchanged and not kwargs.get("copy") and memory_format is torch.preserve_format:
+        return tuple(x.stride())
+    return tuple(torch.empty_like(x, memory_format=memory_format).stride())
