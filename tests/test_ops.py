@@ -416,14 +416,21 @@ def test_found_refusals(fn, error, match):
         thunder.jit(fn)(torch.arange(4))
 
 
-def _column_major(x):
-    """``x`` with its last two dims laid out transposed (the same values), for floating-point tensors; other arguments
-    as they are. (Integer index tensors stay: eager's advanced indexing lays out its result by the index tensors'
-    layouts too, which torch's meta kernel does not follow and thunder does not model.)"""
+def _laid_out(x, layout: str):
+    """``x`` with the same values laid out ``layout`` ("transposed": its last two dims; "channels_last": a 4-D tensor),
+    for floating-point tensors; other arguments as they are. (Integer index tensors stay: eager's advanced indexing
+    lays out its result by the index tensors' layouts too, which torch's meta kernel does not follow and thunder does
+    not model.)"""
     if isinstance(x, torch.Tensor) and x.dim() >= 2 and not x.is_sparse and x.is_floating_point():
-        return x.mT.contiguous().mT.requires_grad_(x.requires_grad) if x.is_leaf else x.mT.contiguous().mT
+        if layout == "transposed":
+            y = x.mT.contiguous().mT
+        elif x.dim() == 4:
+            y = x.contiguous(memory_format=torch.channels_last)
+        else:
+            return x
+        return y.requires_grad_(x.requires_grad) if x.is_leaf else y
     if isinstance(x, (list, tuple)):
-        return type(x)(_column_major(y) for y in x)
+        return type(x)(_laid_out(y, layout) for y in x)
     return x
 
 
@@ -436,14 +443,15 @@ def _strides(out):
 _LAYOUT_REFUSED = {"getitem": "the strides of t2: running __getitem__ on meta tensors failed"}
 
 
+@pytest.mark.parametrize("layout", ["transposed", "channels_last"])
 @pytest.mark.parametrize("info", [info for info in OPINFOS if not info.requires_cuda], ids=lambda info: info.name)
-def test_op_output_layouts_follow_eager(info: OpInfo):
+def test_op_output_layouts_follow_eager(info: OpInfo, layout):
     """The strides thunder computes while tracing (``.stride()``, and whether a later ``reshape`` views or copies and an
-    in-place update writes back) are those eager's CPU kernels give, on operands laid out transposed. They come from
-    torch's meta kernels, except where those lay out otherwise (thunder/driver/kernel_layouts.py)."""
+    in-place update writes back) are those eager's CPU kernels give, on operands laid out transposed or channels-last.
+    They come from torch's meta kernels, except where those lay out otherwise (thunder/driver/kernel_layouts.py)."""
     fn = primary_op(info)
     for sample in _samples(info, info.dtypes[0]):
-        sample = SampleInput(_column_major(sample.args), {k: _column_major(v) for k, v in sample.kwargs.items()})
+        sample = SampleInput(_laid_out(sample.args, layout), {k: _laid_out(v, layout) for k, v in sample.kwargs.items()})
         try:
             expected = _strides(_call(fn, sample, _SEED))
         except Exception:  # noqa: BLE001 - eager rejects it: test_op checks that thunder does too

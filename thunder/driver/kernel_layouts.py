@@ -80,7 +80,8 @@ def power_of_a_number(shape, out, args, kwargs):
     return _contiguous(shape) if out.device.type == "cpu" and isinstance(args[1], Number) else None
 
 
-@rule(F.batch_norm, torch.batch_norm, torch.native_batch_norm, F.max_pool1d, torch.max_pool1d)
+@rule(F.batch_norm, torch.batch_norm, torch.native_batch_norm, F.group_norm, torch.group_norm, torch.native_group_norm,
+      F.max_pool1d, torch.max_pool1d)
 def suggested_by_the_input(shape, out, args, kwargs):
     """The CPU kernels lay out their result as ATen suggests for the input (channels-last, else contiguous)."""
     if out.device.type != "cpu" or not isinstance(args[0], torch.Tensor):
