@@ -260,13 +260,25 @@ def test_python_that_needs_an_extent_raises_naming_the_op(fn, what):
     assert "torch.nonzero" in message or "boolean mask" in message, message  # the operation the extent comes from
 
 
-def test_extents_that_cannot_be_matched_raise():
-    """Two selections by different masks may have equal extents at run time; thunder cannot assume it."""
-    def fn(x):
-        return x[x[:, 0] > 0].T @ x[x[:, 0] > 0]
+def _two_masks(x):
+    return x[x[:, 0] > 0].T @ x[x[:, 0] > 0]
 
-    with pytest.raises(NotImplementedError, match="cannot tell whether the extents i0 and i1 are equal"):
-        thunder.jit(fn)(torch.randn(6, 3))
+
+def test_extents_that_cannot_be_matched_raise():
+    """Two selections by different masks may have equal extents at run time; thunder cannot assume it, nor decide it
+    by their values where the masks are computed from a tensor that requires grad."""
+    with pytest.raises(NotImplementedError, match="cannot tell whether the extents i0 and i1 are equal.*requires grad"):
+        thunder.jit(_two_masks)(torch.randn(6, 3, requires_grad=True))
+
+
+def test_extents_computed_from_the_arguments_are_matched_by_their_values():
+    """The same two selections of an argument that does not require grad: their counts are compared when the program
+    is traced, and by the prologue on every call (tests/test_value_guards.py)."""
+    jfn = thunder.jit(_two_masks)
+    for seed in (0, 1):
+        x = torch.randn(6, 3, generator=torch.Generator().manual_seed(seed))
+        assert torch.equal(jfn(x), _two_masks(x))
+    assert thunder.cache_misses(jfn) == 1
 
 
 def test_fallback_op_on_unmatched_extents_raises():

@@ -1103,3 +1103,22 @@ def test_torch_arithmetic_of_numbers_is_a_tensor_as_in_eager(fn):
         assert actual.dtype == expected.dtype and torch.equal(actual, expected), (actual, expected)
     else:
         assert actual == expected
+
+
+def test_a_torch_function_a_library_replaced_is_not_what_the_trace_calls(monkeypatch):
+    """PyTorch Geometric replaces ``torch.index_select``, ``torch.select`` and ``torch.manual_seed`` with wrappers when
+    imported (its index_select refuses a 0-dim input). A trace printed ``torch.index_select(...)``, looked up when it
+    runs: the wrapper ran instead of the function thunder traced (the whole suite failed where PyG's tests ran first
+    in the same process). The function thunder traced is passed to the trace by value."""
+    original = torch.index_select
+    fn = lambda x, i: original(x, 0, i) * 2  # noqa: E731
+    x, i = torch.tensor(3.0), torch.tensor([0])
+    thunder.jit(fn)(x, i)  # thunder has seen torch's functions: the library is imported later
+
+    def replaced(*args, **kwargs):
+        raise AssertionError("the library's replacement ran")
+
+    monkeypatch.setattr(torch, "index_select", replaced)
+    jfn = thunder.jit(fn)
+    assert torch.equal(jfn(x, i), fn(x, i))
+    assert "  t2 = index_select(x, 0, i)" in str(thunder.last_traces(jfn)[-1])

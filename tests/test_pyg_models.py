@@ -108,6 +108,12 @@ CASES = {
     "GMMConv": (lambda: gnn.GMMConv(FEATURES, OUT, dim=EDGE_DIM, kernel_size=2), _attributed, False),
     "PointTransformerConv": (lambda: gnn.PointTransformerConv(FEATURES, OUT),
                              lambda m, x, g: m(x, x.detach()[:, :3], g["edge_index"]), False),
+    # self loops removed then added, as many as the nodes, decided by the values (a guard)
+    "ClusterGCNConv": (lambda: gnn.ClusterGCNConv(FEATURES, OUT), _edges, False),
+    # to_dense_batch's mask selects as many rows as there are nodes: decided by the values (a guard)
+    "GPSConv": (lambda: gnn.GPSConv(FEATURES, gnn.GCNConv(FEATURES, FEATURES), heads=2, dropout=0.0,
+                                    attn_kwargs={"dropout": 0.0}), lambda m, x, g: m(x, g["edge_index"], g["batch"]),
+                False),
     "RGCNConv": (lambda: gnn.RGCNConv(FEATURES, OUT, num_relations=3),
                  lambda m, x, g: m(x, g["edge_index"], g["edge_index"][0] % 3), False),
     "GCN-batch-norm-train": (lambda: models.GCN(FEATURES, 32, num_layers=2, out_channels=OUT, norm="batch_norm"),

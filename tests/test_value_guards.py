@@ -130,6 +130,31 @@ def test_the_prologue_shows_how_it_computes_the_value():
     assert "max" not in str(thunder.last_traces(jfn)[-1])  # the computation does not compute it
 
 
+def _selected_added_to_all(x, labels):  # PyG's GPSConv: the rows of a padded batch its mask selects are the nodes
+    return (x * 2)[labels >= 0] + x
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_extents_that_must_be_equal_are_decided_by_their_values(grad):
+    """A selection by a mask computed from the arguments, broadcast with a tensor of the arguments' extent: equal only
+    when every element is selected. thunder decides it by the values (the prologue counts the mask's True elements on
+    every call, not the selection it makes), as eager decides by the sizes: the same result where they are equal, the
+    same error where not."""
+    jfn = thunder.jit(_selected_added_to_all)
+    for labels in (torch.tensor([1, 2, 0]), torch.tensor([3, 0, 4])):
+        x = torch.randn(3, 2, requires_grad=grad)
+        actual, expected = jfn(x, labels), _selected_added_to_all(x, labels)
+        _same(actual.detach(), expected.detach())
+        if grad:
+            _same(torch.autograd.grad(actual.sum(), x)[0], torch.autograd.grad(expected.sum(), x)[0])
+    assert (thunder.cache_misses(jfn), thunder.cache_hits(jfn)) == (1, 1)
+    assert "check_values(" in str(thunder.last_prologue_traces(jfn)[-1])
+    with pytest.raises(RuntimeError, match="must match the size of tensor b"):
+        _selected_added_to_all(x, torch.tensor([1, -1, 2]))
+    with pytest.raises(RuntimeError, match="must match the size of tensor b"):
+        jfn(x, torch.tensor([1, -1, 2]))
+
+
 class _ParameterBranch(torch.nn.Module):
     def __init__(self):
         super().__init__()

@@ -123,6 +123,14 @@ def output_comment(out) -> str:
     return ", ".join(f'{p.name}: "{type_string(p)}"' for p in proxies)
 
 
+def _at_path(path: str):
+    """The object a dotted path under ``torch`` names now (None if none)."""
+    obj = torch
+    for name in path.split(".")[1:]:
+        obj = getattr(obj, name, None)
+    return obj
+
+
 def print_bsym(bsym, printer: Printer, indent: int = 1, comment: bool = False, depth: int | None = None) -> list[str]:
     """Lines for a bound symbol and, as nested comments, its decomposition."""
     pad = "  " * indent
@@ -133,9 +141,13 @@ def print_bsym(bsym, printer: Printer, indent: int = 1, comment: bool = False, d
         for imp in sym.imports:
             printer.imports[imp] = None
         impl = getattr(sym, "impl", None)
-        if impl is not None and not sym.imports and "." not in sym.print_name:
-            printer.constants.setdefault(sym.print_name, impl)  # an executor's callable, passed as a global
-        call = f"{sym.print_name}({printer.call_args(bsym.args, bsym.kwargs)})"
+        callee = sym.print_name
+        if impl is not None and not sym.imports and "." not in callee:
+            printer.constants.setdefault(callee, impl)  # an executor's callable, passed as a global
+        elif impl is not None and callee.startswith("torch.") and _at_path(callee) is not impl:
+            # a library replaced torch's function (PyTorch Geometric's torch.index_select): the executor's, by value
+            callee = printer.constant(impl, callee.rsplit(".", 1)[-1])
+        call = f"{callee}({printer.call_args(bsym.args, bsym.kwargs)})"
         has_out = bsym.output is not None and flat_proxies(bsym.output) or isinstance(bsym.output, (TensorProxy, NumberProxy))
         code = f"{printer.output(bsym.output)} = {call}" if has_out else call
     oc = output_comment(bsym.output)

@@ -13,6 +13,11 @@ value of them, so one cache entry serves every call whatever the run-time extent
   A comparison is answered only when it holds for every value (extents are >= 0); otherwise it raises
   ``DataDependentError``. The value of an extent is never specialized: ``if n == 0``, ``range(n)`` and
   ``int(n)`` raise ``DataDependentError`` naming the operation the extent comes from.
+- What torch clamps or divides is a *derived* extent: ``x[:-1]`` and ``x[1:]`` of ``i0`` rows have
+  ``max(0, i0 - 1)`` rows, ``x[::2]`` has ``(i0 + 1) // 2``, recorded as ``i2 = max(i1, 0)`` or ``i3 = i2 // 2``.
+  Its polynomial's root is named by what it computes (``Poly.derived_root``), so every computation of the same
+  clamp or quotient in a trace gives the same extent (``x[1:] - x[:-1]`` broadcasts), and it is evaluated from
+  the roots it is computed from.
 - Broadcasting follows torch's size-oblivious rule: a run-time extent is never taken to be 1
   (``is_one``), and identical extents match.
 - Definitions are recorded where their inputs exist. An extent used by the outputs of a composite
@@ -153,11 +158,10 @@ class Poly:
         return out
 
     def canonical(self) -> str:
+        """The polynomial as text, its terms in order: equal polynomials print alike."""
         return " + ".join(f"{c}*{'*'.join(m)}" if m else str(c) for m, c in sorted(self.terms.items())) or "0"
 
-    def __repr__(self):
-        parts = [f"{c}*{'*'.join(m)}" if m else str(c) for m, c in self.terms.items()]
-        return " + ".join(parts) or "0"
+    __repr__ = canonical
 
 
 def _monomial_order(m: tuple):
@@ -275,6 +279,34 @@ def same(a, b) -> bool:
     if not (is_runtime(a) or is_runtime(b)):
         return a == b
     return decide(operator.eq, a, b) is True
+
+
+def assume_equal(a, b, where: str) -> bool:
+    """Whether two extents are equal, for shape logic that needs them to match (broadcasting, a product's inner
+    extents, expanding): where not decided for every value, decided by their values where the tracing driver can
+    compute them from the call's arguments (a guard the prologue checks, see [Note: value guards] in
+    thunder/driver/value_guards.py: PyTorch Geometric's ``to_dense_batch`` mask selects as many rows as there are
+    nodes), the run-time one then standing for the other in the rest of the trace; else NotImplementedError."""
+    if same(a, b):
+        return True
+    if not (is_runtime(a) or is_runtime(b)):
+        return False
+    from thunder.core.proxies import DataDependentError
+    from thunder.core.trace import get_tracectx
+
+    by_values = getattr(get_tracectx(), "extent_comparisons", None)
+    refused = ""
+    if by_values is not None and _comparable(a) and _comparable(b):
+        try:
+            equal = by_values(operator.eq, a, b, f"Deciding whether they are equal")
+        except DataDependentError as e:
+            refused = f" {e}"
+        else:
+            if equal:  # from now on the later extent is the earlier one
+                later, earlier = (b, a) if is_runtime(b) else (a, b)
+                later.poly = poly_of(earlier)
+            return equal
+    raise NotImplementedError(unknown_equality(a, b, where) + refused)
 
 
 def unknown_equality(a, b, where: str) -> str:

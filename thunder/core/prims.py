@@ -17,8 +17,8 @@ from numbers import Number
 import torch
 
 from thunder.core import dtypes
-from thunder.core.extents import (as_extent, clamp_at_zero, is_one, is_runtime, is_zero, prod_poly, same, same_shape,
-                                  unknown_equality)
+from thunder.core.extents import (as_extent, assume_equal, clamp_at_zero, is_one, is_runtime, is_zero, prod_poly, same,
+                                  same_shape)
 from thunder.core.proxies import NUMBER_OPS, TensorProxy, NumberProxy
 from thunder.core.symbol import Symbol, Tag
 from thunder.core.trace import get_tracectx
@@ -62,8 +62,8 @@ def broadcast_shapes(*shapes) -> tuple:
             if is_one(d) or same(out[i], d):
                 continue
             if not is_one(out[i]):
-                if is_runtime(d) or is_runtime(out[i]):
-                    raise NotImplementedError(unknown_equality(out[i], d, f"broadcast at dimension {i}"))
+                if assume_equal(out[i], d, f"broadcast at dimension {i}"):
+                    continue
                 raise RuntimeError(f"The size of tensor a ({out[i]}) must match the size of tensor b ({d}) at non-singleton dimension {i}")
             out[i] = d
     # a dimension of size 0 broadcasts with 1 to 0
@@ -75,10 +75,8 @@ def broadcast_shapes(*shapes) -> tuple:
 
 
 def _check_contraction(m, n, what, a, b):
-    if same(m, n):
+    if assume_equal(m, n, f"{what} of {a.name} and {b.name}"):
         return
-    if is_runtime(m) or is_runtime(n):
-        raise NotImplementedError(unknown_equality(m, n, f"{what} of {a.name} and {b.name}"))
     raise RuntimeError(f"{what}: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied")
 
 
@@ -393,10 +391,9 @@ shallow_copy = make_prim("shallow_copy", shallow_copy_meta)
 def broadcast_in_dim_meta(a, shape, broadcast_dimensions):
     _check(len(broadcast_dimensions) == a.ndim, "prims.broadcast_in_dim: one broadcast dimension per input dimension")
     for d, s in zip(broadcast_dimensions, a.shape):
-        if is_one(s) or same(s, shape[d]):
+        # x[:1].expand(3) of a run-time extent: 1 or 0 when it runs, decided by its value or refused
+        if is_one(s) or assume_equal(s, shape[d], f"expanding {a.name} to {tuple(shape)}"):
             continue
-        if is_runtime(s) or is_runtime(shape[d]):  # x[:1].expand(3) of a run-time extent: 1 or 0 when it runs
-            raise NotImplementedError(unknown_equality(s, shape[d], f"expanding {a.name} to {tuple(shape)}"))
         raise RuntimeError(f"prims.broadcast_in_dim: cannot broadcast {tuple(a.shape)} to {shape}")
     return new_tensor(shape, a.dtype, a.device, requires_grad(a))
 

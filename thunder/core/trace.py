@@ -65,6 +65,7 @@ class TraceCtx:
         self.has_extents = False  # whether run-time extents occur (see [Note: run-time extents] in extents.py)
         self.unbound_extents: list = []  # fresh extents awaiting their definition
         self.nonzero_counts: dict = {}  # tensor name -> the extent counting its nonzero elements
+        self.counted: dict = {}  # the name of such an extent -> the tensor whose nonzero elements it counts
         # names of values this trace receives that nothing outside it holds once autograd has released them
         # (a backward's saved forward intermediates): a fusion executor may reuse their memory when they die
         self.released_inputs: frozenset = frozenset()
@@ -137,6 +138,7 @@ class TraceCtx:
         t.specialized_numbers = self.specialized_numbers  # shared: every trace derived for a cache entry adds to it
         t.has_extents = self.has_extents
         t.nonzero_counts = dict(self.nonzero_counts)
+        t.counted = dict(self.counted)
         t.released_inputs = self.released_inputs
         t.layout_free_outputs = self.layout_free_outputs
         t.bound_symbols = list(bound_symbols) if bound_symbols is not None else []

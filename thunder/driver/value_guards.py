@@ -81,12 +81,17 @@ class ValueGuards:
         unknown = [r for r in roots.values() if is_runtime(r)]
         subject = ", ".join(f"{r.name}, {r.origin}," for r in unknown)
         known = {name: r._specialize(what) for name, r in roots.items() if not is_runtime(r)}
+        # the count of a mask's True elements is computed from the mask alone, not from what it selects
+        counted = self.tracer.trace.counted
+        targets = [counted.get(r.name, r) for r in unknown]
 
         def decide(values):
+            values = (values,) if isinstance(values, torch.Tensor) else values
+            values = [int(torch.count_nonzero(v)) if isinstance(v, torch.Tensor) else v for v in values]
             values = dict(known, **dict(zip((r.name for r in unknown), values)))
             return bool(op(evaluate(a, values), evaluate(b, values)))
 
-        return self._replay(unknown, decide, what, what, subject)[1]
+        return self._replay(targets, decide, what, what, subject)[1]
 
     def _replay(self, targets: list, convert, label: str, what: str, subject: str):
         """(the values of ``targets``, ``convert`` of them), computed from the call's arguments while tracing; the

@@ -45,6 +45,7 @@ def _count(name: str, t: TensorProxy):
     if t.name not in counts:
         what = f"True elements of boolean mask {t.name}" if t.dtype is torch.bool else f"nonzero elements of tensor {t.name}"
         counts[t.name] = fresh(get_tracectx(), f"the number of {what} ({name})")
+        get_tracectx().counted[counts[t.name].name] = t
     return counts[t.name]
 
 

@@ -527,11 +527,12 @@ def _check_one_ellipsis(key):
 
 
 def _runtime_bounds(a, dim: int, x):
-    """(start, stop, step) of an int or a slice indexing a dim whose extent is known only at run time. A
-    slice's bounds are clamped as torch clamps them, with run-time extents where that depends on the value (``x[:-1]``
-    of ``i0`` rows stops at ``max(0, i0 - 1)``, ``x[:3]`` at ``i0 - max(0, i0 - 3)``, ``x[1:]`` has ``max(0, i0 - 1)``
-    elements, as ``x[:-1]``; ``x[::2]`` has ``(i0 + 1) // 2``). An int index must hold for every run-time value (``x[-1]`` of an ``i0 + 1`` extent is at
-    ``i0``); None otherwise (``x[3]`` of ``i0``: an IndexError below 4), which torch's own indexing then handles."""
+    """(start, stop, step) of an int or a slice indexing a dim whose extent is known only at run time. A slice's bounds
+    are clamped as torch clamps them, with run-time extents where that depends on the value (``x[:-1]`` of ``i0`` rows
+    stops at ``max(0, i0 - 1)``, ``x[:3]`` at ``i0 - max(0, i0 - 3)``, ``x[1:]`` has ``max(0, i0 - 1)`` elements, as
+    ``x[:-1]``; ``x[::2]`` has ``(i0 + 1) // 2``). An int index must hold for every run-time value (``x[-1]`` of an
+    ``i0 + 1`` extent is at ``i0``); None otherwise (``x[3]`` of ``i0``: an IndexError below 4), which torch's own
+    indexing then handles."""
     size = a.shape[dim]
 
     def position(k):  # k (negative: from the end) as a position in [0, size] for every run-time value, else None
