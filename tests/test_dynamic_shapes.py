@@ -354,6 +354,9 @@ CLAMPED_SLICES = {
     "segment_pointers": _ptr_segments,
     "mse_loss_of_differences": _of_rows(lambda r: F.mse_loss(r.diff(dim=0), r[1:], reduction="none")),
     "cosine_similarity_of_neighbours": _of_rows(lambda r: F.cosine_similarity(r[1:], r[:-1])),
+    "differences_times_a_vector": _of_rows(lambda r: torch.matmul(r[1:] - r[:-1], r.sum(0))),
+    "batched_differences_times_a_matrix": _of_rows(lambda r: torch.matmul((r[1:] - r[:-1])[None, None],
+                                                                           r.t() @ r[:, :2])),
 }
 
 

@@ -388,6 +388,20 @@ _FOUND = {
 }
 
 
+@pytest.mark.parametrize("other,alpha", [(True, 2), (True, True), (False, 3), (1, 2), (True, 0)])
+def test_add_of_a_bool_tensor_and_a_number_scaled_by_alpha_has_eagers_dtype(other, alpha):
+    """``torch.add(mask, True, alpha=2)`` is a bool tensor: eager reads alpha as a bool for bool tensors, so the scaled
+    number is ``True``; thunder multiplied the Python numbers (``True * True`` is the int 1) and traced an int64
+    result (the metadata check of generated program 17635)."""
+    def fn(m):
+        out = torch.add(m, other, alpha=alpha)
+        return out, out.dtype
+
+    m = torch.tensor([True, False])
+    (actual, actual_dtype), (expected, expected_dtype) = thunder.jit(fn)(m), fn(m)
+    assert actual_dtype == expected_dtype == expected.dtype and torch.equal(actual, expected)
+
+
 @pytest.mark.parametrize("name", list(_FOUND))
 def test_found_by_generated_programs(name):
     fn, make = _FOUND[name]

@@ -593,16 +593,20 @@ randn = make_prim("randn", randn_meta, tags=(Tag.RANDOM,))
 # ---------------------------------------------------------------------------------------------
 
 
-def matmul_meta(a, b):
+def matmul_shape(a, b) -> tuple:
+    """The shape of ``torch.matmul(a, b)`` (run-time extents included)."""
     if a.ndim == 1 and b.ndim == 1:
-        return new_tensor((), a.dtype, a.device, requires_grad(a, b))
+        return ()
     if b.ndim == 1:
-        return new_tensor(a.shape[:-1], a.dtype, a.device, requires_grad(a, b))
+        return tuple(a.shape[:-1])
     if a.ndim == 1:
-        return new_tensor(tuple(b.shape[:-2]) + (b.shape[-1],), a.dtype, a.device, requires_grad(a, b))
+        return tuple(b.shape[:-2]) + (b.shape[-1],)
     _check_contraction(a.shape[-1], b.shape[-2], "prims.matmul", a, b)
-    batch = broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
-    return new_tensor(tuple(batch) + (a.shape[-2], b.shape[-1]), a.dtype, a.device, requires_grad(a, b))
+    return tuple(broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))) + (a.shape[-2], b.shape[-1])
+
+
+def matmul_meta(a, b):
+    return new_tensor(matmul_shape(a, b), a.dtype, a.device, requires_grad(a, b))
 
 
 matmul = make_prim("matmul", matmul_meta)

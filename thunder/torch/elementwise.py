@@ -107,24 +107,27 @@ def positive(a):
 @number_torchsymbol(torch.add, methods=("add", "__add__", "__radd__"), inplace_methods=("add_", "__iadd__"))
 def add(a, b, *, alpha=None):
     if alpha is not None:
-        b = mul(b, _alpha(a, b, alpha))
+        b = _scaled(a, b, alpha)
     return elementwise_binary(prims.add, a, b)
 
 
-def _alpha(a, b, alpha):
-    """``alpha`` as eager reads it: a bool for bool tensors, never a float for integral ones."""
+def _scaled(a, b, alpha):
+    """``b * alpha`` as eager reads ``alpha``: a bool for bool tensors (then ``True * True`` is ``True``, not the
+    int ``1`` Python's product gives, which would promote the result), never a float for integral ones."""
     dtype = promote(a, b)[1]
     if dtype is torch.bool:
-        return bool(alpha)
-    check(dtype.is_floating_point or dtype.is_complex or not isinstance(alpha, float),
+        alpha = bool(alpha)
+        if isinstance(b, bool):
+            return b and alpha
+    check(dtype.is_floating_point or dtype.is_complex or dtype is torch.bool or not isinstance(alpha, float),
           "For integral input tensors, argument alpha must not be a floating point number.", RuntimeError)
-    return alpha
+    return mul(b, alpha)
 
 
 @number_torchsymbol(torch.sub, torch.subtract, methods=("sub", "subtract", "__sub__"), inplace_methods=("sub_", "__isub__"))
 def sub(a, b, *, alpha=None):
     if alpha is not None:
-        b = mul(b, _alpha(a, b, alpha))
+        b = _scaled(a, b, alpha)
     return elementwise_binary(prims.sub, a, b)
 
 

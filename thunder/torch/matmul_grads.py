@@ -159,12 +159,8 @@ def _matmul_grads(g, a, b, requires_grad):
     return (g2, g1) if transposed else (g1, g2)
 
 
-def _output_shape(a, b) -> tuple:
-    return tuple(torch.empty(tuple(a.shape), device="meta").matmul(torch.empty(tuple(b.shape), device="meta")).shape)
-
-
 matmul_requiring_grad = _aten_symbol(_matmul, "matmul_requiring_grad",
-                                     lambda a, b, requires_grad: (_output_shape(a, b), a.dtype, a.device),
+                                     lambda a, b, requires_grad: (prims.matmul_shape(a, b), a.dtype, a.device),
                                      differentiable=True)
 matmul_grads = _aten_symbol(_matmul_grads, "matmul_grads",
                             lambda g, a, b, requires_grad: [(tuple(a.shape), g.dtype, g.device) if requires_grad[0] else None,
