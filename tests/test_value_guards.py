@@ -155,6 +155,24 @@ def test_extents_that_must_be_equal_are_decided_by_their_values(grad):
         jfn(x, torch.tensor([1, -1, 2]))
 
 
+def _compared_then_matched(x, labels):
+    a, b = x[labels >= 0], x[labels >= 0]  # two masks, two extents
+    if b.shape[0] > 1:  # a guard on the second extent
+        b = b * 2
+    return a + b  # the two extents must match: decided by their values, then the second stands for the first
+
+
+def test_a_guard_keeps_the_extents_it_compared():
+    """A comparison guarded on an extent that a later match makes stand for another: the prologue evaluates the
+    comparison as it was made (it evaluated the extent's new polynomial, of an extent it had not computed: KeyError on
+    the second call; generated program 24078)."""
+    jfn = thunder.jit(_compared_then_matched)
+    for labels in (torch.tensor([1, -1, 2]), torch.tensor([3, 0, -4]), torch.tensor([-1, -1, 5])):
+        x = torch.randn(3)
+        _same(jfn(x, labels), _compared_then_matched(x, labels))
+    assert thunder.cache_misses(jfn) == 2
+
+
 class _ParameterBranch(torch.nn.Module):
     def __init__(self):
         super().__init__()

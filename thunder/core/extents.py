@@ -241,13 +241,6 @@ def compare(op, a, b) -> bool:
     return result
 
 
-def evaluate(x, values: dict):
-    """The value of an int or NumberProxy given the values of its polynomial's base roots (by name)."""
-    if not isinstance(x, NumberProxy):
-        return x
-    return poly_of(x).value(values)
-
-
 def clamp_at_zero(x):
     """``max(0, x)`` of an int or an int NumberProxy, as torch clamps a slice's bounds and extent (``y[:-1]`` of ``i0``
     rows has ``max(0, i0 - 1)``). Where the sign is not known for every run-time value, the result is a new extent

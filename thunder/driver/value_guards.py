@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from thunder.core import statements as st
-from thunder.core.extents import evaluate, is_runtime, poly_of
+from thunder.core.extents import is_runtime, poly_of
 from thunder.core.proxies import DataDependentError, NumberProxy, TensorProxy
 from thunder.core.symbol import Tag, has_tag
 from thunder.core.trace import TraceCtx, tracectx
@@ -77,7 +77,8 @@ class ValueGuards:
     def compare(self, op, a, b, what: str) -> bool:
         """``op(a, b)`` of run-time extents (``if label_index.size(0) > 0``), decided by their values, computed from
         the call's arguments; else DataDependentError."""
-        roots = {**poly_of(a).base_roots(), **poly_of(b).base_roots()}
+        pa, pb = poly_of(a), poly_of(b)  # as now: a later assume_equal may make one extent stand for another
+        roots = {**pa.base_roots(), **pb.base_roots()}
         unknown = [r for r in roots.values() if is_runtime(r)]
         subject = ", ".join(f"{r.name}, {r.origin}," for r in unknown)
         known = {name: r._specialize(what) for name, r in roots.items() if not is_runtime(r)}
@@ -89,7 +90,7 @@ class ValueGuards:
             values = (values,) if isinstance(values, torch.Tensor) else values
             values = [int(torch.count_nonzero(v)) if isinstance(v, torch.Tensor) else v for v in values]
             values = dict(known, **dict(zip((r.name for r in unknown), values)))
-            return bool(op(evaluate(a, values), evaluate(b, values)))
+            return bool(op(pa.value(values), pb.value(values)))
 
         return self._replay(targets, decide, what, what, subject)[1]
 
