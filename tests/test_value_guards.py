@@ -155,6 +155,27 @@ def test_extents_that_must_be_equal_are_decided_by_their_values(grad):
         jfn(x, torch.tensor([1, -1, 2]))
 
 
+def _added_to_the_largest(x, labels):  # as many rows as labels equal to the largest: broadcast when one, or all
+    return x + x[labels == labels.max()], x[labels == labels.max()].expand(3)
+
+
+@pytest.mark.parametrize("labels,error", [
+    (torch.tensor([1, 5, 2]), None), (torch.tensor([3, 0, 3]), "must match|cannot broadcast|expanded size"),
+    (torch.tensor([4, 4, 4]), None)], ids=["one", "two", "all"])
+def test_an_extent_of_one_broadcasts_where_its_value_is_one(labels, error):
+    """A selection of one row broadcasts (and expands) as a row of size 1 does; where the count is neither 1 nor the
+    other extent, eager's error. (It raised eager's error when the count was 1: generated program 33740.)"""
+    jfn = thunder.jit(_added_to_the_largest)
+    x = torch.randn(3)
+    if error is None:
+        _same(jfn(x, labels), _added_to_the_largest(x, labels))
+    else:
+        with pytest.raises(RuntimeError, match=error):
+            _added_to_the_largest(x, labels)
+        with pytest.raises(RuntimeError, match=error):
+            jfn(x, labels)
+
+
 def _compared_then_matched(x, labels):
     a, b = x[labels >= 0], x[labels >= 0]  # two masks, two extents
     if b.shape[0] > 1:  # a guard on the second extent

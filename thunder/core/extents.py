@@ -282,7 +282,7 @@ def assume_equal(a, b, where: str) -> bool:
     nodes), the run-time one then standing for the other in the rest of the trace; else NotImplementedError."""
     if same(a, b):
         return True
-    if not (is_runtime(a) or is_runtime(b)):
+    if not (is_runtime(a) or is_runtime(b)) or decide(operator.eq, a, b) is False:
         return False
     from thunder.core.proxies import DataDependentError
     from thunder.core.trace import get_tracectx

@@ -62,9 +62,12 @@ def broadcast_shapes(*shapes) -> tuple:
             if is_one(d) or same(out[i], d):
                 continue
             if not is_one(out[i]):
-                if assume_equal(out[i], d, f"broadcast at dimension {i}"):
-                    continue
-                raise RuntimeError(f"The size of tensor a ({out[i]}) must match the size of tensor b ({d}) at non-singleton dimension {i}")
+                kept = _broadcast_extents(out[i], d, f"broadcast at dimension {i}")
+                if kept is None:
+                    raise RuntimeError(f"The size of tensor a ({out[i]!r}) must match the size of tensor b ({d!r}) at "
+                                       f"non-singleton dimension {i}")
+                out[i] = kept
+                continue
             out[i] = d
     # a dimension of size 0 broadcasts with 1 to 0
     for s in shapes:
@@ -72,6 +75,18 @@ def broadcast_shapes(*shapes) -> tuple:
             if is_zero(d):
                 out[i] = 0
     return tuple(out)
+
+
+def _broadcast_extents(a, b, where: str):
+    """The extent two different extents broadcast to, at least one known only at run time, or None where they cannot:
+    decided by their values where the tracing driver computes them (``assume_equal``), a run-time extent of value 1
+    then standing for 1."""
+    if assume_equal(a, b, where):
+        return a
+    for one, other in ((a, b), (b, a)):
+        if is_runtime(one) and assume_equal(one, 1, where):
+            return other
+    return None
 
 
 def _check_contraction(m, n, what, a, b):
@@ -392,7 +407,8 @@ def broadcast_in_dim_meta(a, shape, broadcast_dimensions):
     _check(len(broadcast_dimensions) == a.ndim, "prims.broadcast_in_dim: one broadcast dimension per input dimension")
     for d, s in zip(broadcast_dimensions, a.shape):
         # x[:1].expand(3) of a run-time extent: 1 or 0 when it runs, decided by its value or refused
-        if is_one(s) or assume_equal(s, shape[d], f"expanding {a.name} to {tuple(shape)}"):
+        where = f"expanding {a.name} to {tuple(shape)}"
+        if is_one(s) or assume_equal(s, shape[d], where) or is_runtime(s) and assume_equal(s, 1, where):
             continue
         raise RuntimeError(f"prims.broadcast_in_dim: cannot broadcast {tuple(a.shape)} to {shape}")
     return new_tensor(shape, a.dtype, a.device, requires_grad(a))
