@@ -443,7 +443,7 @@ def slice_meta(a, start_indices, end_indices, strides=None):
 def _slice_extent(start, stop, step):
     if not (is_runtime(start) or is_runtime(stop)):
         return builtins.max(0, (stop - start + step - 1) // step)
-    from thunder.core.extents import clamp_at_zero, decide, materialize, poly_of
+    from thunder.core.extents import decide, materialize, poly_of
 
     if step == 1 and decide(operator.ge, stop, start):  # e.g. the part of a concatenation
         return materialize(poly_of(stop) - poly_of(start))
