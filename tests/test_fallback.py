@@ -164,3 +164,59 @@ def test_sparse_tensors_are_refused_naming_their_layout(fn, args, match):
     """A sparse input was once traced as a dense one (PyTorch Geometric's sparse adjacency): it fails clearly now."""
     with pytest.raises(NotImplementedError, match=match):
         thunder.jit(fn)(*args)
+
+
+# Gradients through torch's autograd (thunder/torch/autograd_rule.py): a graph of one node is called directly, any other
+# runs in torch's engine; both give eager's gradients bitwise.
+_ONE_NODE = {
+    "sdpa_causal": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), True),
+    "sdpa_float_mask": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=torch.arange(64.0).reshape(8, 8) / 64,
+                                                                      scale=0.3), True),
+    "sdpa_bool_mask_gqa": (lambda q, k, v: F.scaled_dot_product_attention(
+        q, k[:, :2], v[:, :2], attn_mask=torch.ones(8, 8, dtype=torch.bool).tril(), enable_gqa=True), True),
+    "sdpa_one_tensor_twice": (lambda q, k, v: F.scaled_dot_product_attention(q, q, v) + k, False),  # one leaf, two edges
+    "sdpa_math_dropout": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, dropout_p=0.3), False),
+}
+
+
+def _count_engine_calls(monkeypatch):
+    calls = []
+    grad = torch.autograd.grad
+    monkeypatch.setattr(torch.autograd, "grad", lambda *a, **k: calls.append(1) or grad(*a, **k))
+    return calls
+
+
+@pytest.mark.parametrize("how", ["backward", "grad_of_some_inputs"])
+@pytest.mark.parametrize("name", _ONE_NODE)
+def test_autograd_fallback_gradients_called_node_or_engine(name, how, monkeypatch):
+    fn, direct = _ONE_NODE[name]
+    qkv = [torch.randn(2, 4, 8, 16) for _ in range(3)]
+    grads = {}
+    for variant, f in [("eager", fn), ("thunder", thunder.jit(fn))]:
+        torch.manual_seed(0)
+        leaves = [t.clone().requires_grad_(True) for t in qkv]
+        out = f(*leaves)
+        cot = torch.ones_like(out) * torch.arange(16.0)
+        if variant == "thunder":
+            calls = _count_engine_calls(monkeypatch)
+        if how == "backward":
+            out.backward(cot)
+            grads[variant] = [t.grad for t in leaves]
+        else:  # the engine skips the edges it does not need: a node called inside computes none of them
+            grads[variant] = list(torch.autograd.grad(out, leaves[:2], cot))
+        grads[variant].append(out.detach())
+    for a, e in zip(grads["thunder"], grads["eager"]):
+        assert a is not None and torch.equal(a, e) and a.stride() == e.stride()
+    engine_calls = len(calls) - (how != "backward")  # the test's own autograd.grad
+    assert engine_calls == (0 if direct and how == "backward" else 1), engine_calls
+
+
+def test_autograd_fallback_node_called_keeps_retain_graph_semantics():
+    q, k, v = (torch.randn(1, 2, 4, 8, requires_grad=True) for _ in range(3))
+    out = thunder.jit(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True))(q, k, v)
+    out.sum().backward(retain_graph=True)
+    first = q.grad.clone()
+    out.sum().backward()
+    assert torch.equal(q.grad, 2 * first)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        out.sum().backward()

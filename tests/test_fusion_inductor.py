@@ -370,6 +370,24 @@ def test_region_inputs_laid_out_otherwise_are_compiled_for_their_layout():
     assert set(by_donation[((0, False),)].by_layout) == {((4, 1),), ((1, 6),)}
 
 
+@requires_compiler
+def test_a_region_always_given_one_other_layout_calls_its_compilation_directly():
+    """Compiled for contiguous inputs, a region that always receives transposed ones (an attention output laid out
+    as its kernel writes it) runs that layout's compilation from then on, without looking the layout up on every
+    call; a second change of layout makes every call look its layout up."""
+    ex = InductorExecutor("inductor_one_layout")
+    jg = thunder.jit(_region_only, executors=[ex, "torch"])
+    for _ in range(3):
+        a = torch.randn(4, 6).t()
+        torch.testing.assert_close(jg(a), _region_only(a))
+    [compiled] = ex._compiled.values()
+    assert compiled.layout_changes == 1 and compiled.fn is compiled.by_layout[((1, 6),)]
+    for a in (torch.randn(12, 4)[::2], torch.randn(4, 6).t(), torch.randn(6, 4)):
+        torch.testing.assert_close(jg(a), _region_only(a))
+    assert compiled.layout_changes == 2 and compiled.fn == compiled._by_layout
+    assert set(compiled.by_layout) == {((4, 1),), ((1, 6),), ((8, 1),)}
+
+
 def _returns_a_view_of_an_input(x, y):
     return (y * 2).sin() + 1, x.transpose(0, 1)  # x is only viewed: inductor returns a view of it
 

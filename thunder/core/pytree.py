@@ -16,9 +16,15 @@ from collections import namedtuple
 
 from torch.utils._pytree import SUPPORTED_NODES, is_namedtuple_class, register_pytree_node, tree_flatten, tree_unflatten
 
-__all__ = ["register_pytree_node", "tree_flatten", "tree_leaves", "tree_map", "tree_unflatten"]
+__all__ = ["maybe_node", "register_pytree_node", "tree_flatten", "tree_leaves", "tree_map", "tree_unflatten"]
 
 _NAMED_TUPLE = SUPPORTED_NODES[namedtuple]  # one node type for all named tuple classes, as torch's pytree has it
+
+
+def maybe_node(x) -> bool:
+    """False where ``x`` is certainly a leaf; True for every container the walk goes into, and for tuples, lists and
+    dicts of any class (a fast test before walking arguments that are seldom nested)."""
+    return isinstance(x, (tuple, list, dict)) or type(x) in SUPPORTED_NODES
 
 
 def tree_leaves(tree) -> list:

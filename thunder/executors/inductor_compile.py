@@ -360,6 +360,7 @@ class CompiledRegion:
         self.failed = None
         self.contiguous = tuple(_contiguous_strides(p.shape) for p in region.params)
         self.background = background
+        self.layout_changes = 0  # calls whose inputs were laid out otherwise than the region's function expected
         if background:  # the torch executor runs the region until the compiled one is ready
             self.fn = self._torch_boxed
             self._compile_in_background(self.contiguous, reuse=True, run_it=True)
@@ -497,16 +498,25 @@ class CompiledRegion:
         """The outputs for the inputs ``args`` (a tuple; inductor's function empties the list it is given)."""
         if self.donate and self.fn != self._torch_boxed and not self._may_reuse(args):
             return self._by_layout(list(args), reuse=False)
+        fn = self.fn
         try:
-            return self.fn(list(args))
+            return fn(list(args))
         except AssertionError:
-            if self.fn == self._by_layout or self.failed is not None:
+            if fn == self._by_layout or self.failed is not None:
                 raise
             layout = tuple(a.stride() for a in args)
-            if layout in self.by_layout:
+            if self.by_layout.get(layout) is fn:  # compiled for these strides: not inductor's layout check
                 raise
-            self.fn = self._by_layout  # inputs laid out otherwise than compiled for: compile per layout
-            return self._by_layout(list(args))
+            # Inputs laid out otherwise than compiled for: compiled for their layout. The first time, that layout's
+            # function becomes the region's (inductor's check catches the next change); after that, every call
+            # looks its layout up.
+            self.fn = self._by_layout
+            out = self._by_layout(list(args))
+            self.layout_changes += 1
+            compiled = self.by_layout.get(layout)
+            if self.layout_changes == 1 and compiled is not None and compiled != self._torch_boxed:  # (background:
+                self.fn = compiled  # still compiling, or failed)
+            return out
 
     def callable(self):
         call = self.call

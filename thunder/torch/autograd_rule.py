@@ -11,7 +11,7 @@ import torch
 
 from thunder.core.codeutils import flat_proxies
 from thunder.core.proxies import TensorProxy, Var
-from thunder.core.pytree import tree_flatten, tree_leaves, tree_unflatten
+from thunder.core.pytree import maybe_node, tree_flatten, tree_leaves, tree_unflatten
 from thunder.core.symbol import Symbol
 from thunder.core.trace import get_tracectx
 from thunder.torch import fallback
@@ -42,7 +42,11 @@ def torch_autograd_forward(fn, args, kwargs, groups, out_like=None):
     (``attn(x, x, x)`` sees ``query is key``); the groups are those of the trace, so the backward returns one
     gradient per group even where two traced tensors are one tensor at run time (``x`` and ``x.contiguous()``).
     """
-    leaves, spec = tree_flatten((args, kwargs))
+    flat_args = not any(maybe_node(a) for a in args) and not any(maybe_node(a) for a in kwargs.values())
+    if flat_args:  # the leaves are the arguments themselves (the common case: no pytree walk, a few microseconds)
+        leaves = [*args, *kwargs.values()]
+    else:
+        leaves, spec = tree_flatten((args, kwargs))
     inputs = []
     with torch.enable_grad():
         for group in groups:
@@ -50,8 +54,13 @@ def torch_autograd_forward(fn, args, kwargs, groups, out_like=None):
             inputs.append(d)
             for i in group:
                 leaves[i] = d
-        args, kwargs = tree_unflatten(leaves, spec)
+        if flat_args:
+            args, kwargs = leaves[:len(args)], dict(zip(kwargs, leaves[len(args):]))
+        else:
+            args, kwargs = tree_unflatten(leaves, spec)
         out = fn(*args, **kwargs)
+    if type(out) is torch.Tensor:
+        return out.detach(), AutogradGraph(inputs, [out])
     flat, out_spec = tree_flatten(out)
     graph = AutogradGraph(inputs, [o for o in flat if isinstance(o, torch.Tensor)])
     return tree_unflatten([o.detach() if isinstance(o, torch.Tensor) else o for o in flat], out_spec), graph
@@ -76,7 +85,10 @@ def torch_autograd_backward(graph, *cotangents, sums=None):
                 outs.append(i)
                 grads.append(s)
     keep = torch._C._autograd._get_current_graph_task_keep_graph()
-    if outs:
+    result = _one_node_grads(graph, outs, grads) if len(outs) == 1 else None
+    if result is not None:
+        pass
+    elif outs:
         result = torch.autograd.grad(outs, graph.inputs, grads, retain_graph=keep, allow_unused=True,
                                      materialize_grads=True)
     else:
@@ -84,6 +96,48 @@ def torch_autograd_backward(graph, *cotangents, sums=None):
     if not keep:
         graph.inputs = graph.outputs = None  # release the graph's saved tensors
     return tuple(result)
+
+
+def _one_node_grads(graph, outs, grads):
+    """The inputs' gradients from calling the one autograd node between them and the one output directly, as the
+    engine would call it, or None where the graph is not that simple (then the engine runs it).
+
+    A single kernel under autograd (attention, most fallback ops) makes one node whose next edges lead straight to
+    the inputs; ``torch.autograd.grad`` on it costs tens of microseconds of engine set-up around that one call (a
+    reentrant backward inside thunder's). The node's result is the engine's when the engine would not change it:
+    every gradient already of its input's shape, dtype and device (the engine casts or sums otherwise), grad mode off
+    (no graph of the backward to record), and each input reached by one edge (the engine adds the gradients of
+    several). Only torch's own (C++) nodes are called: a custom ``autograd.Function``'s node is not callable."""
+    (out,), (g,) = outs, grads
+    node = out.grad_fn
+    if (node is None or not callable(node) or out.output_nr != 0 or len(node._input_metadata) != 1
+            or torch.is_grad_enabled()
+            or g.shape != out.shape or g.dtype != out.dtype or g.device != out.device):
+        return None
+    where = []  # the input each edge leads to (its position), or None
+    for next_node, _ in node.next_functions:
+        if next_node is None:
+            where.append(None)
+            continue
+        variable = getattr(next_node, "variable", None)  # an AccumulateGrad node's leaf
+        i = next((j for j, t in enumerate(graph.inputs) if t is variable), None) if variable is not None else None
+        if i is None or i in where:
+            return None
+        where.append(i)
+    edge_grads = node(g)
+    if not isinstance(edge_grads, tuple):
+        edge_grads = (edge_grads,)
+    result = [None] * len(graph.inputs)
+    for i, eg in zip(where, edge_grads):
+        if i is None:
+            continue
+        if eg is None:  # a node skips the edges the running graph task does not need (``autograd.grad(out, inputs)``
+            return None  # outside: none of these inputs is among its), or gives no gradient: the engine decides
+        t = graph.inputs[i]
+        if eg.shape != t.shape or eg.dtype != t.dtype or eg.device != t.device or eg.layout != t.layout:
+            return None  # the engine would cast or reduce it: let it run (the node keeps its saved tensors)
+        result[i] = eg
+    return [torch.zeros_like(t) if r is None else r for t, r in zip(graph.inputs, result)]
 
 
 def _forward_meta(fn, args, kwargs, groups, out_like=None):

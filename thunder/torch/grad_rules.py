@@ -164,7 +164,8 @@ native_group_norm_backward = _aten_symbol(
 
 def _column_major(t) -> bool:
     """ATen's test in its matrix-product backward: the matrix is laid out by columns (a transposed contiguous one)."""
-    return t.stride(0) == 1 and t.stride(1) == t.shape[0]
+    s = t.stride()
+    return s[0] == 1 and s[1] == t.shape[0]
 
 
 def _layout_token(t):
@@ -183,13 +184,23 @@ def _linear_backward_kernel(g, a, w, mask):
     column-major operand gets its gradient column-major. ``w`` is None where the input needs no gradient (nothing
     else saves it then): taken as contiguous. (Also a matrix product ``a @ b`` of a 2-D ``b``: ``w = b.t()``, or a
     meta tensor laid out as ``b.t()`` where only ``b`` needs a gradient.)"""
-    g2, a2 = (t.reshape(math.prod(t.shape[:-1]), t.shape[-1]) for t in (g, a))  # not (-1, 0): ambiguous when empty
+    g2, a2 = _rows(g), _rows(a)
     ga = gw = None
     if mask[0]:
-        ga = (w.t().mm(g2.t()).t() if _column_major(a2) else g2.mm(w)).reshape(a.shape)
+        ga = w.t().mm(g2.t()).t() if _column_major(a2) else g2.mm(w)
+        if a.dim() != 2:
+            ga = ga.reshape(a.shape)
     if mask[1]:
         gw = g2.t().mm(a2) if w is None or _column_major(w.t()) else a2.t().mm(g2).t()
     return ga, gw
+
+
+def _rows(t):
+    """``t`` flattened to a matrix of its last dimension's rows (runs on every linear layer's backward: kept lean)."""
+    if t.dim() == 2:
+        return t
+    n = t.shape[-1]
+    return t.reshape(-1, n) if n else t.reshape(math.prod(t.shape[:-1]), 0)  # (-1, 0) is ambiguous
 
 
 linear_backward = _aten_symbol(
