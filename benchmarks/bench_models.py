@@ -117,12 +117,15 @@ class Workload(NamedTuple):
 
 
 def llama(scale: str, attention: str) -> Workload:
-    """scale "cpu": 2x256 (3.7M parameters); "gpu": 12x768 (134M); "tiny": 2x64, to smoke-test a path."""
+    """scale "cpu": 2x256 (3.7M parameters); "gpu": 12x768 (134M); "tiny": 2x64, to smoke-test a path; "host": the
+    GPU model's 12 layers at width 64, sequence 32, batch 1, where a CPU step is bound by the Python that launches
+    the kernels, as the full model's step is on a GPU."""
     shapes = {
         "cpu": dict(n_layer=2, n_embd=256, n_head=4, intermediate_size=688, vocab_size=4096, block_size=128, batch=8),
         "gpu": dict(n_layer=12, n_embd=768, n_head=12, intermediate_size=2048, vocab_size=32000, block_size=1024,
                     batch=8),
         "tiny": dict(n_layer=2, n_embd=64, n_head=4, intermediate_size=176, vocab_size=512, block_size=64, batch=2),
+        "host": dict(n_layer=12, n_embd=64, n_head=4, intermediate_size=176, vocab_size=512, block_size=32, batch=1),
     }[scale]
     batch = shapes.pop("batch")
     cfg = LlamaConfig(**shapes, attention=attention)
@@ -131,14 +134,15 @@ def llama(scale: str, attention: str) -> Workload:
 
 
 def gpt(scale: str, attention: str) -> Workload:
-    """scale "cpu": tests/models.py's GPT as benchmarks/training.py runs it; "gpu": GPT-2 small; "tiny"."""
+    """scale "cpu": tests/models.py's GPT as benchmarks/training.py runs it; "gpu": GPT-2 small; "tiny"; "host"."""
     del attention  # the GPT keeps F.scaled_dot_product_attention
     cfg = {
         "cpu": GPTConfig(vocab_size=4096, block_size=128, n_layer=4, n_head=4, n_embd=256, dropout=0.1),
         "gpu": GPTConfig.gpt2_small(dropout=0.1),
         "tiny": GPTConfig(vocab_size=512, block_size=64, n_layer=2, n_head=4, n_embd=64, dropout=0.1),
+        "host": GPTConfig(vocab_size=512, block_size=32, n_layer=12, n_head=4, n_embd=64, dropout=0.1),
     }[scale]
-    batch = {"cpu": 8, "gpu": 8, "tiny": 2}[scale]
+    batch = {"cpu": 8, "gpu": 8, "tiny": 2, "host": 1}[scale]
     label = f"GPT {cfg.n_layer}x{cfg.n_embd} sdpa, seq {cfg.block_size}, batch {batch}"
     return Workload(label, lambda: GPTLM(cfg), cfg.vocab_size, batch, cfg.block_size)
 

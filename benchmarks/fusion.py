@@ -5,6 +5,7 @@
                                 [--pairs 100]
     python benchmarks/fusion.py --device cuda --dtype bfloat16 [--attention sdpa|manual]     # GPU mode
     python benchmarks/fusion.py --device cpu --dtype bfloat16 --gpu-model-scale tiny         # its smoke test
+    python benchmarks/fusion.py --gpu-model-scale host --threads 1     # per-step overhead, the GPU model's structure
 
 Models (benchmarks/bench_models.py), each a module ``model(idx, targets) -> loss``:
 ``llama``, a Llama-style model with hand-written attention (``--attention manual``, the default on the
@@ -13,7 +14,9 @@ sequence 128, batch 8 on the CPU; ``gpt``, tests/models.py's GPT (4x256, SDPA, d
 benchmarks/training.py runs it. GPU mode (``--device cuda``, or ``--gpu-model-scale`` on any device)
 runs them at GPT-2 scale: the Llama 12x768 (~134M parameters, vocab 32000, sequence 1024, batch 8;
 attention ``sdpa`` by default there), the GPT as GPT-2 small; ``--gpu-model-scale tiny`` shrinks them
-so that the same code path runs in seconds on the CPU.
+so that the same code path runs in seconds on the CPU; ``--gpu-model-scale host`` keeps their 12 layers at width 64,
+sequence 32, batch 1: on the CPU such a step is bound by the Python that calls the kernels, as the full model's
+step is on a GPU, so it measures each variant's per-step overhead.
 
 Variants: ``eager``; ``thunder`` (``thunder.jit(model)``, default executors); on CUDA,
 ``thunder+cudagraphs`` (the same with ``transforms=[thunder.CUDAGraphTransform()]``); one ``thunder[a,b]`` per
@@ -361,19 +364,19 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     p.add_argument("--attention", choices=["manual", "sdpa"], default=None,
-                   help="the Llama's attention (default: manual on the CPU, sdpa on CUDA)")
-    p.add_argument("--gpu-model-scale", choices=["full", "tiny"], default=None,
-                   help="GPU mode's models at full size (the default on CUDA) or tiny")
+                   help="the Llama's attention (default: manual on the CPU, sdpa on CUDA and in GPU mode)")
+    p.add_argument("--gpu-model-scale", choices=["full", "tiny", "host"], default=None,
+                   help="GPU mode's models at full size (the default on CUDA), tiny, or host (12 narrow layers)")
     p.add_argument("--first-call-only", action="store_true", help="print one variant's first-call seconds")
     p.add_argument("--model", help="with --first-call-only: the model")
     p.add_argument("--variant", help="with --first-call-only: the variant")
-    p.add_argument("--scale", choices=["cpu", "gpu", "tiny"], help=argparse.SUPPRESS)  # set for subprocesses
+    p.add_argument("--scale", choices=["cpu", "gpu", "tiny", "host"], help=argparse.SUPPRESS)  # set for subprocesses
     args = p.parse_args(argv)
     args.device = torch.device(args.device)
     cuda = args.device.type == "cuda"
     if args.scale is None:
-        args.scale = {"full": "gpu", "tiny": "tiny", None: "gpu" if cuda else "cpu"}[args.gpu_model_scale]
-    args.attention = args.attention or ("sdpa" if cuda else "manual")
+        args.scale = {"full": "gpu", "tiny": "tiny", "host": "host", None: "gpu" if cuda else "cpu"}[args.gpu_model_scale]
+    args.attention = args.attention or ("sdpa" if cuda or args.scale in ("gpu", "host") else "manual")
     args.models = args.models or ("llama,gpt" if args.scale == "cpu" else "llama")
     for key in args.models.split(",") + ([args.model] if args.model else []):
         if key not in WORKLOADS:

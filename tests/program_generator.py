@@ -805,10 +805,33 @@ class _Gen:
                 f"(lambda s: s[1:] - s[:-1])({s})", f"{s}.cumsum(0)[:-1]", f"torch.cat([{s}[:1], {s}])"]
         return self.emit(f"{n} = {self.rng.choice(opts)}", "select", [n])
 
+    def r_advanced_index(self):
+        """Indexing by integer index tensors (laid out transposed where 2-D, in one dimension or in two apart), whose
+        result ATen lays out after the index tensors; later rules view, reshape and update it."""
+        t = self.pick(lambda x: x.dim() >= 1)
+        if t is None:
+            return False
+        rng = self.rng
+        shape = self.shape_list(t)
+        dims = rng.sample(range(len(shape)), rng.randint(1, min(len(shape), 2)))
+        index_shape = [rng.randint(1, 3) for _ in range(rng.randint(1, 2))]
+        parts = []
+        for d, size in enumerate(shape):
+            if d not in dims:
+                parts.append(":")
+                continue
+            values = torch.tensor([rng.randrange(size) for _ in range(math.prod(index_shape))]).reshape(index_shape)
+            transposed = len(index_shape) == 2 and rng.random() < 0.5
+            parts.append(f"torch.tensor({values.t().tolist()}).t()" if transposed else f"torch.tensor({values.tolist()})")
+        while parts and parts[-1] == ":" and rng.random() < 0.5:
+            parts.pop()
+        n = self.new()
+        return self.emit(f"{n} = {t}[{', '.join(parts)}]", "advanced_index", [n])
+
     RULES = [("r_unary", 12), ("r_binary", 16), ("r_compare_where", 6), ("r_reduce", 10), ("r_softmax", 3),
              ("r_matmul", 6), ("r_view", 16), ("r_shape_flow", 3), ("r_cat_stack", 5), ("r_cast", 4),
              ("r_clamp", 3), ("r_gather_scatter", 5), ("r_factory", 2), ("r_inplace", 16), ("r_nograd", 2),
-             ("r_item", 0.3), ("r_misc", 4), ("r_select", 3)]
+             ("r_item", 0.3), ("r_misc", 4), ("r_select", 3), ("r_advanced_index", 3)]
 
     def generate(self) -> Program:
         rng = self.rng

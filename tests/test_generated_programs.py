@@ -63,7 +63,8 @@ def test_generator_exercises_aliasing_broadcasting_layouts_and_grads():
     progs = [p for p in (pg.generate(s) for s in range(200)) if p is not None]
     tags = set().union(*(p.tags for p in progs))
     for needed in ("inplace_view", "inplace_view_of_input", "inplace_input", "binary_broadcast_op", "view", "matmul",
-                   "reduce_sum", "softmax", "gather", "scatter", "cat", "shape_control_flow", "cast", "where", "select"):
+                   "reduce_sum", "softmax", "gather", "scatter", "cat", "shape_control_flow", "cast", "where", "select",
+                   "advanced_index"):
         assert needed in tags, needed
     layouts = {spec.layout for p in progs for spec in p.inputs}
     assert layouts == {"contiguous", "transposed", "sliced", "expanded"}

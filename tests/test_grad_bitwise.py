@@ -684,3 +684,34 @@ def test_in_place_activation_functions_are_differentiated_from_their_result(name
         results.append((out, *torch.autograd.grad(out, a, torch.randn(1000, generator=torch.Generator().manual_seed(1)))))
     for x, y in zip(*results):
         assert torch.equal(x, y), name
+
+
+@pytest.mark.parametrize("a_shape", [(1,), (3, 1, 4, 1), (1, 2, 1, 2)])
+@pytest.mark.parametrize("fill", ["number", "tensor"])
+def test_masked_fill_gradient_sums_in_eagers_order_whatever_the_masks_layout(a_shape, fill):
+    """Eager's gradient of ``a.masked_fill(mask, v)`` is ``grad.masked_fill(mask, 0)``, contiguous, summed to ``a``'s
+    shape where ``a`` was broadcast; thunder's went through ``where(mask, 0, grad)``, laid out as a permuted mask, so the
+    sum added in another order (generated program 503)."""
+    def f(a, x):
+        mask = x.permute(2, 0, 3, 1) > 0
+        return a.masked_fill(mask, torch.tensor(3.5) if fill == "tensor" else 3.5)
+
+    torch.manual_seed(0)
+    a, x = torch.randn(a_shape, requires_grad=True), torch.randn(2, 2, 3, 4)
+    cot = torch.randn(3, 2, 4, 2)
+    expected = torch.autograd.grad(f(a, x), a, cot)
+    actual = torch.autograd.grad(thunder.jit(f)(a, x), a, cot)
+    assert torch.equal(actual[0], expected[0])
+
+
+def test_masked_fill_gradient_of_generated_program_503():
+    def program(x0, x1):
+        t1 = x1[:, torch.tensor([[2, 2], [3, 2], [1, 0]]).t(), :, torch.tensor([[3, 1, 0], [0, 1, 1]])]
+        return x0.masked_fill(torch.eq(t1.permute(1, 2, 0, 3), x0), 3.5)
+
+    g = torch.Generator().manual_seed(0)
+    x0, x1 = torch.randn((1,), generator=g, requires_grad=True), torch.randn((2, 4, 3, 4), generator=g)
+    cot = torch.randn((3, 2, 2, 3), generator=torch.Generator().manual_seed(7))
+    (expected,) = torch.autograd.grad(program(x0, x1), x0, cot)
+    (actual,) = torch.autograd.grad(thunder.jit(program)(x0, x1), x0, cot)
+    assert torch.equal(actual, expected)

@@ -5,6 +5,8 @@ apart calls whose answers differ (a contiguous and a transposed input, a paramet
 """
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 import torch.nn as nn
@@ -147,6 +149,76 @@ def test_ops_whose_meta_kernel_lays_out_otherwise_than_the_cpu_kernel_follow_eag
         return z.reshape(-1).sigmoid_(), z, z.stride()
 
     _check(f, (torch.randn(4, 2, 5, 3),))
+
+
+def _laid_out(rng, shape, high=None):
+    """A tensor of ``shape`` (integers below ``high`` if given) laid out at random: contiguous, transposed, permuted,
+    expanded along a dimension, or every other element of a wider tensor."""
+    make = (lambda s: torch.randint(0, high, s)) if high else torch.randn
+    kind = rng.choice(["contiguous", "transposed", "permuted", "expanded", "strided"]) if len(shape) > 1 else "plain"
+    if kind == "transposed":
+        return make(tuple(reversed(shape))).permute(*reversed(range(len(shape))))
+    if kind == "permuted":
+        order = rng.sample(range(len(shape)), len(shape))
+        return make(tuple(shape[i] for i in order)).permute(*[order.index(i) for i in range(len(shape))])
+    if kind == "expanded":
+        d = rng.randrange(len(shape))
+        return make(tuple(1 if i == d else s for i, s in enumerate(shape))).expand(shape)
+    if kind == "strided":
+        return make((*shape[:-1], 2 * shape[-1]))[..., ::2]
+    return make(tuple(shape))
+
+
+def _advanced_index_case(rng):
+    """A tensor and a key of integer index tensors (broadcast against each other, apart or together), lists, slices,
+    numbers, None and Ellipsis; the key's tensors are passed as arguments, the rest is part of the program."""
+    shape = tuple(rng.randint(1, 4) for _ in range(rng.randint(1, 4)))
+    index_shape = tuple(rng.randint(1, 3) for _ in range(rng.randint(1, 3)))
+    key = []
+    for d, size in enumerate(shape):
+        r = rng.random()
+        if r < 0.45:
+            s = index_shape if rng.random() < 0.7 else tuple(1 if rng.random() < 0.5 else v for v in index_shape)
+            key.append(_laid_out(rng, s, high=size))
+        elif r < 0.55:
+            key.append([rng.randrange(size), 0])
+        elif r < 0.7:
+            key.append(slice(None, None, rng.choice([1, 2])))
+        elif r < 0.8:
+            key.append(rng.randrange(size))
+        else:
+            key += [None, slice(None)]
+    if rng.random() < 0.2:
+        key[0] = Ellipsis
+    return _laid_out(rng, shape), key
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_advanced_indexing_lays_out_its_result_as_eager(seed):
+    """``x[idx]`` with index tensors: ATen lays out the result as TensorIterator does for ``x`` and the indices (a
+    transposed index tensor gives a transposed result), where torch's meta kernel gives a contiguous one. thunder
+    answered ``stride()`` and ``is_contiguous()`` otherwise than eager, and took a ``reshape`` of the result that
+    eager copies for a view, so an in-place update of it changed the result (a silently wrong result)."""
+    rng = random.Random(seed)
+    checked = 0
+    while checked < 20:
+        x, key = _advanced_index_case(rng)
+        tensors = [k for k in key if isinstance(k, torch.Tensor)]
+        try:
+            x[tuple(key)]
+        except (IndexError, RuntimeError):  # indices that do not broadcast, or no tensor left to index with
+            continue
+        if not tensors:
+            continue
+
+        def f(x, *ts, key=key):
+            it = iter(ts)
+            y = x[tuple(next(it) if isinstance(k, torch.Tensor) else k for k in key)]
+            y.reshape(-1).add_(1)  # a view where y's strides allow one, else a copy
+            return y, y.stride(), y.is_contiguous(), y.transpose(0, -1).is_contiguous()
+
+        _check(f, (x, *tensors))
+        checked += 1
 
 
 @pytest.mark.parametrize("ask", ["stride", "inplace"])

@@ -15,7 +15,7 @@ from numbers import Number
 
 import torch
 import torch.nn.functional as F
-from torch._prims_common import suggest_memory_format
+from torch._prims_common import compute_elementwise_output_strides, suggest_memory_format
 from torch.utils._pytree import tree_leaves
 
 # torch callable -> rule(shape, output proxy, args, kwargs) -> strides or None; args: meta tensors laid out as the
@@ -121,3 +121,64 @@ def conversion(shape, out, args, kwargs, source):
     if unchanged and not kwargs.get("copy") and memory_format is torch.preserve_format:
         return tuple(x.stride())
     return tuple(torch.empty_like(x, memory_format=memory_format).stride())
+
+
+@rule(torch.Tensor.__getitem__)
+def advanced_indexing(shape, out, args, kwargs):
+    """``x[key]`` with integer index tensors (or lists): torch views ``x`` by the rest of the key, then ATen's ``index``
+    gathers, laying out its result as TensorIterator does for the view restrided (the indexed dimensions replaced by
+    the indices' broadcast shape, stride 0) and the index tensors reshaped to match, where the meta kernel's result
+    is contiguous: a transposed ``x`` or index tensor gives a transposed result."""
+    try:
+        return _index_strides(shape, args[0], args[1])
+    except (RuntimeError, IndexError, ValueError, TypeError):  # a key eager rejects too: the meta kernel's error
+        return None
+
+
+def _index_strides(shape, x, key):
+    key = key if isinstance(key, tuple) else (key,)
+    key = tuple(torch.tensor(k) if _int_list(k) else k for k in key)
+    if not isinstance(x, torch.Tensor) or not any(isinstance(k, torch.Tensor) for k in key):
+        return None
+    consumed = 0
+    for k in key:
+        if isinstance(k, torch.Tensor):
+            if k.dtype in (torch.bool, torch.uint8) or k.dim() == 0 or k.is_floating_point() or k.is_complex():
+                return None  # masks (data-dependent, strides set elsewhere) and 0-dim indices (taken as numbers)
+            consumed += 1
+        elif isinstance(k, (int, slice)) and not isinstance(k, bool):
+            consumed += 1
+        elif k is not None and k is not Ellipsis:
+            return None
+    view_key, positions, dim = [], [], 0
+    for k in key:
+        if isinstance(k, torch.Tensor):
+            positions.append(dim)
+            view_key.append(slice(None))
+            dim += 1
+            continue
+        view_key.append(k)
+        if k is Ellipsis:
+            dim += x.dim() - consumed
+        elif k is None or isinstance(k, slice):
+            dim += 1
+    src = x[tuple(view_key)]
+    indices = [k for k in key if isinstance(k, torch.Tensor)]
+    common = torch.broadcast_shapes(*(i.shape for i in indices))
+    indices = [i.expand(common) for i in indices]
+    if positions != list(range(positions[0], positions[-1] + 1)):  # apart: ATen moves the indexed dimensions first
+        src = src.permute(positions + [d for d in range(src.dim()) if d not in positions])
+        first = 0
+    else:
+        first = positions[0]
+    after = src.dim() - first - len(positions)
+    full = (*src.shape[:first], *common, *src.shape[first + len(positions):])
+    restrided = src.as_strided(full, (*src.stride()[:first], *(0,) * len(common), *src.stride()[first + len(positions):]),
+                               src.storage_offset())
+    operands = [restrided] + [i.reshape((1,) * first + tuple(common) + (1,) * after).expand(full) for i in indices]
+    result = compute_elementwise_output_strides(*operands)
+    return tuple(result) if tuple(full) == tuple(shape) else None
+
+
+def _int_list(k) -> bool:
+    return type(k) is list and len(k) > 0 and all(type(v) is int for v in k)

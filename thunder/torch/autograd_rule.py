@@ -3,7 +3,8 @@ for attention (whose kernel choice, flash, memory-efficient or math, only torch 
 ops whose eager gradient is torch's own composite or fused kernel (norms, variance, some losses).
 
 ``torch_autograd_forward`` runs the op under autograd in the forward trace and keeps the graph;
-``torch_autograd_backward`` runs ``torch.autograd.grad`` on it in the backward trace.
+``torch_autograd_backward`` runs ``torch.autograd.grad`` on it in the backward trace, or calls its one node directly
+where the graph is that one node (``_one_node_grads``).
 """
 from __future__ import annotations
 
@@ -86,12 +87,10 @@ def torch_autograd_backward(graph, *cotangents, sums=None):
                 grads.append(s)
     keep = torch._C._autograd._get_current_graph_task_keep_graph()
     result = _one_node_grads(graph, outs, grads) if len(outs) == 1 else None
-    if result is not None:
-        pass
-    elif outs:
+    if result is None and outs:
         result = torch.autograd.grad(outs, graph.inputs, grads, retain_graph=keep, allow_unused=True,
                                      materialize_grads=True)
-    else:
+    elif result is None:
         result = [torch.zeros_like(i) if s is None else s for i, s in zip(graph.inputs, sums or [None] * len(graph.inputs))]
     if not keep:
         graph.inputs = graph.outputs = None  # release the graph's saved tensors

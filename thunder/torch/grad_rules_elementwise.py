@@ -258,6 +258,18 @@ def where_rule(condition, input=None, other=None):
                            _grad_for(ew.where(condition, 0, g), other))
 
 
+@register_vjp(ew.masked_fill)
+def masked_fill_rule(a, mask, value):
+    """Eager's gradient: ``grad.masked_fill(mask, 0)``, a contiguous tensor of the shape ``a`` and ``mask`` broadcast
+    to, then summed to ``a``'s shape. Through the decomposition (``where(mask, 0, g)``) it would be laid out as the
+    mask, and a sum over broadcast dimensions adds in the mask's order (another rounding; generated program 503). A
+    fill value that requires grad goes through the decomposition."""
+    if _t(value) and value.requires_grad:
+        return NotImplemented
+    out = ew.masked_fill(a, mask, value)
+    return out, lambda g: (_grad_for(ew.masked_fill(g, mask, 0), a), None, None)
+
+
 @register_vjp(ew.lerp)
 def lerp_rule(start, end, weight):
     out = ew.lerp(start, end, weight)
