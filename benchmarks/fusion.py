@@ -375,7 +375,8 @@ def parse_args(argv=None):
     args.device = torch.device(args.device)
     cuda = args.device.type == "cuda"
     if args.scale is None:
-        args.scale = {"full": "gpu", "tiny": "tiny", "host": "host", None: "gpu" if cuda else "cpu"}[args.gpu_model_scale]
+        scales = {"full": "gpu", "tiny": "tiny", "host": "host", None: "gpu" if cuda else "cpu"}
+        args.scale = scales[args.gpu_model_scale]
     args.attention = args.attention or ("sdpa" if cuda or args.scale in ("gpu", "host") else "manual")
     args.models = args.models or ("llama,gpt" if args.scale == "cpu" else "llama")
     for key in args.models.split(",") + ([args.model] if args.model else []):

@@ -822,7 +822,8 @@ class _Gen:
                 continue
             values = torch.tensor([rng.randrange(size) for _ in range(math.prod(index_shape))]).reshape(index_shape)
             transposed = len(index_shape) == 2 and rng.random() < 0.5
-            parts.append(f"torch.tensor({values.t().tolist()}).t()" if transposed else f"torch.tensor({values.tolist()})")
+            parts.append(f"torch.tensor({values.t().tolist()}).t()" if transposed
+                         else f"torch.tensor({values.tolist()})")
         while parts and parts[-1] == ":" and rng.random() < 0.5:
             parts.pop()
         n = self.new()

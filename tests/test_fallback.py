@@ -170,8 +170,8 @@ def test_sparse_tensors_are_refused_naming_their_layout(fn, args, match):
 # runs in torch's engine; both give eager's gradients bitwise.
 _ONE_NODE = {
     "sdpa_causal": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), True),
-    "sdpa_float_mask": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=torch.arange(64.0).reshape(8, 8) / 64,
-                                                                      scale=0.3), True),
+    "sdpa_float_mask": (lambda q, k, v: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=torch.arange(64.0).reshape(8, 8) / 64, scale=0.3), True),
     "sdpa_bool_mask_gqa": (lambda q, k, v: F.scaled_dot_product_attention(
         q, k[:, :2], v[:, :2], attn_mask=torch.ones(8, 8, dtype=torch.bool).tril(), enable_gqa=True), True),
     "sdpa_one_tensor_twice": (lambda q, k, v: F.scaled_dot_product_attention(q, q, v) + k, False),  # one leaf, two edges

@@ -173,8 +173,8 @@ def _index_strides(shape, x, key):
         first = positions[0]
     after = src.dim() - first - len(positions)
     full = (*src.shape[:first], *common, *src.shape[first + len(positions):])
-    restrided = src.as_strided(full, (*src.stride()[:first], *(0,) * len(common), *src.stride()[first + len(positions):]),
-                               src.storage_offset())
+    strides = (*src.stride()[:first], *(0,) * len(common), *src.stride()[first + len(positions):])
+    restrided = src.as_strided(full, strides, src.storage_offset())
     operands = [restrided] + [i.reshape((1,) * first + tuple(common) + (1,) * after).expand(full) for i in indices]
     result = compute_elementwise_output_strides(*operands)
     return tuple(result) if tuple(full) == tuple(shape) else None

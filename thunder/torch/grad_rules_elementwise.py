@@ -269,7 +269,8 @@ def masked_fill_rule(a, mask, value):
     gradient of an in-place ``masked_fill_`` of a permuted view (its base's; thunder's gradients of other in-place
     updates of such views are laid out as the view, values equal). A fill value that requires grad goes through the
     decomposition too."""
-    if _t(value) and value.requires_grad or same_shape(tuple(a.shape), prims.broadcast_shapes(tuple(a.shape), tuple(mask.shape))):
+    broadcast = not same_shape(tuple(a.shape), prims.broadcast_shapes(tuple(a.shape), tuple(mask.shape)))
+    if not broadcast or (_t(value) and value.requires_grad):
         return NotImplemented
     out = ew.masked_fill(a, mask, value)
     return out, lambda g: (_grad_for(ew.masked_fill(g, mask, 0), a), None, None)
