@@ -394,9 +394,9 @@ def _returns_a_view_of_an_input(x, y):
 
 @requires_compiler
 def test_an_input_the_region_only_views_is_checked_for_its_layout():
-    """Inductor checks an input's layout before the first kernel reading it; one the compiled graph only returns a
-    view of is read by no kernel, so thunder checks its layout: another layout gets its own compilation instead
-    of a view computed for the wrong strides (a silently wrong result)."""
+    """An input the compiled graph only returns a view of is read by no kernel: its layout is checked all the
+    same, and another layout gets its own compilation instead of a view computed for the wrong strides (a
+    silently wrong result)."""
     ex = InductorExecutor("inductor_view_layouts")
     jf = thunder.jit(_returns_a_view_of_an_input, executors=[ex, "torch"])
     y = torch.randn(4, 6)
@@ -727,6 +727,53 @@ def test_a_region_reuses_an_input_only_when_nothing_else_can_see_it():
         assert not reused and intact, keep
     reused, intact, _ = as_a_trace_calls(lambda: (a @ b).t().t())  # a view: its base shares the memory
     assert not reused and intact
+
+
+def _two_layers(x, w1, w2):
+    return F.linear(F.linear(x, w1).sin(), w2).sum()
+
+
+@requires_compiler
+def test_a_linear_layers_input_gradient_is_reused_by_the_region_it_dies_in():
+    """A linear layer's input gradient (3-D: a batch of rows) is one product of the rows laid out as the input,
+    no view of another tensor: the backward's region for ``sin`` (the gradient times ``cos``) writes into its
+    memory on every call, where a view's base would make each call run the compilation that reuses nothing."""
+    ex = InductorExecutor("inductor_reuse_linear")
+    jf = thunder.jit(_two_layers, executors=[ex, "torch"])
+    torch.manual_seed(0)
+    x, w1, w2 = torch.randn(2, 4, 8), torch.randn(6, 8, requires_grad=True), torch.randn(5, 6, requires_grad=True)
+    for _ in range(2):
+        expected = torch.autograd.grad(_two_layers(x, w1, w2), (w1, w2))
+        torch.testing.assert_close(torch.autograd.grad(jf(x, w1, w2), (w1, w2)), expected)
+    donors = [c for c in ex._compiled.values() if c.donate]
+    assert donors, "the backward's region may reuse the input gradient's memory"
+    assert all(not c.plain_by_layout for c in ex._compiled.values()), "every call reused the memory"
+
+
+@requires_compiler
+def test_regions_check_their_input_strides_in_place_of_inductors_asserts():
+    """Inductor's generated code asserts no sizes and strides (0.3 us an input; thunder's shapes are static):
+    thunder checks every input's strides before a call, so an input laid out otherwise, whichever it is, still
+    gets a compilation for its layout."""
+    sources = []
+
+    class Capturing(InductorExecutor):
+        def inductor_compile(self, gm, example_inputs, donated=()):
+            compiled = super().inductor_compile(gm, example_inputs, donated)
+            sources.append(getattr(compiled, "source_code", None))
+            return compiled
+
+    jf = thunder.jit(_sin_of_product_plus, executors=[Capturing("inductor_own_checks"), "torch"])
+    y = torch.randn(4, 6)
+    layouts = (torch.randn(4, 6), torch.randn(6, 4).t(), torch.randn(4, 12)[:, ::2])
+    for x in layouts:
+        torch.testing.assert_close(jf(x, y), _sin_of_product_plus(x, y))
+        torch.testing.assert_close(jf(y, x), _sin_of_product_plus(y, x))
+    assert len(sources) == 5 and all(isinstance(s, str) and "assert_size_stride(" not in s for s in sources)
+
+
+def _sin_of_product_plus(x, y):
+    return (x * y).sin() + y
 
 
 def test_cpu_isa_answers_are_what_inductors_probes_find():

@@ -354,6 +354,40 @@ def test_product_with_a_matrix_that_alone_needs_a_gradient_follows_its_layout(b_
         assert_bitwise(p, q, what)
 
 
+_SIZE_ONE_SELECTS = {  # of a (3, 1, 4) tensor; each result is transposed after, so its gradient comes transposed
+    "x[:, 0]": lambda x: x[:, 0],
+    "x[:, -1, :]": lambda x: x[:, -1, :],
+    "select": lambda x: x.select(1, 0),
+    "unbind": lambda x: x.unbind(1)[0],
+    "x[0] of a batch of one": lambda x: x.permute(1, 0, 2)[0],
+    "x[..., 0] of size 1": lambda x: x.reshape(3, 4, 1)[..., 0],
+    "x[:, 0] then a slice": lambda x: x[:, 0][1:],
+    "a slice and an index": lambda x: x[1:, 0],
+    "squeeze (a view's gradient)": lambda x: x.squeeze(1),
+}
+
+
+@pytest.mark.parametrize("case", list(_SIZE_ONE_SELECTS))
+def test_selects_from_a_dimension_of_size_one_lay_out_their_gradient_as_eager(case):
+    """Eager's select_backward writes a select's gradient into zeros laid out contiguously, whatever the layout of
+    the gradient it receives; a squeeze's gradient is a view of it. The layout then decides the order of a
+    reduction's additions after it (OLMo-Hybrid's gated delta rule differed by an ulp)."""
+    def f(x):
+        y = _SIZE_ONE_SELECTS[case](x * 1)
+        return (y.transpose(0, 1) * torch.linspace(0.5, 2, y.shape[0])).sum(0)
+
+    def run(fn):
+        x = torch.linspace(-2, 3, 12).reshape(3, 1, 4).requires_grad_()
+        y = fn(x)
+        (g,) = torch.autograd.grad(y, x, torch.ones_like(y))
+        return y, g
+
+    (out, grad), (expected_out, expected_grad) = run(thunder.jit(f)), run(f)
+    assert_bitwise(out, expected_out, "output")
+    assert_bitwise(grad, expected_grad, "gradient")
+    assert grad.stride() == expected_grad.stride(), (grad.stride(), expected_grad.stride())
+
+
 _LINEAR_INPUTS = {  # name: input of F.linear made from a (4, 16, 30) tensor x, eager's path
     "2-D rows": lambda x: x[0, :, :15],  # addmm
     "2-D columns": lambda x: x[0, :15].t(),  # addmm, a column-major operand

@@ -136,6 +136,9 @@ CASES = {
                                moe_intermediate_size=32)) for name in (
         "qwen3_moe", "ernie4_5_moe", "gpt_oss", "minimax", "glm4_moe")},
     "lfm2": HFCase("lfm2", dict(_DECODER, pad_token_id=0)),
+    # gated delta rule (its torch implementation): the key of a single chunk, key[:, :, 0], has eager's gradient
+    # layout (select_backward's) only through thunder's rule for selects from a dimension of size 1
+    "olmo_hybrid": HFCase("olmo_hybrid", dict(_DECODER, head_dim=16, pad_token_id=0)),
     **{name: HFCase(name, dict(_DECODER, **_MOE, head_dim=16, pad_token_id=0, num_experts=4)) for name in (
         "hunyuan_v1_dense", "hunyuan_v1_moe")},
     "xlstm": HFCase("xlstm", dict(hidden_size=64, num_hidden_layers=2, vocab_size=VOCAB, num_heads=4,

@@ -271,29 +271,19 @@ def _decompositions() -> dict:
     return table
 
 
-def _unchecked_inputs(compiled, placeholders: list) -> tuple:
-    """Positions of the inputs whose sizes and strides inductor's generated code does not assert. It asserts an
-    input's layout just before the first kernel that reads it, so an input the graph only returns a view of
-    (a region that transposes a saved tensor for a matmul) is never checked: called with other strides, the
-    view would be wrong. Unknown code: every input."""
-    source = getattr(compiled, "source_code", None)
-    if not isinstance(source, str):
-        return tuple(range(len(placeholders)))
-    return tuple(i for i, name in enumerate(placeholders) if f"assert_size_stride({name}," not in source)
+def _check_layouts(args, strides):
+    for i, (a, s) in enumerate(zip(args, strides)):
+        if a.stride() != s:
+            raise AssertionError(f"input {i}: strides {a.stride()}, compiled for {s}")
 
 
-def _check_layouts(args, unchecked, strides):
-    for i in unchecked:
-        if args[i].stride() != strides[i]:
-            raise AssertionError(f"input {i}: strides {args[i].stride()}, compiled for {strides[i]}")
-
-
-def _checking_layouts(fn, unchecked, strides):
-    """``fn``, after checking the layouts of the inputs ``unchecked`` (an AssertionError, as inductor's own
-    checks raise, sends the call to a compilation for its layouts)."""
+def _checking_layouts(fn, strides):
+    """``fn``, a compilation for the input strides ``strides``, after checking them (an AssertionError sends the
+    call to a compilation for its layouts). Sizes are the trace's, static: inductor's own checks of both are
+    off (``size_asserts``), as they cost three times as much."""
 
     def checked(args):
-        _check_layouts(args, unchecked, strides)
+        _check_layouts(args, strides)
         return fn(args)
 
     return checked
@@ -401,18 +391,15 @@ class CompiledRegion:
             with FakeTensorMode() as mode:
                 fakes = [torch.empty_strided(tuple(p.shape), st, dtype=p.dtype, device=p.device)
                          for p, st in zip(self.region.params, strides)]
-            # fallback_random: see [Note: random numbers in fused regions]
-            with inductor_config.patch(fallback_random=True), _known_cpu_isa(self.region):
+            # fallback_random: see [Note: random numbers in fused regions]; size_asserts: see _checking_layouts
+            with inductor_config.patch(fallback_random=True, size_asserts=False), _known_cpu_isa(self.region):
                 with mode:
                     gm = make_fx(self._traced_fn(), decomposition_table=_decompositions())(*fakes)
                 donated = tuple(i for i, _ in self.donate) if reuse else ()
-                placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
                 with _deferred_kernel_waits(self):
                     compiled = (self.executor.inductor_compile(gm, fakes, donated=donated) if donated
                                 else self.executor.inductor_compile(gm, fakes))
-                    unchecked = _unchecked_inputs(compiled, placeholders)
-                    return self._through_call_once(compiled, strides, self.by_layout if reuse else self.plain_by_layout,
-                                                   unchecked)
+                    return self._through_call_once(compiled, strides, self.by_layout if reuse else self.plain_by_layout)
         except Exception as e:  # inductor's errors have no common base class
             self.fall_back(e)
             return self._torch_boxed
@@ -420,18 +407,15 @@ class CompiledRegion:
     def _traced_fn(self):
         return _with_dense_outputs(self.torch_fn, self.dense) if self.dense else self.torch_fn
 
-    def _through_call_once(self, compiled, strides, table, unchecked=()):
+    def _through_call_once(self, compiled, strides, table):
         """Inductor's compiled graph: through its ``__call__`` once (which finishes autotuning and caching), then
-        straight to the generated function, which replaces this one wherever it is held (``table``: the
-        compilations by layout it belongs to). ``unchecked``: the inputs whose layout the generated function
-        does not check (see ``_unchecked_inputs``), checked here."""
+        straight to the generated function (after a check of the input strides), which replaces this one
+        wherever it is held (``table``: the compilations by layout it belongs to)."""
 
         def first(args):
-            _check_layouts(args, unchecked, strides)
+            _check_layouts(args, strides)
             out = compiled(args)
-            direct = compiled.current_callable
-            if unchecked:
-                direct = _checking_layouts(direct, unchecked, strides)
+            direct = _checking_layouts(compiled.current_callable, strides)
             if table.get(strides) is first:
                 table[strides] = direct
             if self.fn is first:
@@ -505,10 +489,10 @@ class CompiledRegion:
             if fn == self._by_layout or self.failed is not None:
                 raise
             layout = tuple(a.stride() for a in args)
-            if self.by_layout.get(layout) is fn:  # compiled for these strides: not inductor's layout check
+            if self.by_layout.get(layout) is fn:  # compiled for these strides: not the layout check
                 raise
             # Inputs laid out otherwise than compiled for: compiled for their layout. The first time, that layout's
-            # function becomes the region's (inductor's check catches the next change); after that, every call
+            # function becomes the region's (its check catches the next change); after that, every call
             # looks its layout up.
             self.fn = self._by_layout
             out = self._by_layout(list(args))

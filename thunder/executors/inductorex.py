@@ -14,10 +14,11 @@ program already, and its regions are functional), so a call costs little more th
 - Kernels compile in inductor's worker pool while thunder goes on forming and compiling the next regions:
   the wait inductor's generated module does at import is deferred to the first call of any region, which
   waits for all pending kernels at once.
-- Regions are compiled for contiguous inputs. An input with other strides fails inductor's size and
-  stride check; the region is then compiled again for those strides (once per layout), and calls that
-  compilation directly from then on (an attention output is laid out as its kernel writes it on every call);
-  a region whose inputs change layout again looks the layout up on each call.
+- Regions are compiled for contiguous inputs. An input with other strides fails the check of the strides
+  before each call (thunder's: inductor's own check of sizes and strides is off, the shapes being static);
+  the region is then compiled again for those strides (once per layout), and calls that compilation
+  directly from then on (an attention output is laid out as its kernel writes it on every call); a region
+  whose inputs change layout again looks the layout up on each call.
 - A region may write its outputs into the memory of inputs that die with it (inductor's donated buffers:
   a loss's gradient goes where the logits were), sparing an allocation that on the CPU costs page faults.
   The fusion pass names the candidates (``reuses_inputs``): values the trace made, or saved forward

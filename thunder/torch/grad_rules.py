@@ -187,12 +187,27 @@ def _linear_backward_kernel(g, a, w, mask):
     g2, a2 = _rows(g), _rows(a)
     ga = gw = None
     if mask[0]:
-        ga = w.t().mm(g2.t()).t() if _column_major(a2) else g2.mm(w)
-        if a.dim() != 2:
-            ga = ga.reshape(a.shape)
+        # A batch of rows' gradient is the product of g's rows laid out as ``a``, and no view of another tensor:
+        # a base would keep a fused region it dies in from reusing its memory.
+        if _column_major(a2):
+            ga = w.t().mm(g2.t()).t()
+            ga = ga.reshape(a.shape) if a.dim() != 2 else ga
+        elif a.dim() == 2:
+            ga = g2.mm(w)
+        elif g.is_contiguous():
+            ga = torch.matmul(g, w)  # that product (matmul folds g's leading dimensions) in one call
+        else:
+            ga = g2.new_empty(a.shape)
+            torch.mm(g2, w, out=ga.view(g2.shape[0], w.shape[1]))
     if mask[1]:
-        gw = g2.t().mm(a2) if w is None or _column_major(w.t()) else a2.t().mm(g2).t()
+        gw = g2.t().mm(a2) if w is None or _row_major(w) else a2.t().mm(g2).t()
     return ga, gw
+
+
+def _row_major(w) -> bool:
+    """``_column_major(w.t())``, without the view."""
+    s = w.stride()
+    return s[1] == 1 and s[0] == w.shape[1]
 
 
 def _rows(t):
@@ -622,6 +637,23 @@ def split_rule(a, split_size_or_sections, dim=0):
         return (_shapes.cat(pieces, d), None, None)
 
     return outs, backward
+
+
+@register_vjp(_shapes.select)
+def select_rule(a, dim, index):
+    """Selecting from a dimension of size 1 (``x[0]`` of a batch of one, ``unbind`` of such a dimension): eager's
+    ``select_backward`` writes the gradient into zeros of the input's shape, laid out contiguously, where the
+    decomposition (a squeeze, whose gradient is a view) keeps the gradient's layout, and a reduction over a
+    gradient laid out otherwise adds in another order (OLMo-Hybrid's ``key[:, :, 0]`` of a single chunk). From a
+    larger dimension the decomposition's gradient (``slice_backward``) is eager's already."""
+    d = dim % a.ndim
+    if type(a.shape[d]) is not int or a.shape[d] != 1:
+        return NotImplemented
+
+    def backward(g):
+        return slice_backward(prims.reshape(g, tuple(a.shape)), list(a.shape), d, 0, 1, 1), None, None
+
+    return _shapes.select(a, dim, index), backward
 
 
 # nll_loss of (N, C) scores (cross_entropy of a language model's logits): torch's kernels, as eager runs them.

@@ -505,8 +505,11 @@ def _basic_getitem(a, key):
     if any(is_runtime(s) or s != 0 for s in starts) or not all(same(e, n) for e, n in zip(stops, a.shape)) \
             or steps != [1] * a.ndim:
         out = prims.slice_prim(a, starts, stops, steps)
-    if squeeze_dims:
-        out = prims.squeeze(out, tuple(squeeze_dims))
+        if squeeze_dims:
+            out = prims.squeeze(out, tuple(squeeze_dims))
+    else:  # integers index dimensions of size 1 only: selects, whose gradient is laid out as eager's (see select)
+        for d in reversed(squeeze_dims):
+            out = select(out, d, 0)
     if any(kind == "new" for kind, _ in out_shape_with_none):
         shape, dims, i = [], [], 0
         for j, (kind, _) in enumerate(out_shape_with_none):
