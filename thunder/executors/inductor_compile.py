@@ -272,9 +272,9 @@ def _decompositions() -> dict:
 
 
 def _check_layouts(args, strides):
-    for i, (a, s) in enumerate(zip(args, strides)):
+    for a, s in zip(args, strides):  # runs before every call of a region: no index kept
         if a.stride() != s:
-            raise AssertionError(f"input {i}: strides {a.stride()}, compiled for {s}")
+            raise AssertionError(f"input strides {[t.stride() for t in args]}, compiled for {list(strides)}")
 
 
 def _checking_layouts(fn, strides):
