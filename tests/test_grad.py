@@ -1,10 +1,12 @@
 """Gradients of every differentiable operation of the torch language against torch.autograd.
 
 Table-driven by ``tests/opinfos.py`` (the same records as the forward tests): for each sample in
-float64, every floating-point tensor argument requires grad; thunder's gradients (a forward and a
-backward trace behind a torch.autograd.Function) must match eager autograd's for a random
-cotangent. Samples whose outputs are not differentiable in eager are skipped automatically, as are
-samples eager cannot differentiate.
+float64, float32 and bfloat16, every floating-point tensor argument requires grad; thunder's gradients
+(a forward and a backward trace behind a torch.autograd.Function) must equal eager autograd's bit for
+bit for a random cotangent (the rules compute as eager's formulas do, in the same dtypes: see
+[Note: bitwise gradients of elementwise ops]), and every tensor the traces compute must have the
+metadata its proxy says. Samples whose outputs are not differentiable in eager are skipped
+automatically, as are samples eager cannot differentiate.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import pytest
 import torch
 
 import thunder
+from tests.metadata_check import CheckMetadata
 from tests.opinfos import OPINFOS, OpInfo
 from tests.test_ops import primary_op
 
@@ -20,8 +23,9 @@ _SEED = 4321
 
 def _grad_cases():
     for info in OPINFOS:
-        if torch.float64 in info.dtypes and not info.requires_cuda:
-            yield pytest.param(info, id=info.name)
+        for dtype in (torch.float64, torch.float32, torch.bfloat16):
+            if dtype in info.dtypes and not info.requires_cuda:
+                yield pytest.param(info, dtype, id=f"{info.name}-{str(dtype).removeprefix('torch.')}")
 
 
 def _with_grad(x):
@@ -62,11 +66,11 @@ def _grads(fn, args, kwargs, cotangent_seed):
     return [torch.zeros_like(i) if gr is None else gr for i, gr in zip(inputs, grads)]
 
 
-@pytest.mark.parametrize("info", list(_grad_cases()))
-def test_grad(info: OpInfo):
+@pytest.mark.parametrize("info,dtype", list(_grad_cases()))
+def test_grad(info: OpInfo, dtype):
     op = primary_op(info)
     checked = 0
-    for i, sample in enumerate(info.sample_inputs(torch.float64)):
+    for i, sample in enumerate(info.sample_inputs(dtype)):
         args, kwargs = _with_grad(sample.args), _with_grad(sample.kwargs)
         if not _grad_leaves((args, kwargs), []):
             continue
@@ -78,15 +82,15 @@ def test_grad(info: OpInfo):
             expected = _grads(op, args, kwargs, i)
         except (RuntimeError, NotImplementedError, TypeError, ValueError, IndexError):
             continue  # eager cannot differentiate this sample (or rejects it): nothing to compare
-        jop = thunder.jit(lambda *a, **k: op(*a, **k))
+        jop = thunder.jit(lambda *a, **k: op(*a, **k), transforms=[CheckMetadata()])  # tensors as their proxies say
         args2, kwargs2 = _with_grad(sample.args), _with_grad(sample.kwargs)
         actual = _grads(jop, args2, kwargs2, i)
         for a, e in zip(actual, expected):
-            torch.testing.assert_close(a, e, atol=1e-7, rtol=1e-7, equal_nan=True,
+            torch.testing.assert_close(a, e, atol=0, rtol=0, equal_nan=True,
                                        msg=lambda m: f"{info.name} gradient on {sample}: {m}")
         checked += 1
     if checked == 0:
-        pytest.skip(f"{info.name}: no differentiable float64 sample")
+        pytest.skip(f"{info.name}: no differentiable {dtype} sample")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -455,3 +459,57 @@ def test_batch_norm_running_statistics_stay_out_of_the_graph():
     model = torch.nn.BatchNorm1d(3)
     thunder.jit(model)(torch.randn(4, 3, requires_grad=True)).sum().backward()
     assert not any(b.requires_grad for b in model.buffers())
+
+
+# ---------------------------------------------------------------------------------------------
+# Losses of an input and a target of different dtypes: each loss has its own dtype rule (the promoted dtype for
+# mse_loss, the input's for huber_loss and soft_margin_loss, whose meta kernels say otherwise, the target's for
+# binary_cross_entropy_with_logits), and the traces must say what the kernels compute.
+# ---------------------------------------------------------------------------------------------
+
+_F = torch.nn.functional
+_MIXED_LOSSES = {
+    "mse_loss": lambda a, b, r: _F.mse_loss(a, b, reduction=r),
+    "l1_loss": lambda a, b, r: _F.l1_loss(a, b, reduction=r),
+    "smooth_l1_loss": lambda a, b, r: _F.smooth_l1_loss(a, b, reduction=r, beta=0.5),
+    "huber_loss": lambda a, b, r: _F.huber_loss(a, b, reduction=r),
+    "soft_margin_loss": lambda a, b, r: _F.soft_margin_loss(a, b.sign().detach(), reduction=r),  # eager: no target grad
+    "bce_with_logits": lambda a, b, r: _F.binary_cross_entropy_with_logits(a, b.sigmoid(), reduction=r),
+    "bce_with_logits-weights": lambda a, b, r: _F.binary_cross_entropy_with_logits(
+        a, b.sigmoid(), torch.linspace(0.5, 1, 5), reduction=r, pos_weight=torch.full((5,), 2.0)),
+    "kl_div": lambda a, b, r: _F.kl_div(a.log_softmax(-1), b.softmax(-1), reduction=r),
+    "poisson_nll_loss": lambda a, b, r: _F.poisson_nll_loss(a, b.abs(), reduction=r),
+    "margin_ranking_loss": lambda a, b, r: _F.margin_ranking_loss(a, b, b.sign(), reduction=r),
+    "cosine_similarity": lambda a, b, r: _F.cosine_similarity(a, b),
+}
+_MIXED_DTYPES = [(torch.bfloat16, torch.float32), (torch.float32, torch.bfloat16), (torch.float32, torch.float64),
+                 (torch.float64, torch.float32)]
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+@pytest.mark.parametrize("dtypes", _MIXED_DTYPES, ids=lambda d: "-".join(str(t).removeprefix("torch.") for t in d))
+@pytest.mark.parametrize("name", list(_MIXED_LOSSES))
+def test_losses_of_mixed_dtypes_are_eagers(name, dtypes, reduction):
+    fn = _MIXED_LOSSES[name]
+    for requires_grad in (False, True):
+        runs = []
+        for f in (lambda a, b: fn(a, b, reduction), thunder.jit(lambda a, b: fn(a, b, reduction),
+                                                               transforms=[CheckMetadata()])):
+            g = torch.Generator().manual_seed(0)
+            a, b = (torch.randn(4, 5, generator=g).to(d).requires_grad_(requires_grad) for d in dtypes)
+            out = f(a, b)
+            grads = ()
+            if requires_grad:
+                try:
+                    grads = torch.autograd.grad(out, (a, b), torch.ones_like(out), allow_unused=True)
+                except RuntimeError:  # eager's backward refuses some dtype pairs (huber_loss, mse_loss): so does thunder
+                    grads = None
+            runs.append((out.detach(), grads))
+        (actual, actual_grads), (expected, expected_grads) = runs[1], runs[0]
+        assert actual.dtype is expected.dtype, f"{name}: {actual.dtype} where eager gives {expected.dtype}"
+        torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+        assert (actual_grads is None) == (expected_grads is None)
+        for a, e in zip(actual_grads or (), expected_grads or ()):
+            assert (a is None) == (e is None)
+            if e is not None:
+                torch.testing.assert_close(a, e, rtol=0, atol=0)

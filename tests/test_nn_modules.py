@@ -21,6 +21,7 @@ from torch.utils._pytree import tree_flatten
 
 import thunder
 from thunder.core.proxies import DataDependentError
+from tests.metadata_check import CheckMetadata
 
 # Not modules one calls: base classes and containers (covered by the model tests), and options objects.
 NOT_CALLABLE = {"Module", "Container", "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict",
@@ -36,6 +37,10 @@ def _f(*shape, low=None):
 
 def _long(high, *shape):
     return lambda g: torch.randint(0, high, shape, generator=g)
+
+
+def _bf16(*shape):  # a reduced-precision input, made from float32 values as _f makes them
+    return lambda g: torch.randn(*shape, generator=g).bfloat16()
 
 
 def _sign(*shape):
@@ -238,6 +243,21 @@ VARIANTS: dict[str, Case] = {
     "BatchNorm2d-untracked": Case((4,), dict(track_running_stats=False), inputs=_im()),
     "BatchNorm1d-cumulative": Case((4,), dict(momentum=None), inputs=(_f(3, 4, 5),)),
     "BatchNorm2d-no-affine": Case((4,), dict(affine=False), inputs=_im()),
+    # reduced precision: the CPU kernel saves its statistics in the input's dtype, or in float32 where the parameters
+    # are float32 ("mixed type"); in evaluation it saves none (empty tensors)
+    "BatchNorm2d-bfloat16": Case((4,), dict(dtype=torch.bfloat16), inputs=(_bf16(2, 4, 6, 6),)),
+    "BatchNorm2d-bfloat16-input": Case((4,), inputs=(_bf16(2, 4, 6, 6),)),
+    "BatchNorm1d-bfloat16-no-affine": Case((4,), dict(affine=False, dtype=torch.bfloat16), inputs=(_bf16(3, 4, 5),)),
+    "LayerNorm-bfloat16": Case((4,), dict(dtype=torch.bfloat16), inputs=(_bf16(2, 3, 4),)),
+    "LayerNorm-bfloat16-input": Case((4,), inputs=(_bf16(2, 3, 4),)),
+    "GroupNorm-bfloat16": Case((2, 4), dict(dtype=torch.bfloat16), inputs=(_bf16(2, 4, 6, 6),)),
+    "GroupNorm-bfloat16-input": Case((2, 4), inputs=(_bf16(2, 4, 6, 6),)),
+    "RMSNorm-bfloat16": Case((4,), dict(dtype=torch.bfloat16), inputs=(_bf16(2, 3, 4),)),
+    "RMSNorm-bfloat16-input": Case((4,), inputs=(_bf16(2, 3, 4),)),
+    "InstanceNorm1d-bfloat16-input-affine": Case((4,), dict(affine=True, track_running_stats=True),
+                                                 inputs=(_bf16(2, 4, 5),)),
+    "InstanceNorm2d-bfloat16-affine": Case((4,), dict(affine=True, track_running_stats=True, dtype=torch.bfloat16),
+                                           inputs=(_bf16(2, 4, 6, 6),)),
     "InstanceNorm2d-affine": Case((4,), dict(affine=True), inputs=_im()),
     "LayerNorm-no-affine-2d": Case(((3, 4),), dict(elementwise_affine=False)),
     "LayerNorm-no-bias": Case((4,), dict(bias=False)),
@@ -429,7 +449,7 @@ def test_nn_module(name, mode):
         with pytest.raises(type(e)):
             _run(jitted_module, case, thunder.jit(jitted_module))
         return
-    jitted = thunder.jit(jitted_module)
+    jitted = thunder.jit(jitted_module, transforms=[CheckMetadata()])  # every traced tensor as its proxy says
     exc, match, _, *modes = EXPECTED_ERRORS.get(name, (None, None, None))
     if exc is not None and (not modes or mode in modes[0]):
         with pytest.raises(exc, match=re.escape(match)):

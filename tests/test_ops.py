@@ -21,6 +21,7 @@ from thunder.core.proxies import TensorProxy, NumberProxy
 from thunder.executors import torchex
 from thunder.torch import INPLACE_TO_SYMBOL, SYMBOLS, TORCH_TO_SYMBOL
 from thunder.torch.fallback import describe
+from tests.metadata_check import CheckMetadata
 from tests.opinfos import OPINFOS, SKIPPED, Compare, OpInfo, SampleInput
 
 # Tensor.T of a tensor that is not 2-D is deprecated, but still thunder's to match
@@ -172,7 +173,7 @@ _SEED = 1234
 def test_op(info: OpInfo, dtype):
     for label, fn, sample in _spelled_samples(info, dtype):
         what = f"{label} on {sample}"
-        jfn = thunder.jit(lambda *a, **k: fn(*a, **k))
+        jfn = thunder.jit(lambda *a, **k: fn(*a, **k), transforms=[CheckMetadata()])  # tensors as their proxies say
         try:
             expected = _call(fn, sample, _SEED)
         except Exception as e:  # thunder must reject what eager rejects

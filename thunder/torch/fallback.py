@@ -360,8 +360,21 @@ def _ctc_loss_meta(log_probs, targets, input_lengths, target_lengths, blank=0, r
     return torch.empty(batch if reduction == "none" else (), dtype=log_probs.dtype, device="meta")
 
 
-# Output metadata of torch operations that have no meta kernel, computed from their arguments' metadata.
-_MANUAL_META = {torch.nn.functional.ctc_loss: _ctc_loss_meta}
+def _in_input_dtype(fn):
+    """``fn``'s meta kernel, its result in the dtype of its first argument: the losses whose kernels write into a
+    tensor like the input (``huber_loss``, ``soft_margin_loss``) where their meta kernels promote with the target."""
+
+    def meta(input, *args, **kwargs):
+        return fn(input, *args, **kwargs).to(input.dtype)
+
+    return meta
+
+
+# Output metadata of torch operations that have no meta kernel, or whose meta kernel disagrees with the device
+# kernels, computed from their arguments' metadata.
+_MANUAL_META = {torch.nn.functional.ctc_loss: _ctc_loss_meta,
+                torch.nn.functional.huber_loss: _in_input_dtype(torch.nn.functional.huber_loss),
+                torch.nn.functional.soft_margin_loss: _in_input_dtype(torch.nn.functional.soft_margin_loss)}
 
 
 def _dynamic_output_shape(meta_error) -> bool:

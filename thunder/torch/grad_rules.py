@@ -152,9 +152,11 @@ def _group_norm_backward_kernel(g, a, mean, rstd, w, n, c, hxw, group, mask):
     return aten.native_group_norm_backward.default(g, a, mean, rstd, w, n, c, hxw, group, mask)
 
 
+# the statistics: in the input's dtype, or float32 for a mixed-type call (which runs these kernels only on the CPU)
 native_group_norm = _aten_symbol(
     _group_norm_kernel, "native_group_norm",
-    lambda a, w, b, n, c, hxw, group, eps: [_like(a), ((n, group), a.dtype, a.device), ((n, group), a.dtype, a.device)],
+    lambda a, w, b, n, c, hxw, group, eps: [_like(a), ((n, group), tnn.cpu_statistics_dtype(a, w, b), a.device),
+                                            ((n, group), tnn.cpu_statistics_dtype(a, w, b), a.device)],
     differentiable=True)
 native_group_norm_backward = _aten_symbol(
     _group_norm_backward_kernel, "native_group_norm_backward",
@@ -241,8 +243,9 @@ linear_bias_backward = _aten_symbol(_linear_bias_backward_kernel, "linear_bias_b
 @register_vjp(tnn.group_norm)
 def group_norm_rule(a, num_groups, weight=None, bias=None, eps=1e-5):
     """torch's kernels, as eager's ``F.group_norm`` runs them (the statistics are saved for the backward)."""
-    if weight is not None and weight.dtype is not a.dtype or bias is not None and bias.dtype is not a.dtype:
-        return NotImplemented  # mixed dtypes: through the decomposition
+    mixed = weight is not None and weight.dtype is not a.dtype or bias is not None and bias.dtype is not a.dtype
+    if mixed and (a.device.type != "cpu" or tnn.cpu_statistics_dtype(a, weight, bias) is a.dtype):
+        return NotImplemented  # mixed dtypes the CPU kernel refuses, or on another device: through the decomposition
     n, c, hxw = a.shape[0], a.shape[1], math.prod(a.shape[2:])
     out, mean, rstd = native_group_norm(a, weight, bias, n, c, hxw, num_groups, eps)
 
@@ -555,36 +558,15 @@ def _bce_meta(input, target, weight=None, size_average=None, reduce=None, reduct
 register_vjp(tnn.binary_cross_entropy)(torch_autograd_rule(_bce, _bce_meta))
 
 
-def _bce_logits_meta(input, target, weight=None, size_average=None, reduce=None, reduction="mean", pos_weight=None):
-    return _loss_meta(input, target, reduction=tnn._legacy_reduction(size_average, reduce, reduction))
-
-
-def _smooth_l1_meta(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
-    return _loss_meta(input, target, reduction=tnn._legacy_reduction(size_average, reduce, reduction))
-
-
-# torch's fused loss kernels (their backward formulas are not the decompositions')
-register_vjp(tnn.binary_cross_entropy_with_logits)(
-    torch_autograd_rule(F.binary_cross_entropy_with_logits, _bce_logits_meta))
-register_vjp(tnn.smooth_l1_loss)(torch_autograd_rule(F.smooth_l1_loss, _smooth_l1_meta))
-
-
-def _mse_meta(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
-    shape = prims.broadcast_shapes(tuple(input.shape), tuple(target.shape))
-    reduction = tnn._legacy_reduction(size_average, reduce, reduction)
-    return ((shape if reduction == "none" else (), input.dtype, input.device),)
-
-
-def _cosine_similarity_meta(x1, x2, dim=1, eps=1e-8):
-    shape = list(prims.broadcast_shapes(tuple(x1.shape), tuple(x2.shape)))
-    del shape[dim % len(shape)]
-    return ((tuple(shape), x1.dtype, x1.device),)
-
-
-# eager's mse_loss backward kernel, and cosine_similarity's normalize-then-multiply composite (whose clamp of the
-# norms at eps passes the gradient through): torch's autograd gives exactly eager's gradients
-register_vjp(tnn.mse_loss)(torch_autograd_rule(F.mse_loss, _mse_meta))
-register_vjp(tnn.cosine_similarity)(torch_autograd_rule(F.cosine_similarity, _cosine_similarity_meta))
+# torch's fused loss kernels (their backward formulas are not the decompositions'), eager's mse_loss backward kernel,
+# and cosine_similarity's normalize-then-multiply composite (whose clamp of the norms at eps passes the gradient
+# through): torch's autograd gives exactly eager's gradients. Their outputs' metadata is what torch's meta kernels
+# say: the dtype follows rules of each op's own (the target's for binary_cross_entropy_with_logits, the promoted
+# one for mse_loss and smooth_l1_loss), which the kernels know best.
+register_vjp(tnn.binary_cross_entropy_with_logits)(torch_autograd_rule(F.binary_cross_entropy_with_logits))
+register_vjp(tnn.smooth_l1_loss)(torch_autograd_rule(F.smooth_l1_loss))
+register_vjp(tnn.mse_loss)(torch_autograd_rule(F.mse_loss))
+register_vjp(tnn.cosine_similarity)(torch_autograd_rule(F.cosine_similarity))
 
 
 def _prod(a, dim=None, keepdim=False, *, dtype=None):
@@ -725,6 +707,32 @@ def cumsum_rule(a, dim, *, dtype=None):
         return (prims.flip(prims.cumsum(g, d), (d,)),)
 
     return out, backward
+
+
+@register_vjp(_shapes.repeat)
+def repeat_rule(a, *sizes):
+    """eager's ``repeat_backward``: the leading dimensions ``repeat`` adds summed away one at a time, then one sum over
+    the repeats of each dimension (the gradient reshaped to (repeats, size) pairs); through the decomposition (a
+    broadcast) it would be one sum over all of them, which adds in another order."""
+    repeats = _shapes._shape_arg(sizes)
+    if any(type(s) is not int for s in (*repeats, *a.shape)) or 0 in repeats:
+        return NotImplemented
+
+    def backward(g):
+        for _ in range(g.ndim - a.ndim):
+            g = red.sum(g, 0)
+        lead = len(repeats) - a.ndim
+        grad_size, sum_dims = [], []
+        for d, size in enumerate(a.shape):
+            if repeats[lead + d] != 1:
+                sum_dims.append(len(grad_size))
+                grad_size.append(repeats[lead + d])
+            grad_size.append(size)
+        if sum_dims:
+            g = red.sum(_shapes.reshape(g, tuple(grad_size)), tuple(sum_dims))
+        return (g,)
+
+    return _shapes.repeat(a, *sizes), backward
 
 
 @register_vjp(_shapes.stack)

@@ -253,6 +253,49 @@ def hypot_rule(a, b):
     return out, lambda g: (_grad_for(ew.div(ew.mul(g, a), out), a), _grad_for(ew.div(ew.mul(g, b), out), b))
 
 
+def _max_min_rule(sym, zero_for_a):
+    """``maximum``/``minimum`` as eager's formula: ``where(a == b, g / 2, g)``, zeroed where the other input is the
+    result (``zero_for_a(a, b)`` for ``a``, swapped for ``b``), in the output's dtype, then summed to each input's
+    shape and cast to its dtype. Through the prims a mixed-dtype call (bfloat16 and a float32 scalar tensor) would
+    compute the gradient in float32 and sum it there (eager sums the bfloat16 gradient, then casts)."""
+
+    def rule(a, b):
+        out = sym(a, b)
+
+        def backward(g):
+            shared = ew.where(ew.eq(a, b), ew.div(g, 2), g)
+            return (_grad_for(ew.masked_fill(shared, zero_for_a(a, b), 0), a),
+                    _grad_for(ew.masked_fill(shared, zero_for_a(b, a), 0), b))
+
+        return out, backward
+
+    register_vjp(sym)(rule)
+
+
+_max_min_rule(ew.maximum, ew.lt)
+_max_min_rule(ew.minimum, ew.gt)
+
+
+def _mod_rule(sym, rounding_mode):
+    """``fmod``/``remainder`` as eager's formula: ``g`` for the dividend, ``-g * a.div(b, rounding_mode=...)`` for the
+    divisor, in the output's dtype, then summed to its shape and cast to its dtype."""
+
+    def rule(a, b):
+        out = sym(a, b)
+
+        def backward(g):
+            gb = _grad_for(ew.mul(ew.neg(g), ew.div(a, b, rounding_mode=rounding_mode)), b) if _t(b) else None
+            return _grad_for(g, a), gb
+
+        return out, backward
+
+    register_vjp(sym)(rule)
+
+
+_mod_rule(ew.fmod, "trunc")
+_mod_rule(ew.remainder, "floor")
+
+
 @register_vjp(ew.where)
 def where_rule(condition, input=None, other=None):
     out = ew.where(condition, input, other)

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from thunder.core import prims
-from thunder.core.extents import is_runtime, is_zero, prod as extent_prod
+from thunder.core.extents import is_runtime, is_zero, prod as extent_prod, same_shape
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import Tag
 from thunder.torch.registry import INPLACE_TO_SYMBOL, torchsymbol
@@ -171,8 +171,8 @@ def native_layer_norm(a, normalized_shape, weight, bias, eps):
         out = ew.mul(out, weight)
     if bias is not None:
         out = ew.add(out, bias)
-    # torch's CPU kernel returns the statistics in the input's dtype, its CUDA kernel (and meta) in float32
-    stat_dtype = a.dtype if a.device.type == "cpu" else compute
+    # torch's CUDA kernel (and meta) returns the statistics in float32, its CPU kernel as cpu_statistics_dtype says
+    stat_dtype = cpu_statistics_dtype(a, weight, bias) if a.device.type == "cpu" else compute
     return convert(out, a.dtype), convert(mean, stat_dtype), convert(rstd, stat_dtype)
 
 
@@ -211,9 +211,11 @@ def native_batch_norm(a, weight, bias, running_mean, running_var, training: bool
         if running_mean is not None:
             with torch.no_grad():  # as eager's kernel, which updates the running statistics outside autograd
                 n = a.numel() / a.shape[1]
-                new_rm = ew.add(ew.mul(running_mean, 1 - momentum), ew.mul(mean, momentum))
+                # in the statistics' precision, rounded once to the running statistics' dtype
+                new_rm = ew.add(ew.mul(convert(running_mean, compute), 1 - momentum), ew.mul(mean, momentum))
                 unbiased = ew.mul(var, n / max(n - 1, 1))
-                new_rv = ew.add(ew.mul(running_var, 1 - momentum), ew.mul(unbiased, momentum))
+                new_rv = ew.add(ew.mul(convert(running_var, compute), 1 - momentum), ew.mul(unbiased, momentum))
+                new_rm, new_rv = convert(new_rm, running_mean.dtype), convert(new_rv, running_var.dtype)
         use_mean, use_invstd = mean, invstd
     else:
         use_mean = convert(running_mean, compute)
@@ -225,7 +227,26 @@ def native_batch_norm(a, weight, bias, running_mean, running_var, training: bool
         out = ew.mul(out, shapes.reshape(weight, bshape))
     if bias is not None:
         out = ew.add(out, shapes.reshape(bias, bshape))
+    if a.device.type == "cpu":
+        mean, invstd = _cpu_saved_statistics(a, mean, invstd, training, (weight, bias, running_mean, running_var))
     return convert(out, a.dtype), mean, invstd, new_rm, new_rv
+
+
+def cpu_statistics_dtype(a, *params):
+    """The dtype of the statistics torch's CPU normalization kernels return: the input's, unless a parameter (or
+    running statistic) is float32 where the input is of reduced precision (a "mixed type" normalization: float32)."""
+    mixed = a.dtype in (torch.float16, torch.bfloat16) and any(p is not None and p.dtype is torch.float32 for p in params)
+    return torch.float32 if mixed else a.dtype
+
+
+def _cpu_saved_statistics(a, mean, invstd, training, params):
+    """The statistics torch's CPU batch norm kernel saves: none in evaluation (an empty tensor; the CUDA kernel saves
+    the running ones), in the dtype of ``cpu_statistics_dtype`` in training."""
+    dtype = cpu_statistics_dtype(a, *params)
+    if not training:
+        empty = full((0,), 0, dtype=dtype, device=a.device)
+        return empty, empty
+    return convert(mean, dtype), convert(invstd, dtype)
 
 
 def batch_norm(a, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
@@ -254,13 +275,17 @@ def group_norm(a, num_groups, weight=None, bias=None, eps=1e-5):
     x = convert(x, compute)
     var, mean = red.var_mean(x, 2, correction=0, keepdim=True)
     out = ew.mul(ew.sub(x, mean), ew.rsqrt(ew.add(var, eps)))
-    out = convert(shapes.reshape(out, tuple(a.shape)), a.dtype)
+    out = shapes.reshape(out, tuple(a.shape))
+    # float32 parameters of a reduced-precision input ("mixed type"): applied before the one rounding to its dtype
+    mixed = cpu_statistics_dtype(a, weight, bias) is not a.dtype
+    if not mixed:
+        out = convert(out, a.dtype)
     bshape = _batch_norm_stats_shape(a)
     if weight is not None:
         out = ew.mul(out, shapes.reshape(weight, bshape))
     if bias is not None:
         out = ew.add(out, shapes.reshape(bias, bshape))
-    return out
+    return convert(out, a.dtype) if mixed else out
 
 
 @torchsymbol(F.normalize)
@@ -463,14 +488,21 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
 @torchsymbol(F.binary_cross_entropy_with_logits)
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None, reduction="mean",
                                      pos_weight=None):
+    """As torch computes it: ``(1 - target).mul_(input).sub_(log_sigmoid(input) [* log_weight])`` (then ``mul_(weight)``),
+    each in-place step rounding to its tensor's dtype, so the loss has the target's dtype."""
+
+    def in_place(op, a, b):  # ``a.op_(b)``: computed in the promoted dtype, written in a's
+        check(same_shape(tuple(a.shape), prims.broadcast_shapes(tuple(a.shape), tuple(b.shape))),
+              lambda: f"output with shape {list(a.shape)} doesn't match the broadcast shape "
+                      f"{list(prims.broadcast_shapes(tuple(a.shape), tuple(b.shape)))}")
+        return convert(op(a, b), a.dtype)
+
     log_sig = ew.logsigmoid(input)
-    log_one_minus = ew.logsigmoid(ew.neg(input))
     if pos_weight is not None:
-        loss = ew.neg(ew.add(ew.mul(ew.mul(target, pos_weight), log_sig), ew.mul(ew.rsub(target, 1), log_one_minus)))
-    else:
-        loss = ew.neg(ew.add(ew.mul(target, log_sig), ew.mul(ew.rsub(target, 1), log_one_minus)))
+        log_sig = in_place(ew.mul, log_sig, ew.add(ew.mul(ew.sub(pos_weight, 1), target), 1))
+    loss = in_place(ew.sub, in_place(ew.mul, ew.rsub(target, 1), input), log_sig)
     if weight is not None:
-        loss = ew.mul(loss, weight)
+        loss = in_place(ew.mul, loss, weight)
     return _reduce(loss, _legacy_reduction(size_average, reduce, reduction))
 
 
