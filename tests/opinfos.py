@@ -612,6 +612,8 @@ def scatter_add_samples(dtype):
 def index_add_samples(dtype):
     yield S(make((4, 5), dtype), 1, torch.tensor([0, 4, 0]), make((4, 3), dtype))
     yield S(make((4, 5), dtype), 0, torch.tensor([3, 1]), make((2, 5), dtype), alpha=scalar_of(dtype))
+    # repeated indices and alpha: the kernel scales each slice as it adds it (rounding as a scaled source does not)
+    yield S(make((2, 5), dtype), 0, torch.tensor([0, 1, 0, 1, 0, 1]), make((6, 5), dtype), alpha=3)
     yield S(make((5,), dtype), 0, torch.tensor(2), make((), dtype))
 
 

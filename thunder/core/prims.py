@@ -512,7 +512,7 @@ def scatter_add_meta(a, index, value, dim: int):
 scatter_add = make_prim("scatter_add", scatter_add_meta)
 
 
-def index_add_meta(a, index, value, dim: int):
+def index_add_meta(a, index, value, dim: int, alpha=1):
     return new_tensor(a.shape, a.dtype, a.device, requires_grad(a, value))
 
 

@@ -231,8 +231,8 @@ def scatter_add_prim(a, index, value, dim):
     return torch.scatter_add(a, dim, index, value)
 
 
-def index_add_prim(a, index, value, dim):
-    return torch.index_add(a, dim, index, value)
+def index_add_prim(a, index, value, dim, alpha=1):
+    return torch.index_add(a, dim, index, value) if alpha == 1 else torch.index_add(a, dim, index, value, alpha=alpha)
 
 
 def argmax_prim(a, dim):

@@ -434,10 +434,8 @@ def scatter_add(a, dim, index, src):
 
 @torchsymbol(torch.index_add, methods=("index_add",), inplace_methods=("index_add_",))
 def index_add(a, dim, index, source, *, alpha=1):
-    from thunder.torch.elementwise import mul
-    if alpha != 1:
-        source = mul(source, alpha)
-    return prims.index_add(a, index, source, canonicalize_dim(a.ndim, dim))
+    # alpha goes to the kernel: it scales each source slice as it adds it, rounding otherwise than a scaled source
+    return prims.index_add(a, index, source, canonicalize_dim(a.ndim, dim), alpha)
 
 
 @torchsymbol(torch.nn.functional.pad)

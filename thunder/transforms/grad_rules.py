@@ -377,9 +377,14 @@ def scatter_add_rule(a, index, value, dim):
 
 
 @register_vjp(prims.index_add)
-def index_add_rule(a, index, value, dim):
-    out = prims.index_add(a, index, value, dim)
-    return out, lambda g: (g, None, prims.take(g, index, dim), None)
+def index_add_rule(a, index, value, dim, alpha=1):
+    out = prims.index_add(a, index, value, dim, alpha)
+
+    def backward(g):
+        g_value = prims.take(g, index, dim)
+        return g, None, g_value if alpha == 1 else prims.mul(g_value, alpha), None, None
+
+    return out, backward
 
 
 # ---------------------------------------------------------------------------------------------
