@@ -496,6 +496,42 @@ def test_autocast_casts_a_parameter_once_as_eager(name, dtype):
         assert (a is None and b is None) or (a.dtype == b.dtype and torch.equal(a, b)), name
 
 
+# Torch functions that autocast the operations inside them (einsum's bmm, an LSTM's layers), and operations the
+# CPU's autocast leaves alone that the CUDA's casts (atan2, addcmul): under CPU autocast, eager's dtypes, values and
+# gradients (see [Note: fallback calls under autocast] in thunder/torch/fallback.py)
+_AUTOCAST_INSIDE = {
+    "einsum": lambda a, w: torch.einsum("ij,kj->ik", a, w),
+    "einsum-sum-first": lambda a, w: torch.einsum("ij,kl->ik", a, w),
+    "tensordot": lambda a, w: torch.tensordot(a, w, 1),
+    "multi_dot": lambda a, w: torch.linalg.multi_dot([a, w, w]),
+    "inner": lambda a, w: torch.inner(a, w),
+    "vecdot": lambda a, w: torch.linalg.vecdot(a, w[:4]),
+    "matrix_power": lambda a, w: torch.linalg.matrix_power(w, 3),
+    "addbmm": lambda a, w: torch.addbmm(a, a[None], w[None]),
+    "conv_tbc": lambda a, w: torch.conv_tbc(a[None], w[None], w[0]),
+    "bilinear": lambda a, w: F.bilinear(a, a, w[None]),
+    "lstm": lambda a, w: _LSTM(a[None])[0],
+    "atan2-float64": lambda a, w: torch.atan2(a, w[:4].double()),
+    "addcmul-bfloat16": lambda a, w: torch.addcmul(a, a, w[:4].bfloat16()),
+}
+_LSTM = nn.LSTM(5, 3)
+
+
+@pytest.mark.parametrize("name", list(_AUTOCAST_INSIDE))
+def test_torch_functions_that_autocast_inside_run_as_in_eager(name):
+    fn = _AUTOCAST_INSIDE[name]
+    gen = torch.Generator().manual_seed(0)
+    a0, w0 = torch.randn(4, 5, generator=gen), torch.randn(5, 5, generator=gen)
+    results = []
+    for f in (fn, thunder.jit(fn)):
+        a, w = a0.clone().requires_grad_(), w0.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = f(a, w)
+        results.append((out, *torch.autograd.grad(out, (a, w), torch.ones_like(out), allow_unused=True)))
+    for e, j in zip(*results):
+        assert (e is None and j is None) or (e.dtype == j.dtype and torch.equal(e, j)), name
+
+
 class _TimesTwoWithCustomBackward(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):

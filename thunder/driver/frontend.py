@@ -501,6 +501,7 @@ class Tracer:
     def call(self, sym, args, kwargs, *, fn=None):
         """Records ``sym(*args, **kwargs)``; ``fn`` is the torch callable the program called, if any."""
         args, kwargs = ltorch_autocast.maybe_autocast(sym, args, kwargs, self.autocast_casts)
+        sym = ltorch_autocast.under_autocast(sym, args, kwargs)
         scope = self.trace._scopes[-1]
         n = len(scope)
         out = sym(*args, **kwargs)

@@ -38,13 +38,15 @@ _CUDA_FP32 = {"acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", 
               "soft_margin_loss", "triplet_margin_loss", "multi_margin_loss", "binary_cross_entropy_with_logits",
               "cdist", "logsumexp", "prod", "softmax", "log_softmax", "cumsum", "sum", "norm", "vector_norm",
               "cross_entropy", "rms_norm"}
-_PROMOTE = {"addcdiv", "addcmul", "atan2", "cross", "dot", "index_put", "scatter_add", "tensordot"}
+# the CPU promotes for stack, cat (which promote anyway) and index_copy only: atan2(float32, float64) is not cast there
+_CPU_PROMOTE = {"stack", "cat", "index_copy"}
+_CUDA_PROMOTE = {"addcdiv", "addcmul", "atan2", "cross", "dot", "index_put", "scatter_add", "tensordot"}
 
 POLICIES = {
     "cpu": {**{n: Policy.LOWER_PRECISION for n in _CPU_LOWER}, **{n: Policy.FP32 for n in _CPU_FP32},
-            **{n: Policy.PROMOTE for n in _PROMOTE}},
+            **{n: Policy.PROMOTE for n in _CPU_PROMOTE}},
     "cuda": {**{n: Policy.LOWER_PRECISION for n in _CUDA_LOWER}, **{n: Policy.FP32 for n in _CUDA_FP32},
-             **{n: Policy.PROMOTE for n in _PROMOTE}},
+             **{n: Policy.PROMOTE for n in _CUDA_PROMOTE}},
 }
 
 
@@ -85,6 +87,32 @@ def _cast(x, device_type, pred, dtype, cache):
 
             return cache.cast(x, dtype) if cache is not None else convert(x, dtype)
     return x
+
+
+# Symbols thunder defines as a call of the torch function itself, a composite whose inner operations autocast (on
+# the CPU, where autocast does not list it, einsum's bmm does): under autocast they run as fallback calls do.
+_AUTOCASTS_INSIDE = frozenset({"einsum"})
+
+
+def under_autocast(sym, args, kwargs):
+    """``sym``, or where it is a torch callable thunder runs as is (a fallback symbol, or one of
+    ``_AUTOCASTS_INSIDE`` that autocast does not list) called while autocast is on for its tensors' device, the
+    symbol that runs it under that autocast state (see [Note: fallback calls under autocast] in
+    thunder/torch/fallback.py)."""
+    name = getattr(sym, "name", None)
+    if not (getattr(sym, "is_fallback", False) or name in _AUTOCASTS_INSIDE):
+        return sym
+    if not (torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")):
+        return sym
+    tensor = next((t for t in tree_leaves((args, kwargs)) if isinstance(t, TensorProxy)), None)
+    if tensor is None or not torch.is_autocast_enabled(tensor.device.type):
+        return sym
+    device_type = tensor.device.type
+    if name in POLICIES.get(device_type, {}):
+        return sym  # its casts are recorded (maybe_autocast)
+    from thunder.torch.fallback import autocast_symbol
+
+    return autocast_symbol(sym.torch_impl, device_type, torch.get_autocast_dtype(device_type))
 
 
 def maybe_autocast(sym, args, kwargs, cache: CastCache | None = None):

@@ -324,6 +324,8 @@ def _run(fn, args, kwargs, values: dict):
     margs, mkwargs = tree_map(lambda x: _concrete(x, single, None), (args, kwargs))
     if "device" in mkwargs and mkwargs["device"] is not None:
         mkwargs["device"] = "meta"
+    if isinstance(fn, AutocastCall):
+        return _run_autocast(fn, args, kwargs, single)
     manual = _MANUAL_META.get(fn)
     try:
         with torch._C.DisableTorchFunction():
@@ -403,6 +405,22 @@ def _run_fake(fn, args, kwargs, values: dict):
             return fn(*fargs, **fkwargs)
     except Exception:  # noqa: BLE001 - any failure of the fake kernel means: not traceable this way
         return None
+
+
+def _run_autocast(call: AutocastCall, args, kwargs, values: dict):
+    """``call`` on fake tensors of the real device, which autocast as real ones do (see [Note: fallback calls under
+    autocast])."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode()
+    fargs, fkwargs = tree_map(lambda x: _concrete(x, values, mode), (args, kwargs))
+    try:
+        with torch._C.DisableTorchFunction(), mode:
+            return call(*fargs, **fkwargs)
+    except Exception as e:  # noqa: BLE001 - what its dtypes would be is unknown: refused, not guessed
+        raise NotImplementedError(f"thunder cannot trace {describe(call.fn)} under autocast: torch's fake kernels "
+                                  f"reject it ({e}). Call it outside the autocast region, or outside the jitted "
+                                  "function.") from e
 
 
 def _factory_device(kwargs):
@@ -486,6 +504,43 @@ def _print_constant_call(fn, bsym, printer, hint=None):
 
 def fallback_call(fn, args, kwargs):
     return fallback_symbol(fn)(*args, **kwargs)
+
+
+# [Note: fallback calls under autocast]
+# Eager runs every operation under autocast, and a composite torch function (``torch.einsum``, ``tensordot``,
+# ``linalg.multi_dot``, an RNN's ``_VF.lstm``) autocasts the operations inside it: ``einsum`` of float32 tensors
+# gives bfloat16 because its ``bmm`` does. Thunder records the casts of the operations it defines itself
+# (thunder/torch/autocast.py) and runs traces with autocast off, so a torch function it runs as is must run under
+# the autocast state it was traced in: ``AutocastCall`` does, and its outputs' metadata comes from fake tensors on
+# the real device (meta tensors never autocast).
+class AutocastCall:
+    """``fn`` run under ``torch.autocast(device_type, dtype)``."""
+
+    def __init__(self, fn, device_type: str, dtype: torch.dtype):
+        self.fn, self.device_type, self.dtype = fn, device_type, dtype
+        self.__name__ = f"{getattr(fn, '__name__', 'op')}_autocast_{str(dtype).removeprefix('torch.')}"
+
+    def __call__(self, *args, **kwargs):
+        with torch.autocast(self.device_type, dtype=self.dtype):
+            return self.fn(*args, **kwargs)
+
+    def __repr__(self):
+        return f"AutocastCall({describe(self.fn)}, {self.device_type!r}, {self.dtype})"
+
+
+_AUTOCAST_CALLS: dict = {}
+
+
+def autocast_symbol(fn, device_type: str, dtype: torch.dtype) -> Symbol:
+    """The symbol that runs the torch callable ``fn`` under autocast (see [Note: fallback calls under autocast])."""
+    key = (property_key(fn), device_type, dtype)
+    call = _AUTOCAST_CALLS.get(key)
+    if call is None:
+        call = _AUTOCAST_CALLS[key] = AutocastCall(fn, device_type, dtype)
+    sym = fallback_symbol(call)
+    if Tag.RANDOM in fallback_symbol(fn).tags:
+        sym.tags = sym.tags | {Tag.RANDOM}
+    return sym
 
 
 # [Note: in-place fallback]
