@@ -186,6 +186,28 @@ def test_op(info: OpInfo, dtype):
         assert_same(actual, expected, compare=info.compare, what=what)
 
 
+def _autocast_cases():
+    return [c for c in _cases() if c.values[1] in (torch.float32, torch.bfloat16) and not c.values[0].random]
+
+
+@pytest.mark.parametrize("info,dtype", _autocast_cases())
+def test_op_under_cpu_autocast(info: OpInfo, dtype):
+    """Under ``torch.autocast("cpu", dtype=torch.bfloat16)``: the casts eager's autocast makes (float32 inputs of the
+    listed operations in bfloat16, bfloat16 inputs of float32 ones in float32, for some arguments only: a weighted
+    mse_loss computes in Python, a reflect pad runs reflection_pad), and those the torch functions thunder runs as is
+    make inside them."""
+    op = primary_op(info)
+    for sample in _samples(info, dtype):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            try:
+                expected = _call(op, sample, _SEED)
+            except Exception:  # noqa: BLE001 - test_op checks that thunder rejects what eager rejects
+                continue
+            jfn = thunder.jit(lambda *a, **k: op(*a, **k), transforms=[CheckMetadata()])
+            actual = _call(jfn, sample, _SEED)
+        assert_same(actual, expected, compare=info.compare, what=f"{info.name} on {sample} under autocast")
+
+
 def _spelled_samples(info: OpInfo, dtype):
     """Every sample through the primary spelling, and through one other spelling in turn, so that every
     spelling sees at least one sample without running all samples through all spellings."""

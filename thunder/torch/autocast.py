@@ -27,7 +27,7 @@ _CPU_FP32 = {"binary_cross_entropy", "prod", "mse_loss", "nll_loss", "smooth_l1_
              "binary_cross_entropy_with_logits", "huber_loss", "kl_div", "cosine_embedding_loss", "poisson_nll_loss",
              "margin_ranking_loss", "soft_margin_loss", "triplet_margin_loss", "multi_margin_loss",
              "multilabel_margin_loss", "hinge_embedding_loss", "cdist", "avg_pool3d", "max_pool3d",
-             "adaptive_avg_pool3d"}
+             "adaptive_avg_pool3d", "pad"}
 _CUDA_LOWER = {"conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "prelu",
                "addmm", "matmul", "rmatmul", "mm", "mv", "linear", "baddbmm", "bmm", "einsum",
                "scaled_dot_product_attention"}
@@ -41,6 +41,18 @@ _CUDA_FP32 = {"acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", 
 # the CPU promotes for stack, cat (which promote anyway) and index_copy only: atan2(float32, float64) is not cast there
 _CPU_PROMOTE = {"stack", "cat", "index_copy"}
 _CUDA_PROMOTE = {"addcdiv", "addcmul", "atan2", "cross", "dot", "index_put", "scatter_add", "tensordot"}
+
+def _unweighted(arguments: dict) -> bool:  # F.mse_loss/l1_loss with a weight compute in Python: no aten loss to cast
+    return arguments.get("weight") is None
+
+
+def _padded_by_a_listed_kernel(arguments: dict) -> bool:  # reflection_pad1d/2d and replication_pad1d/2d/3d
+    mode, dims = arguments.get("mode", "constant"), len(arguments.get("pad", ())) // 2
+    return mode == "replicate" or (mode == "reflect" and dims <= 2)
+
+
+# Where eager's autocast sees the listed aten operation only for some arguments: the policy applies when this says so
+_APPLIES = {"mse_loss": _unweighted, "l1_loss": _unweighted, "pad": _padded_by_a_listed_kernel}
 
 POLICIES = {
     "cpu": {**{n: Policy.LOWER_PRECISION for n in _CPU_LOWER}, **{n: Policy.FP32 for n in _CPU_FP32},
@@ -115,6 +127,11 @@ def under_autocast(sym, args, kwargs):
     return autocast_symbol(sym.torch_impl, device_type, torch.get_autocast_dtype(device_type))
 
 
+def _arguments(sym, args, kwargs) -> dict:
+    signature = getattr(sym, "signature", None)
+    return signature.bind_partial(*args, **kwargs).arguments if signature is not None else dict(kwargs)
+
+
 def maybe_autocast(sym, args, kwargs, cache: CastCache | None = None):
     """``(args, kwargs)`` with the casts autocast would apply to ``sym``'s inputs; ``cache``: the casts of leaves so
     far, used and cleared as eager's cache is (torch empties it when autocast is left)."""
@@ -126,8 +143,9 @@ def maybe_autocast(sym, args, kwargs, cache: CastCache | None = None):
     device_type = tensors[0].device.type if tensors else None
     if device_type is None or not torch.is_autocast_enabled(device_type):
         return args, kwargs
-    policy = POLICIES.get(device_type, {}).get(getattr(sym, "name", None) or getattr(sym, "__name__", None))
-    if policy is None:
+    name = getattr(sym, "name", None) or getattr(sym, "__name__", None)
+    policy = POLICIES.get(device_type, {}).get(name)
+    if policy is None or (name in _APPLIES and not _APPLIES[name](_arguments(sym, args, kwargs))):
         return args, kwargs
     lower = policy is Policy.LOWER_PRECISION
     if lower:
