@@ -9,9 +9,11 @@ raised: a config this sweep cannot make), TIMEOUT.
     python scripts/sweep_hf.py image               # AutoModelForImageClassification types (or audio, ctc)
     python scripts/sweep_hf.py seqcls              # AutoModelForSequenceClassification types (or tokcls)
     python scripts/sweep_hf.py causal llama,gpt2   # these types only
+    python scripts/sweep_hf.py causal --autocast   # every type (covered ones too), the forward under CPU bfloat16 autocast
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import pathlib
 import resource
@@ -56,11 +58,15 @@ _TEXT = ("AutoModelForCausalLM", "AutoModelForMaskedLM", "AutoModelForSeq2SeqLM"
          "AutoModelForTokenClassification")
 
 
+AUTOCAST = False  # --autocast: the forward under torch.autocast("cpu", dtype=torch.bfloat16), the backward outside
+
+
 def _run(model, inputs, jit: bool):
     m = copy.deepcopy(model)
     f = thunder.jit(m, transforms=[CheckMetadata()]) if jit else m  # see there
     torch.manual_seed(5)
-    out = f(**inputs)
+    with torch.autocast("cpu", dtype=torch.bfloat16) if AUTOCAST else contextlib.nullcontext():
+        out = f(**inputs)
     out.loss.backward()
     return out.loss.detach(), out.logits.detach(), {n: p.grad for n, p in m.named_parameters() if p.grad is not None}
 
@@ -126,8 +132,11 @@ def sweep_one(model_type: str, auto: str) -> tuple[str, str]:
 
 
 def main(argv):
+    global AUTOCAST
+    AUTOCAST = "--autocast" in argv
+    argv = [a for a in argv if a != "--autocast"]
     types, auto = KINDS[argv[1] if len(argv) > 1 else "causal"]
-    known = {c.model_type for c in CASES.values() if c.auto == auto}
+    known = set() if AUTOCAST else {c.model_type for c in CASES.values() if c.auto == auto}
     names = argv[2].split(",") if len(argv) > 2 else sorted(set(types) - known)
     torch.set_num_threads(1)
     resource.setrlimit(resource.RLIMIT_AS, (10 * 2**30, 10 * 2**30))  # default configs can be huge: fail, not swap

@@ -10,10 +10,12 @@ EAGERFAIL (eager raised: an input this sweep cannot make), TIMEOUT. Outputs, par
     python scripts/sweep_vision.py timm --up-to 15e6          # every timm model of at most 15M parameters
     python scripts/sweep_vision.py torchvision                # every torchvision builder
     python scripts/sweep_vision.py torchvision alexnet,raft_small
+    python scripts/sweep_vision.py timm --autocast             # the forward under CPU bfloat16 autocast
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import pathlib
 import resource
@@ -39,11 +41,15 @@ def _loss(out):
     return sum((t.float() * torch.linspace(-1, 1, t.numel()).view(t.shape)).sum() for t in leaves)
 
 
+AUTOCAST = False  # --autocast: the forward under torch.autocast("cpu", dtype=torch.bfloat16), the backward outside
+
+
 def _run(model, inputs, jit: bool, train: bool):
     m = copy.deepcopy(model).train(train)
     f = thunder.jit(m, transforms=[CheckMetadata()]) if jit else m  # see there
     torch.manual_seed(5)
-    out = f(*inputs)
+    with torch.autocast("cpu", dtype=torch.bfloat16) if AUTOCAST else contextlib.nullcontext():
+        out = f(*inputs)
     if train:
         _loss(out).backward()
     outs = [t.detach() for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
@@ -171,7 +177,10 @@ def main(argv):
     parser.add_argument("library", choices=("timm", "torchvision"))
     parser.add_argument("names", nargs="?", help="comma-separated model names (default: all, see above)")
     parser.add_argument("--up-to", type=float, help="timm: every model of at most this many parameters")
+    parser.add_argument("--autocast", action="store_true", help="the forward under CPU bfloat16 autocast")
     args = parser.parse_args(argv[1:])
+    global AUTOCAST
+    AUTOCAST = args.autocast
     library, names = args.library, args.names.split(",") if args.names else None
     torch.set_num_threads(1)
     resource.setrlimit(resource.RLIMIT_AS, (12 * 2**30, 12 * 2**30))  # fail, not swap

@@ -116,7 +116,9 @@ def under_autocast(sym, args, kwargs):
         return sym
     if not (torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")):
         return sym
-    tensor = next((t for t in tree_leaves((args, kwargs)) if isinstance(t, TensorProxy)), None)
+    # autocast casts floating-point tensors only: a call on none (unique_consecutive of token ids) runs as it is
+    tensor = next((t for t in tree_leaves((args, kwargs)) if isinstance(t, TensorProxy) and t.dtype.is_floating_point),
+                  None)
     if tensor is None or not torch.is_autocast_enabled(tensor.device.type):
         return sym
     device_type = tensor.device.type

@@ -411,8 +411,9 @@ def _run_autocast(call: AutocastCall, args, kwargs, values: dict):
     """``call`` on fake tensors of the real device, which autocast as real ones do (see [Note: fallback calls under
     autocast])."""
     from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-    mode = FakeTensorMode()
+    mode = FakeTensorMode(shape_env=ShapeEnv(), allow_fallback_kernels=False)  # data-dependent sizes are unbacked
     fargs, fkwargs = tree_map(lambda x: _concrete(x, values, mode), (args, kwargs))
     try:
         with torch._C.DisableTorchFunction(), mode:
