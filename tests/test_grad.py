@@ -513,3 +513,18 @@ def test_losses_of_mixed_dtypes_are_eagers(name, dtypes, reduction):
             assert (a is None) == (e is None)
             if e is not None:
                 torch.testing.assert_close(a, e, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda a, b: _F.hinge_embedding_loss(a, b.sign()),  # the target is compared only
+    lambda a, b: torch.bucketize(b, torch.linspace(-1, 1, 5)).to(a.dtype) * a,  # an integer result
+    lambda a, b: _F.multilabel_soft_margin_loss(a, (b > 0).to(b.dtype)),
+], ids=["hinge_embedding_loss", "bucketize", "multilabel_soft_margin_loss"])
+def test_an_input_the_graph_does_not_reach_gets_no_gradient(fn):
+    """As eager: None, not zeros (an optimizer skips a parameter without a gradient, but decays one with zeros)."""
+    grads = []
+    for f in (fn, thunder.jit(fn)):
+        a, b = torch.randn(4, 5, requires_grad=True), torch.randn(4, 5, requires_grad=True)
+        grads.append(torch.autograd.grad(f(a, b).sum(), (a, b), allow_unused=True))
+    (ea, eb), (ja, jb) = grads
+    assert (eb is None) == (jb is None) and ea is not None and ja is not None

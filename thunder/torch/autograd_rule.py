@@ -175,19 +175,21 @@ _SYMBOLS["torch_autograd_forward"] = torch_autograd_forward_sym
 _SYMBOLS["torch_autograd_backward"] = torch_autograd_backward_sym
 
 
-def torch_autograd_rule(fn, out_meta=None):
+def torch_autograd_rule(fn, out_meta=None, unreached=None):
     """A rule that differentiates ``fn`` (a torch callable) with torch's autograd
     (see [Note: differentiating with torch's autograd]).
 
     ``out_meta(*args, **kwargs)`` gives the outputs' (shape, dtype, device); without it torch's meta
-    kernel is run.
+    kernel is run. ``unreached(args, kwargs)``: the positions of the tensors requiring grad that get no gradient
+    (None, as in eager), which are then no inputs of the graph.
     """
 
     def rule(*args, **kwargs):
         leaves, spec = tree_flatten((args, kwargs))
+        skipped = unreached(args, kwargs) if unreached is not None else ()
         groups = {}  # a tensor passed several times is one input of the graph: its gradient goes to its first place
         for i, a in enumerate(leaves):
-            if isinstance(a, TensorProxy) and a.requires_grad:
+            if isinstance(a, TensorProxy) and a.requires_grad and i not in skipped:
                 groups.setdefault(a.name, []).append(i)
         first = {name: g[0] for name, g in groups.items()}
         out_like = out_meta(*args, **kwargs) if out_meta is not None else None

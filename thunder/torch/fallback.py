@@ -318,6 +318,48 @@ def _outputs_requiring_grad(fn, args, kwargs, values: dict) -> list | None:
     return [isinstance(x, torch.Tensor) and x.requires_grad for x in tree_leaves(out)]
 
 
+def unreached_inputs(fn, args, kwargs) -> frozenset:
+    """Positions, among ``tree_leaves((args, kwargs))``, of the tensors requiring grad that eager's autograd graph of
+    ``fn`` does not connect to its outputs (``hinge_embedding_loss``'s target, used in comparisons only): eager gives
+    them no gradient (None), not a zero one. Found from ``fn`` on meta tensors; empty where that run fails."""
+    if (fn.fn if isinstance(fn, AutocastCall) else fn) in _MANUAL_META:  # no meta run of its own to follow
+        return frozenset()
+    leaves, spec = tree_flatten((args, kwargs))
+    wanted = {i for i, x in enumerate(leaves) if isinstance(x, TensorProxy) and x.requires_grad
+              and (x.dtype.is_floating_point or x.dtype.is_complex)}
+    if not wanted or any(not isinstance(s, int) for i in wanted for s in leaves[i].shape):
+        return frozenset()
+    try:
+        metas = [_concrete(x, {}, None) for x in leaves]
+        for i in wanted:
+            metas[i] = metas[i].requires_grad_()
+        margs, mkwargs = tree_unflatten(metas, spec)
+        if mkwargs.get("device") is not None:
+            mkwargs["device"] = "meta"
+        with torch._C.DisableTorchFunction(), torch.enable_grad():
+            out = fn(*margs, **mkwargs)
+    except Exception:  # noqa: BLE001 - no plain meta run: every input is taken as reached
+        return frozenset()
+    reached, seen = set(), set()
+    stack = []
+    for o in tree_leaves(out):
+        if isinstance(o, torch.Tensor) and o.requires_grad:
+            if o.grad_fn is None:
+                reached.add(id(o))
+            else:
+                stack.append(o.grad_fn)
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        variable = getattr(node, "variable", None)
+        if variable is not None:
+            reached.add(id(variable))
+        stack.extend(n for n, _ in node.next_functions)
+    return frozenset(i for i in wanted if id(metas[i]) not in reached)
+
+
 def _run(fn, args, kwargs, values: dict):
     """``fn`` on meta tensors (fake tensors with unbacked sizes where its output shape depends on data)."""
     single = {r: (v, v) for r, v in values.items()}

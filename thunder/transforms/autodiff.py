@@ -42,8 +42,10 @@ def _rule_for(sym):
     rule = get_vjp(sym)
     if rule is None and getattr(sym, "is_fallback", False):
         from thunder.torch.autograd_rule import torch_autograd_rule
+        from thunder.torch.fallback import unreached_inputs
 
-        rule = torch_autograd_rule(sym.torch_impl)
+        rule = torch_autograd_rule(sym.torch_impl, unreached=lambda args, kwargs: unreached_inputs(sym.torch_impl, args,
+                                                                                                   kwargs))
     return rule
 
 
