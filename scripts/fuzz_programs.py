@@ -29,7 +29,10 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--perturb", action="store_true", help="spoil thunder's first output (checks the comparison)")
+    ap.add_argument("--autocast", action="store_true", help="the forwards under CPU bfloat16 autocast")
     args = ap.parse_args()
+    if args.autocast:
+        pg.AUTOCAST = torch.bfloat16
     torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
     kinds = collections.Counter()

@@ -918,10 +918,20 @@ def _cotangents(outs):
     return [torch.randn(o.shape, generator=gen, dtype=o.dtype) for o in outs]
 
 
+AUTOCAST = None  # a dtype: both runs' forwards under torch.autocast("cpu", dtype=AUTOCAST) (scripts/fuzz_programs.py)
+
+
+def _forward(fn, inputs):
+    import contextlib
+
+    with torch.autocast("cpu", dtype=AUTOCAST) if AUTOCAST is not None else contextlib.nullcontext():
+        return fn(*inputs)
+
+
 def _run(prog, fn, input_seed, grad=True):
     """(outputs, grads or None or an exception, inputs after the call)."""
     inputs = prog.make_inputs(input_seed)
-    out = fn(*inputs)
+    out = _forward(fn, inputs)
     grads = None
     if prog.grad and grad:
         outs = [o for o in _leaves(out) if isinstance(o, torch.Tensor) and o.requires_grad]
@@ -1027,7 +1037,7 @@ def run_program(prog: Program | None, perturb: bool = False) -> Result:
         try:
             inputs = prog.make_inputs(call - 1)
             stage = "forward"
-            out = jfn(*inputs)
+            out = _forward(jfn, inputs)
             if perturb and call == 1:
                 first = [o for o in _leaves(out) if isinstance(o, torch.Tensor)][0]
                 with torch.no_grad():
