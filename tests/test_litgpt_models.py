@@ -63,3 +63,29 @@ def test_training_parity(name):
     idx = torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
     targets = torch.roll(idx, -1, dims=1)
     check_training_parity(model, (idx, targets), loss_of=lambda loss: loss, not_bitwise=NOT_BITWISE.get(name))
+
+
+@pytest.mark.parametrize("name", ["Llama-2-7b-hf", "gemma-2-2b", "falcon-40b", "Qwen3-30B-A3B"])
+def test_a_step_under_cpu_autocast_is_eagers(name):
+    """The forward under ``torch.autocast("cpu", dtype=torch.bfloat16)`` (casts of the listed ops, parameters cast
+    once), the backward outside: the loss and every parameter's gradient bit for bit."""
+    import copy
+
+    import thunder
+
+    config = litgpt.Config.from_name(name, **SHRINK, **CONFIGS[name])
+    torch.manual_seed(0)
+    model = GPTWithLoss(config).train()
+    idx = torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
+    targets = torch.roll(idx, -1, dims=1)
+    results = []
+    for jit in (False, True):
+        m = copy.deepcopy(model)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = (thunder.jit(m) if jit else m)(idx, targets)
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad for n, p in m.named_parameters()}))
+    (loss, grads), (j_loss, j_grads) = results
+    assert torch.equal(loss, j_loss)
+    for n, g in grads.items():
+        assert (g is None) == (j_grads[n] is None) and (g is None or torch.equal(g, j_grads[n])), n
