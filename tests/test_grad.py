@@ -528,3 +528,21 @@ def test_an_input_the_graph_does_not_reach_gets_no_gradient(fn):
         grads.append(torch.autograd.grad(f(a, b).sum(), (a, b), allow_unused=True))
     (ea, eb), (ja, jb) = grads
     assert (eb is None) == (jb is None) and ea is not None and ja is not None
+
+
+@pytest.mark.parametrize("op", [torch.maximum, torch.minimum], ids=["maximum", "minimum"])
+def test_maximum_minimum_gradients_sum_in_the_layout_of_eagers_in_place_fill(op):
+    """Eager's formula fills ``where(a == b, g / 2, g)`` in place, keeping its layout (here the transposed one of
+    ``a``), and sums it to the broadcast input's shape in that order; an out-of-place fill would be contiguous and
+    add in another order (generated program 810665)."""
+    gen = torch.Generator().manual_seed(0)
+    a0 = torch.randn(2, 1, 5, 4, generator=gen)
+    b0 = torch.randn(1, 4, generator=gen)
+    ct = torch.randn(2, 1, 4, 5, generator=torch.Generator().manual_seed(7))
+    fn = lambda a, b: op(a.mT * 1, b.mT)  # noqa: E731 - a laid out transposed
+    results = []
+    for f in (fn, thunder.jit(fn)):
+        a, b = a0.clone().requires_grad_(), b0.clone().requires_grad_()
+        results.append(torch.autograd.grad(f(a, b), (a, b), ct))
+    for e, j in zip(*results):
+        assert torch.equal(e, j)

@@ -22,7 +22,7 @@ from thunder.core import prims
 from thunder.core.extents import same_shape
 from thunder.core.proxies import TensorProxy
 from thunder.torch import elementwise as ew
-from thunder.torch.fallback import fallback_symbol
+from thunder.torch.fallback import fallback_symbol, inplace_fallback_symbol
 from thunder.torch.grad_rules_helpers import reduce_like
 from thunder.transforms.grad_rules import register_elementwise_vjp as register_vjp
 
@@ -229,7 +229,8 @@ def copysign_rule(a, b):
     def backward(g):
         from thunder.torch.creation import zeros_like
 
-        ratio = ew.masked_fill(ew.div(out, a), ew.eq(a, 0), 0)  # eager's copysign_tensor_self_backward
+        # eager's copysign_tensor_self_backward, its fill in place (the ratio keeps its layout)
+        ratio = inplace_fallback_symbol(torch.Tensor.masked_fill_)(ew.div(out, a), ew.eq(a, 0), 0)
         return _grad_for(ew.mul(g, ratio), a), (zeros_like(b) if _t(b) else None)  # eager: zeros for the sign
 
     return out, backward
@@ -254,18 +255,21 @@ def hypot_rule(a, b):
 
 
 def _max_min_rule(sym, zero_for_a):
-    """``maximum``/``minimum`` as eager's formula: ``where(a == b, g / 2, g)``, zeroed where the other input is the
-    result (``zero_for_a(a, b)`` for ``a``, swapped for ``b``), in the output's dtype, then summed to each input's
-    shape and cast to its dtype. Through the prims a mixed-dtype call (bfloat16 and a float32 scalar tensor) would
-    compute the gradient in float32 and sum it there (eager sums the bfloat16 gradient, then casts)."""
+    """``maximum``/``minimum`` as eager's formula: ``where(a == b, g / 2, g).masked_fill_(...)``, zeroed where the other
+    input is the result (``zero_for_a(a, b)`` for ``a``, swapped for ``b``), in the output's dtype, then summed to
+    each input's shape and cast to its dtype. Through the prims a mixed-dtype call (bfloat16 and a float32 scalar
+    tensor) would compute the gradient in float32 and sum it there (eager sums the bfloat16 gradient, then casts).
+    The fill is in place, as eager's, so the gradient keeps ``where``'s layout (an out-of-place ``masked_fill`` is
+    contiguous), which decides the order of the sum to a broadcast input's shape."""
+    masked_fill_ = inplace_fallback_symbol(torch.Tensor.masked_fill_)
 
     def rule(a, b):
         out = sym(a, b)
 
         def backward(g):
             shared = ew.where(ew.eq(a, b), ew.div(g, 2), g)
-            return (_grad_for(ew.masked_fill(shared, zero_for_a(a, b), 0), a),
-                    _grad_for(ew.masked_fill(shared, zero_for_a(b, a), 0), b))
+            return (_grad_for(masked_fill_(shared, zero_for_a(a, b), 0), a),
+                    _grad_for(masked_fill_(shared, zero_for_a(b, a), 0), b))
 
         return out, backward
 
