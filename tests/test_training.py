@@ -457,6 +457,9 @@ _SHARED_CASTS = {
     "inside_then_again": lambda x, w, y: _autocast_twice(x, w),  # the cache is emptied when autocast is left
     "no_grad_then_grad": lambda x, w, y: _no_grad_first(x, w),
     "cache_disabled": lambda x, w, y: _without_cache(x, w),
+    # not a leaf, both operands of one product and used again: its two casts' gradients are added in the order torch's
+    # autocast made the casts, the last operand's first
+    "both_operands_and_again": lambda x, w, y: (lambda v: torch.matmul(v, v) + v)((y * 1)[:, :16]),
 }
 
 

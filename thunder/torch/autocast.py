@@ -12,7 +12,7 @@ import enum
 import torch
 
 from thunder.core.proxies import TensorProxy
-from thunder.core.pytree import tree_leaves, tree_map
+from thunder.core.pytree import tree_flatten, tree_leaves, tree_unflatten
 
 
 class Policy(enum.Enum):
@@ -163,4 +163,8 @@ def maybe_autocast(sym, args, kwargs, cache: CastCache | None = None):
         dtype = max((t.dtype for t in floats), key=lambda d: torch.finfo(d).bits)
         pred = lambda t: True  # noqa: E731
     cache = cache if lower else None  # eager caches the casts to the lower precision only
-    return tree_map(lambda x: _cast(x, device_type, pred, dtype, cache), (args, kwargs))
+    # last argument first, as torch's autocast wrappers cast them (``cached_cast(args)...`` evaluated right to left by
+    # the compilers torch is built with): the casts' order is the order autograd adds their gradients in
+    leaves, spec = tree_flatten((args, kwargs))
+    cast = [_cast(x, device_type, pred, dtype, cache) for x in reversed(leaves)]
+    return tree_unflatten(cast[::-1], spec)
