@@ -294,11 +294,12 @@ def _concrete(x, values: dict, fake_mode):
         return torch.empty(shape, dtype=x.dtype, device=x.device)
 
 
-def _outputs_requiring_grad(fn, args, kwargs, values: dict) -> list | None:
-    """Which outputs eager's autograd marks as requiring grad (``x.new_tensor(data)`` does not, though ``x`` does):
-    ``fn`` run on meta tensors that require grad where the proxies do; None where that run fails."""
-    if fn in _MANUAL_META:
-        return None  # a hand-written meta function makes new tensors: it says nothing of autograd
+def _run_under_grad(fn, args, kwargs, values: dict):
+    """``fn`` run on meta tensors that require grad where the proxies do: (its output, the flattened meta arguments),
+    or None where that run fails or ``fn``'s meta function is hand-written (it makes new tensors: it says nothing of
+    autograd)."""
+    if (fn.fn if isinstance(fn, AutocastCall) else fn) in _MANUAL_META:
+        return None
     single = {r: (v, v) for r, v in values.items()}
 
     def concrete(x):
@@ -307,39 +308,38 @@ def _outputs_requiring_grad(fn, args, kwargs, values: dict) -> list | None:
             t.requires_grad_()
         return t
 
+    leaves, spec = tree_flatten((args, kwargs))
     try:
-        margs, mkwargs = tree_map(concrete, (args, kwargs))
+        metas = [concrete(x) for x in leaves]
+        margs, mkwargs = tree_unflatten(metas, spec)
         if mkwargs.get("device") is not None:
             mkwargs["device"] = "meta"
         with torch._C.DisableTorchFunction(), torch.enable_grad():
-            out = fn(*margs, **mkwargs)
+            return fn(*margs, **mkwargs), metas
     except Exception:  # noqa: BLE001 - no plain meta run (a data-dependent shape, an in-place update of a leaf)
         return None
-    return [isinstance(x, torch.Tensor) and x.requires_grad for x in tree_leaves(out)]
+
+
+def _outputs_requiring_grad(fn, args, kwargs, values: dict) -> list | None:
+    """Which outputs eager's autograd marks as requiring grad (``x.new_tensor(data)`` does not, though ``x`` does);
+    None where that cannot be found (see _run_under_grad)."""
+    run = _run_under_grad(fn, args, kwargs, values)
+    return None if run is None else [isinstance(x, torch.Tensor) and x.requires_grad for x in tree_leaves(run[0])]
 
 
 def unreached_inputs(fn, args, kwargs) -> frozenset:
     """Positions, among ``tree_leaves((args, kwargs))``, of the tensors requiring grad that eager's autograd graph of
     ``fn`` does not connect to its outputs (``hinge_embedding_loss``'s target, used in comparisons only): eager gives
-    them no gradient (None), not a zero one. Found from ``fn`` on meta tensors; empty where that run fails."""
-    if (fn.fn if isinstance(fn, AutocastCall) else fn) in _MANUAL_META:  # no meta run of its own to follow
-        return frozenset()
-    leaves, spec = tree_flatten((args, kwargs))
+    them no gradient (None), not a zero one. Empty where that cannot be found (see _run_under_grad)."""
+    leaves = tree_leaves((args, kwargs))
     wanted = {i for i, x in enumerate(leaves) if isinstance(x, TensorProxy) and x.requires_grad
               and (x.dtype.is_floating_point or x.dtype.is_complex)}
     if not wanted or any(not isinstance(s, int) for i in wanted for s in leaves[i].shape):
         return frozenset()
-    try:
-        metas = [_concrete(x, {}, None) for x in leaves]
-        for i in wanted:
-            metas[i] = metas[i].requires_grad_()
-        margs, mkwargs = tree_unflatten(metas, spec)
-        if mkwargs.get("device") is not None:
-            mkwargs["device"] = "meta"
-        with torch._C.DisableTorchFunction(), torch.enable_grad():
-            out = fn(*margs, **mkwargs)
-    except Exception:  # noqa: BLE001 - no plain meta run: every input is taken as reached
+    run = _run_under_grad(fn, args, kwargs, {})
+    if run is None:
         return frozenset()
+    out, metas = run
     reached, seen = set(), set()
     stack = []
     for o in tree_leaves(out):
@@ -363,11 +363,11 @@ def unreached_inputs(fn, args, kwargs) -> frozenset:
 def _run(fn, args, kwargs, values: dict):
     """``fn`` on meta tensors (fake tensors with unbacked sizes where its output shape depends on data)."""
     single = {r: (v, v) for r, v in values.items()}
+    if isinstance(fn, AutocastCall):
+        return _run_autocast(fn, args, kwargs, single)
     margs, mkwargs = tree_map(lambda x: _concrete(x, single, None), (args, kwargs))
     if "device" in mkwargs and mkwargs["device"] is not None:
         mkwargs["device"] = "meta"
-    if isinstance(fn, AutocastCall):
-        return _run_autocast(fn, args, kwargs, single)
     manual = _MANUAL_META.get(fn)
     try:
         with torch._C.DisableTorchFunction():
@@ -578,11 +578,11 @@ def autocast_symbol(fn, device_type: str, dtype: torch.dtype) -> Symbol:
     """The symbol that runs the torch callable ``fn`` under autocast (see [Note: fallback calls under autocast])."""
     key = (property_key(fn), device_type, dtype)
     call = _AUTOCAST_CALLS.get(key)
-    if call is None:
-        call = _AUTOCAST_CALLS[key] = AutocastCall(fn, device_type, dtype)
+    if call is not None:
+        return fallback_symbol(call)
+    call = _AUTOCAST_CALLS[key] = AutocastCall(fn, device_type, dtype)
     sym = fallback_symbol(call)
-    if Tag.RANDOM in fallback_symbol(fn).tags:
-        sym.tags = sym.tags | {Tag.RANDOM}
+    sym.tags = sym.tags | (fallback_symbol(fn).tags & {Tag.RANDOM})  # a random op stays one
     return sym
 
 

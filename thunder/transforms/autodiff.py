@@ -44,8 +44,8 @@ def _rule_for(sym):
         from thunder.torch.autograd_rule import torch_autograd_rule
         from thunder.torch.fallback import unreached_inputs
 
-        rule = torch_autograd_rule(sym.torch_impl, unreached=lambda args, kwargs: unreached_inputs(sym.torch_impl, args,
-                                                                                                   kwargs))
+        fn = sym.torch_impl
+        rule = torch_autograd_rule(fn, unreached=lambda args, kwargs: unreached_inputs(fn, args, kwargs))
     return rule
 
 
