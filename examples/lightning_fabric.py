@@ -26,6 +26,7 @@ import thunder.lightning  # registers "thunder", "thunder_ddp", "thunder_fsdp"
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch"))
 from gpt import GPT, GPTConfig  # noqa: E402
+from procgroup import shutdown  # noqa: E402
 from textdata import VOCAB_SIZE, ShardedBatches, load_bytes  # noqa: E402
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
@@ -45,8 +46,13 @@ def main():
     p.add_argument("--log-every", type=int, default=5)
     p.add_argument("--show-trace", action="store_true")
     p.add_argument("--checkpoint", help="save model and optimizer here at the end (fabric.save)")
-    args = p.parse_args()
+    train(p.parse_args())
+    # the Trainer/Fabric objects, the jitted module (its traces hold the process group) and the optimizer
+    # are gone with train's frame: the group ends after them (see [Note: ending a job], launch/procgroup.py)
+    shutdown(clean=True)
 
+
+def train(args) -> None:
     fabric = lf.Fabric(accelerator=args.accelerator, devices=args.devices, strategy=args.strategy,
                        precision=args.precision)
     fabric.launch()
@@ -83,15 +89,6 @@ def main():
     if args.checkpoint:
         fabric.save(args.checkpoint, {"model": model, "optimizer": optimizer, "step": args.steps})
     fabric.print(f"done: {args.steps} steps on {fabric.world_size} process(es) with {args.strategy}, final loss {loss:.4f}")
-    end_process_group()
-
-
-def end_process_group() -> None:
-    """Destroys the process group after a barrier: a gloo group left to the interpreter's exit can abort it
-    ("terminate called without an active exception")."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import thunder.lightning  # registers "thunder", "thunder_ddp", "thunder_fsdp"
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch"))
 from gpt import GPT, GPTConfig  # noqa: E402
+from procgroup import shutdown  # noqa: E402
 from textdata import VOCAB_SIZE, load_bytes  # noqa: E402
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
@@ -95,8 +96,13 @@ def main():
     p.add_argument("--log-every", type=int, default=5)
     p.add_argument("--show-trace", action="store_true")
     p.add_argument("--checkpoint", help="save a checkpoint here at the end")
-    args = p.parse_args()
+    train(p.parse_args())
+    # the Trainer/Fabric objects, the jitted module (its traces hold the process group) and the optimizer
+    # are gone with train's frame: the group ends after them (see [Note: ending a job], launch/procgroup.py)
+    shutdown(clean=True)
 
+
+def train(args) -> None:
     pl.seed_everything(0, verbose=False)
     config = GPTConfig(vocab_size=VOCAB_SIZE, block_size=args.seq_len, n_layer=2, n_head=4, n_embd=32, dropout=0.0)
     module = GPTModule(config, lr=3e-3)
@@ -112,15 +118,6 @@ def main():
     if trainer.is_global_zero:
         print(f"done: {trainer.global_step} steps on {trainer.world_size} process(es) with {args.strategy}, "
               f"final loss {trainer.callback_metrics['loss'].item():.4f}", flush=True)
-    end_process_group()
-
-
-def end_process_group() -> None:
-    """Destroys the process group after a barrier: a gloo group left to the interpreter's exit can abort it
-    ("terminate called without an active exception")."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -250,6 +250,7 @@ def _errors_worker(rank, world_size):
         "ddp_after": lambda: ddp(fsdp(nn.Linear(2, 2))),
         "ddp_after_jitted": lambda: ddp(thunder.jit(fsdp(nn.Linear(2, 2)))),
         "scalar": lambda: thunder.jit(fsdp(_WithScalar())),
+        "sharded_again": lambda: [thunder.jit(m, transforms=[FSDPTransform()]) for m in [nn.Linear(2, 2)] * 2],
     }
     for name, fn in cases.items():
         try:
@@ -288,6 +289,8 @@ def test_bad_arguments_raise_clear_errors():
     assert m["state_dict_on_cpu"]
     assert m["broadcast_from_0"] == 0.0
     assert m["scalar"].startswith("NotImplementedError: fsdp shards parameters along dimension 0; the parameter 'scale'")
+    assert m["sharded_again"].startswith("RuntimeError: thunder.distributed.fsdp: the parameters of this Linear are "
+                                         "already shards (another fsdp sharded it)")
 
 
 # -- no_sync -----------------------------------------------------------------------------------------

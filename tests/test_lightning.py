@@ -9,11 +9,13 @@ saw at every step, the values it logged, and the gradient collectives each batch
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import os
 import subprocess
 import sys
 import warnings
+import weakref
 
 import pytest
 import torch
@@ -360,10 +362,28 @@ def _calls_outside_steps() -> dict:
     expected = F.linear(F.gelu(F.linear(torch.ones(2, 8), whole["net.0.weight"], whole["net.0.bias"])),
                         whole["net.2.weight"], whole["net.2.bias"])
     calls = thunder.compile_stats(jm).calls
-    trainer.validate(module, DataLoader(_regression_data(8), batch_size=4), verbose=False)  # set up again: not resharded
-    return dict(out=callback.out, expected=expected, calls=calls, routed_after=module.__dict__["_compiled_call_impl"],
-                same_after_validate=trainer.strategy.thunder_module is jm,
-                shapes_after_validate=[tuple(p.shape) for p in module.parameters()])
+    validation = DataLoader(_regression_data(8), batch_size=4)
+    trainer.validate(module, validation, verbose=False)  # set up again: not resharded
+    result = dict(out=callback.out, expected=expected, calls=calls, routed_after=module.__dict__["_compiled_call_impl"],
+                  same_after_validate=trainer.strategy.thunder_module is jm,
+                  shapes_after_validate=[tuple(p.shape) for p in module.parameters()],
+                  val_loss=trainer.callback_metrics["val_loss"].item())
+    # A second Trainer once the first is gone (the module holds its trainer until given another: dropped here, the
+    # ThunderModule goes with it, nothing else holds it) jits the module again and uses the shards in place; once
+    # the module goes too, nothing of it is left.
+    shards, old = list(module.parameters()), weakref.ref(jm)
+    module.trainer = None
+    del trainer, jm, callback
+    gc.collect()
+    second = _trainer("thunder_fsdp", 2)
+    second.validate(module, validation, verbose=False)
+    result.update(first_freed=old() is None, second_val_loss=second.callback_metrics["val_loss"].item(),
+                  same_shards=all(p is q for p, q in zip(module.parameters(), shards)))
+    gone = weakref.ref(module)
+    del second, module, shards
+    gc.collect()
+    result["module_freed"] = gone() is None
+    return result
 
 
 @functools.cache
@@ -419,6 +439,16 @@ def test_trainer_calls_outside_the_steps_run_the_thunder_module():
         assert r["calls"] == 4  # the summary's example input, 2 training steps, the callback
         assert r["routed_after"] is None
         assert r["same_after_validate"] and r["shapes_after_validate"] == [(8, 8), (8,), (2, 16), (2,)]
+
+
+@pytest.mark.distributed
+def test_trainer_releases_the_module_and_a_second_trainer_reuses_its_shards():
+    """Nothing global keeps a module a strategy set up, or its ThunderModule, alive (they hold the process group);
+    a second Trainer after the first is gone validates with the shards the first made, not sharded again."""
+    for results in _trainer_results():
+        r = results["outside_steps"]
+        assert r["first_freed"] and r["module_freed"]
+        assert r["same_shards"] and r["second_val_loss"] == r["val_loss"]
 
 
 @pytest.mark.distributed

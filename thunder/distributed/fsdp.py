@@ -169,6 +169,13 @@ class FSDPTransform(Transform):
             what = "fsdp was applied twice to the same module" if isinstance(others[0], FSDPTransform) else \
                 "fsdp cannot be combined with ddp on the same module"
             raise RuntimeError(f"thunder.distributed.{what}")
+        sharded_by = SHARDED_MODULES.get(module)
+        if sharded_by is self:  # a new ThunderModule of the module this transform sharded: its shards are in place
+            return
+        if sharded_by is not None:
+            raise RuntimeError(f"thunder.distributed.fsdp: the parameters of this {type(module).__name__} are already "
+                               "shards (another fsdp sharded it); sharding them again would train slices of slices. "
+                               "Apply fsdp to the module once, or to a new instance of it")
         self.bucket_of = plan_buckets(module, self.bucketing_strategy, self.blocks)
         SHARDED_MODULES[module] = self
         if any(t.is_meta for t in (*module.parameters(), *module.buffers())):

@@ -111,9 +111,33 @@ class ThunderOptions:
         return None
 
 
-# The modules a thunder strategy has set up, and what it made of them: a LightningModule given to a second
-# Trainer (fit, then test) is set up once; its parameters may be shards that only that setup knows about.
+# [Note: what a strategy made of a module]
+# A LightningModule given to a second Trainer (fit, then test) is set up once: with fsdp its parameters are shards
+# that only that set-up knows how to use. ``_SET_UP`` maps the module (weakly) to a ``SetUp``, which must not
+# hold the module strongly either: the ThunderModule holds the module, so a table holding the ThunderModule would
+# keep every model ever fitted alive (with its process group, past the group's end). The ThunderModule and the
+# parts are held weakly (by the strategy that trains them, strongly); the data-parallel transform strongly (it
+# holds no module). Once the ThunderModule is gone with its Trainer, a new set-up jits the module again with the
+# same transform: fsdp adopts the shards it made instead of sharding them again.
+@dataclasses.dataclass(eq=False)
+class SetUp:
+    options: ThunderOptions
+    transform: object  # the data-parallel transform of a jit=True set-up (None: none, or jit=False)
+    result: weakref.ref  # what the strategy trains in place of the module
+    parts: list  # weak references to the ThunderModules trained
+
+    def alive(self):
+        """(what the strategy trains, its ThunderModules), or None once they are gone."""
+        result, parts = self.result(), [ref() for ref in self.parts]
+        return None if result is None or any(p is None for p in parts) else (result, parts)
+
+
 _SET_UP: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def set_up_parts() -> list:
+    """The ThunderModules of every module a thunder strategy has set up that are alive."""
+    return [part for held in list(_SET_UP.values()) if (alive := held.alive()) for part in alive[1]]
 
 
 def jitted_parts(module: torch.nn.Module) -> list[ThunderModule]:
@@ -129,16 +153,21 @@ def jitted_parts(module: torch.nn.Module) -> list[ThunderModule]:
 
 
 def setup_thunder_module(module: torch.nn.Module, options: ThunderOptions, device: torch.device):
-    """What the strategy trains in place of ``module`` (see the module docstring) and the ThunderModules in it."""
+    """What the strategy trains in place of ``module`` (see the module docstring) and the ThunderModules in it
+    (see [Note: what a strategy made of a module])."""
     held = _SET_UP.get(module)
     if held is not None:
-        if held[0] != options:
+        if held.options != options:
             raise RuntimeError(f"this {type(module).__name__} was already set up by a thunder strategy with other options "
-                               f"({held[0]}); its parameters are held as that setup arranged (sharded, say). Use the "
+                               f"({held.options}); its parameters are held as that setup arranged (sharded, say). Use the "
                                "same strategy options, or a new instance of the module")
-        return held[1], held[2]
+        alive = held.alive()
+        if alive is not None:
+            return alive
+    transform = None
     if options.jit:
-        result = _jit(module, options, device)
+        transform = held.transform if held is not None else options.make_transform(device)
+        result = _jit(module, options, transform)
         parts = [result]
     else:
         result, parts = module, jitted_parts(module)
@@ -147,16 +176,15 @@ def setup_thunder_module(module: torch.nn.Module, options: ThunderOptions, devic
                              f"ThunderModules in the model, and {type(module).__name__} has none. Jit the model "
                              "(or its inner module: self.model = thunder.jit(...)) yourself, or use jit=True")
         for part in parts:
-            transform = options.make_transform(device)
-            if transform is not None:
-                thunder.add_transform(part, transform)
+            part_transform = options.make_transform(device)
+            if part_transform is not None:
+                thunder.add_transform(part, part_transform)
     _check_covered(module, parts, options)
-    _SET_UP[module] = (options, result, parts)
+    _SET_UP[module] = SetUp(options, transform, weakref.ref(result), [weakref.ref(p) for p in parts])
     return result, parts
 
 
-def _jit(module: torch.nn.Module, options: ThunderOptions, device: torch.device) -> ThunderModule:
-    transform = options.make_transform(device)
+def _jit(module: torch.nn.Module, options: ThunderOptions, transform) -> ThunderModule:
     if isinstance(module, ThunderModule):
         if transform is not None:
             thunder.add_transform(module, transform)
@@ -207,8 +235,8 @@ def thunder_module(obj) -> ThunderModule:
         return inner
     if isinstance(obj, ThunderModule):
         return obj
-    held = _SET_UP.get(obj) if isinstance(obj, torch.nn.Module) else None
-    if held is not None and len(held[2]) == 1:
-        return held[2][0]
+    alive = held.alive() if isinstance(obj, torch.nn.Module) and (held := _SET_UP.get(obj)) is not None else None
+    if alive is not None and len(alive[1]) == 1:
+        return alive[1][0]
     raise TypeError(f"{type(obj).__name__} is not a Trainer, Fabric module or module that a thunder strategy set up "
                     "with one ThunderModule (with jit=False, query your own ThunderModules)")

@@ -72,10 +72,9 @@ def move_optimizers_to_shards(optimizers, before: dict, module: torch.nn.Module)
 
 def check_optimizer_holds_shards(optimizer) -> None:
     """An optimizer set up under fsdp must step the shards (made after ``fabric.setup_module``)."""
-    from thunder.lightning.options import _SET_UP
+    from thunder.lightning.options import set_up_parts
 
-    shards = {i for _, _, parts in list(_SET_UP.values()) for part in parts
-              if (t := _fsdp_transform(part)) is not None for i in t.shards}
+    shards = {i for part in set_up_parts() if (t := _fsdp_transform(part)) is not None for i in t.shards}
     if any(id(p) not in shards for group in optimizer.param_groups for p in group["params"]):
         raise RuntimeError(f"the {type(optimizer).__name__} holds tensors that are not the shards of a module set up with "
                            "parallelism='fsdp' (which replaces the parameters by shards): create the optimizer from "
@@ -96,9 +95,9 @@ def _sharded_part(parts: list):
 
 def _shard_info_of(optimizer) -> dict:
     """Optimizer state index -> (transform, ShardInfo) of each parameter it steps that fsdp sharded."""
-    from thunder.lightning.options import _SET_UP
+    from thunder.lightning.options import set_up_parts
 
-    transforms = [t for _, _, parts in list(_SET_UP.values()) for part in parts if (t := _fsdp_transform(part))]
+    transforms = [t for part in set_up_parts() if (t := _fsdp_transform(part))]
     found, index = {}, 0
     for group in optimizer.param_groups:
         for p in group["params"]:
