@@ -7,6 +7,7 @@ every parameter must be bitwise equal after each SGD step. One spawn per model r
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import re
@@ -71,6 +72,8 @@ def _trace_text(trace) -> str:
 
 def _differences(a: nn.Module, b: nn.Module, what: str) -> list:
     diffs = []
+    if what == "buffer":
+        return [f"buffer {name}" for (name, x), y in zip(a.named_buffers(), b.buffers()) if not torch.equal(x, y)]
     for (name, p), q in zip(a.named_parameters(), b.parameters()):
         x, y = (p, q) if what == "param" else (p.grad, q.grad)
         if (x is None) != (y is None) or (x is not None and not torch.equal(x, y)):
@@ -222,6 +225,76 @@ def test_no_sync_accumulates_locally_and_syncs_once_per_bucket(accumulation_step
         for c in r["counts"]:
             assert c["inside"] == 0 and c["exit"] == 0, c
             assert c["buckets"] > 1 and c["sync"] == c["buckets"], c
+
+
+# -- buffers: broadcast from rank 0 before forwards, as torch's DDP broadcasts them ----------------------------
+class BatchNormMLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.bn, self.fc2 = nn.Linear(6, 8), nn.BatchNorm1d(8), nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc2(self.bn(self.fc1(x)).relu())
+
+
+# what each call is: (train mode, grad enabled, inside no_sync); torch's DDP broadcasts the buffers before a call when
+# the call before ran with grad enabled outside no_sync (and before the first), so the schedule covers each case
+BUFFER_SCHEDULE = [(True, True, False), (True, True, True), (True, True, False), (True, True, False),
+                   (False, False, False), (False, False, False), (True, False, False), (True, True, False)]
+
+
+def _torch_ddp_without_buffer_sync(module):
+    import inspect
+
+    if "forward_sync_buffers" in inspect.signature(nn.parallel.DistributedDataParallel).parameters:  # torch >= 2.13
+        return nn.parallel.DistributedDataParallel(module, forward_sync_buffers=False)
+    return nn.parallel.DistributedDataParallel(module, broadcast_buffers=False)
+
+
+def _buffers_worker(rank, world_size):
+    results = {}
+    for sync in (True, False):
+        torch.manual_seed(rank)
+        model = BatchNormMLP()
+        reference = copy.deepcopy(model)
+        jm = thunder.jit(ddp(model, forward_sync_buffers=sync))
+        tddp = nn.parallel.DistributedDataParallel(reference) if sync else _torch_ddp_without_buffer_sync(reference)
+        diffs = []
+        for call, (train, grad, no_sync) in enumerate(BUFFER_SCHEDULE):
+            x = torch.randn(5, 6, generator=torch.Generator().manual_seed(100 * rank + call))
+            outs = []
+            for m in (jm, tddp):
+                m.train(train)
+                with torch.set_grad_enabled(grad), (m.no_sync() if no_sync else contextlib.nullcontext()):
+                    out = m(x)
+                    if grad:
+                        out.square().mean().backward()
+                outs.append(out.detach())
+            if not torch.equal(*outs):
+                diffs.append(f"output of call {call}")
+            diffs += [f"{name} after call {call}" for name in _differences(model, reference, "buffer")]
+            diffs += [f"{name} after call {call}" for name in _differences(model, reference, "grad")]
+        del tddp
+        gathered = [None] * world_size
+        dist.all_gather_object(gathered, model.bn.running_mean)
+        results[sync] = dict(diffs=diffs, same_across_ranks=torch.equal(*gathered),
+                             trace=_trace_text(thunder.last_traces(jm)[-1]))
+    return results
+
+
+@functools.cache
+def _buffers():
+    return run_ranks(_buffers_worker)
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["forward_sync_buffers", "no_buffer_sync"])
+def test_buffers_are_torch_ddps_through_training_accumulation_and_evaluation(sync):
+    for rank, results in enumerate(_buffers()):
+        r = results[sync]
+        assert r["diffs"] == [], f"rank {rank}: not bitwise equal to torch DDP: {r['diffs']}"
+        assert not r["same_across_ranks"]  # each rank updated rank 0's statistics with its own batch last
+        assert ("sync_buffers([t_bn_running_mean, t_bn_running_var, t_bn_num_batches_tracked], buffer_sync, True)"
+                in r["trace"]) == sync
 
 
 # -- torch's DDP around a jitted module; what parameters get; broadcasting ---------------------------

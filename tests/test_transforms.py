@@ -150,6 +150,31 @@ def test_module_tensors_may_be_replaced_while_tracing():
     torch.testing.assert_close(model.bias.grad, ref_b)
 
 
+class ResetStatistics(Transform):
+    """Before each call the buffers become ones (as ddp's broadcast gives them rank 0's values)."""
+
+    def update_module_tensors(self, tensors, compilation):
+        return [(proxy, ltorch.ones_like(proxy)) for proxy, source in tensors
+                if source.collection == "_buffers" and proxy.dtype is torch.float32]
+
+
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+def test_module_tensors_may_be_updated_before_the_program(train):
+    """The program sees the updated buffers, and they are written back (then updated by BatchNorm in training)."""
+    torch.manual_seed(0)
+    model, reference = nn.BatchNorm1d(3), nn.BatchNorm1d(3)
+    model.train(train), reference.train(train)
+    jm = thunder.jit(model, transforms=[ResetStatistics()])
+    for step in range(2):
+        x = torch.randn(4, 3)
+        with torch.no_grad():
+            reference.running_mean.fill_(1), reference.running_var.fill_(1)
+        assert torch.equal(jm(x), reference(x))
+        for name, b in model.named_buffers():
+            assert torch.equal(b, reference.get_buffer(name)), (step, name)
+    assert "ones_like" in str(thunder.last_traces(jm)[-1])
+
+
 class HalfStored(Transform):
     """FSDP's pattern on one process: the module holds the first half of each weight matrix's rows (a "shard"),
     the program sees the shard repeated to full size, the state dict shows (and loading accepts) full-size

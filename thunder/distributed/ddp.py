@@ -6,6 +6,11 @@ each bucket all-reduced asynchronously as soon as its last gradient exists, and 
 where the reduced values are written into the parameters' ``.grad``. Gradients are multiplied by
 ``1 / world_size`` before the sum, as torch's DDP does, so ``.grad`` is the average over ranks.
 
+Buffers (BatchNorm's running statistics) are broadcast from the group's rank 0 before a forward whenever the
+forward before it ran with grad enabled outside ``no_sync`` (and before the first), as torch's DDP does by
+default (``sync_buffers`` at the start of each program: thunder/distributed/buffer_sync.py);
+``forward_sync_buffers=False`` leaves them to each rank after the initial broadcast.
+
 Under ``ThunderModule.no_sync()`` the backward has no collectives (a specialization of its own): gradients
 accumulate locally in ``.grad``. The first backward outside the context packs ``.grad + new gradient``,
 so the whole accumulated gradient is reduced once, through the same buckets: exactly torch DDP's
@@ -30,6 +35,7 @@ from thunder.core.proxies import TensorProxy
 from thunder.core.statements import python_return
 from thunder.core.trace import tracectx
 from thunder.distributed import bucketing
+from thunder.distributed.buffer_sync import BufferSync, sync_buffers
 from thunder.distributed.prims import all_reduce, wait
 from thunder.distributed.scheduling import issue_early_wait_late
 from thunder.distributed.state import broadcast_module_state, resolve_process_group
@@ -41,9 +47,11 @@ class DDPTransform(Transform):
     """Averages the gradients of the jitted module's parameters across the ranks of ``process_group``
     (the default group when None) in buckets of at most ``bucket_size_in_mb`` megabytes (0: one
     all-reduce per gradient). When applied, parameters and buffers are broadcast from the group's rank
-    ``broadcast_from`` (None: not broadcast)."""
+    ``broadcast_from`` (None: not broadcast); with ``forward_sync_buffers``, buffers again from rank 0 before
+    forwards, as torch's DDP does (see the module docstring)."""
 
-    def __init__(self, *, bucket_size_in_mb: float = 25.0, broadcast_from: int | None = 0, process_group=None):
+    def __init__(self, *, bucket_size_in_mb: float = 25.0, broadcast_from: int | None = 0, process_group=None,
+                 forward_sync_buffers: bool = True):
         if isinstance(bucket_size_in_mb, bool) or not isinstance(bucket_size_in_mb, numbers.Real) \
                 or not bucket_size_in_mb >= 0:
             raise ValueError(f"bucket_size_in_mb must be a non-negative number of megabytes, got {bucket_size_in_mb!r}")
@@ -52,8 +60,12 @@ class DDPTransform(Transform):
         if broadcast_from is not None and not (isinstance(broadcast_from, int) and 0 <= broadcast_from < self.world_size):
             raise ValueError(f"broadcast_from must be a rank of the process group (0 to {self.world_size - 1}) or None, "
                              f"got {broadcast_from!r}")
+        if not isinstance(forward_sync_buffers, bool):
+            raise TypeError(f"forward_sync_buffers must be True or False, got {forward_sync_buffers!r}")
         self.bucket_size_in_mb = float(bucket_size_in_mb)
         self.broadcast_from = broadcast_from
+        self.forward_sync_buffers = forward_sync_buffers
+        self.buffer_sync = BufferSync(self.process_group)
         self._buckets: dict = {}  # Bucket.key() -> Bucket: the buffers, reused by every specialization planning them
         self._broadcast_done: set = set()  # ids of the modules already broadcast
 
@@ -61,11 +73,11 @@ class DDPTransform(Transform):
         """The same configuration and process group for a copy of the module (``copy.deepcopy(thunder_module)``),
         with buffers of its own; a copy of synchronized parameters is not broadcast again."""
         return DDPTransform(bucket_size_in_mb=self.bucket_size_in_mb, broadcast_from=None,
-                            process_group=self.process_group)
+                            process_group=self.process_group, forward_sync_buffers=self.forward_sync_buffers)
 
     def __repr__(self):
         return (f"DDPTransform(bucket_size_in_mb={self.bucket_size_in_mb}, broadcast_from={self.broadcast_from}, "
-                f"world_size={self.world_size})")
+                f"forward_sync_buffers={self.forward_sync_buffers}, world_size={self.world_size})")
 
     # -- hooks ----------------------------------------------------------------------------------------
     def transform_module(self, compile_data):
@@ -85,6 +97,15 @@ class DDPTransform(Transform):
         if self.broadcast_from is not None and id(module) not in self._broadcast_done:
             broadcast_module_state(module, self.broadcast_from, self.process_group)
             self._broadcast_done.add(id(module))
+
+    def update_module_tensors(self, tensors, compilation):
+        """The module's buffers, broadcast when due (see thunder/distributed/buffer_sync.py)."""
+        buffers = [proxy for proxy, source in tensors
+                   if isinstance(source, ModuleTensorSource) and source.collection == "_buffers"]
+        if not (self.forward_sync_buffers and buffers):
+            return []
+        next_due = torch.is_grad_enabled() and not compilation.read_state(compilation.compile_data, "no_sync")
+        return list(zip(buffers, sync_buffers(buffers, self.buffer_sync, next_due)))
 
     def transform_forward_backward(self, forward, backward, compilation):
         if compilation.read_state(compilation.compile_data, "no_sync"):
@@ -155,11 +176,12 @@ class DDPTransform(Transform):
 
 
 def ddp(model: torch.nn.Module, *, bucket_size_in_mb: float = 25.0, broadcast_from: int | None = 0,
-        process_group=None) -> torch.nn.Module:
+        process_group=None, forward_sync_buffers: bool = True) -> torch.nn.Module:
     """Makes ``model`` data parallel: ``thunder.jit(ddp(model))`` and ``ddp(thunder.jit(model))`` both give a
     ``ThunderModule`` whose backward averages gradients across the ranks of ``process_group`` with bucketed,
     asynchronous all-reduces (see ``DDPTransform``). Parameters and buffers are broadcast from rank
-    ``broadcast_from`` of the group now (None: not at all). Returns ``model``."""
+    ``broadcast_from`` of the group now (None: not at all); with ``forward_sync_buffers``, buffers from rank 0
+    before forwards, as torch's DDP does. Returns ``model``."""
     import thunder
     from thunder.driver.module import ThunderModule
     from thunder.transforms.base import request_transform, requested_transforms
@@ -167,7 +189,7 @@ def ddp(model: torch.nn.Module, *, bucket_size_in_mb: float = 25.0, broadcast_fr
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"thunder.distributed.ddp expects a torch.nn.Module or a ThunderModule, got {type(model).__name__}")
     transform = DDPTransform(bucket_size_in_mb=bucket_size_in_mb, broadcast_from=broadcast_from,
-                             process_group=process_group)
+                             process_group=process_group, forward_sync_buffers=forward_sync_buffers)
     if isinstance(model, ThunderModule):
         thunder.add_transform(model, transform)
         return model

@@ -22,9 +22,13 @@ def resolve_process_group(process_group, who: str):
 
 
 def broadcast_module_state(module: torch.nn.Module, src: int, group) -> None:
-    """Copies the parameters and buffers of rank ``src`` of ``group`` to every rank: tensors of one dtype and
-    device are flattened into chunks, one broadcast per chunk rather than one per tensor."""
-    tensors = list({id(t): t for t in (*module.parameters(), *module.buffers())}.values())
+    """Copies the parameters and buffers of rank ``src`` of ``group`` to every rank."""
+    broadcast_tensors(list({id(t): t for t in (*module.parameters(), *module.buffers())}.values()), src, group)
+
+
+def broadcast_tensors(tensors: list, src: int, group) -> None:
+    """Copies ``tensors`` of rank ``src`` of ``group`` into the same tensors of every rank, in place: tensors of
+    one dtype and device are flattened into chunks, one broadcast per chunk rather than one per tensor."""
     by_kind: dict = {}
     for t in tensors:
         if t.numel():

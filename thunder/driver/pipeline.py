@@ -62,9 +62,10 @@ def _arg_names(fn, args, kwargs) -> list:
 @contextlib.contextmanager
 def module_tensors_as_proxies(module, comp: TraceCtx, prologue: PrologueBuilder, compilation: "Compilation"):
     """Swaps the module's parameters and buffers for proxies while tracing (the prologue fetches the real ones);
-    transforms may give the program something else in their place (``transform_module_tensors``)."""
+    transforms may give the program something else in their place (``transform_module_tensors``). Yields the
+    modules, the swaps and what the program sees of each distinct tensor, with its source."""
     if module is None:
-        yield [], []
+        yield [], [], []
         return
     seen: dict[int, TensorProxy] = {}
     created = []  # (proxy, source), one per distinct tensor
@@ -102,7 +103,7 @@ def module_tensors_as_proxies(module, comp: TraceCtx, prologue: PrologueBuilder,
             proxy = program_sees.get(proxy.name, proxy)
             swaps.append((d, name, t, proxy, collection))
             d[name] = proxy
-        yield modules, swaps
+        yield modules, swaps, [(program_sees.get(p.name, p), src) for p, src in created]
     finally:
         for d, name, t, _, _ in reversed(swaps):
             d[name] = t
@@ -140,11 +141,15 @@ def trace_program(cd: CompileData, args, kwargs, compilation: "Compilation") -> 
     autocast_state = ltorch_autocast.state()
     state = python_state.StateRecorder(tracer, cd.sharp_edges)
     grad_enabled = torch.is_grad_enabled()
-    with module_tensors_as_proxies(cd.module, comp, prologue, compilation) as (modules, swaps), \
+    with module_tensors_as_proxies(cd.module, comp, prologue, compilation) as (modules, swaps, module_tensors), \
             contextlib.closing(state):
         for p, _ in prologue.inputs:
             if isinstance(p, TensorProxy):
                 tracer.register_input(p, prologue.values.get(p.name))
+        with tracectx(comp):
+            for transform in cd.transforms:
+                for proxy, new in transform.update_module_tensors(module_tensors, compilation):
+                    tracer.inplace(proxy, new, no_grad=True)
         python_state.watch_program(state, cd.fn, modules, prologue.objects)
         with side_effects.watched(cd.fn, cd.sharp_edges), frontend.active(tracer), tracectx(comp), \
                 frontend.TracingMode(tracer), recorder, state.active():

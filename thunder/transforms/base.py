@@ -17,6 +17,10 @@ submodule), which backward output is whose gradient, and lets them specialize th
   parameters and buffers as they became proxies: a list of ``(proxy, source)`` (one per distinct tensor, in
   module order; ``proxy`` is what earlier transforms made of it). Returns the list of what the program sees in
   their places (by default the proxies themselves); operations it records run before the program's.
+- ``update_module_tensors(tensors, compilation)``: while tracing, before the program runs, after
+  ``transform_module_tensors``, with the same ``(proxy, source)`` list: returns ``(proxy, new value)`` pairs,
+  updates in place of module tensors that the program then sees and that are written back into the module after
+  the call, as the program's own in-place updates are (buffers broadcast from another rank, say).
 - ``transform_computation(trace, compilation)``: the traced program (torch-level), after dead-code
   elimination, before autodiff and execution. Called for inference and training alike.
 - ``transform_forward_backward(forward, backward, compilation)``: the forward and backward traces of a
@@ -45,6 +49,9 @@ class Transform:
 
     def transform_module_tensors(self, tensors, compilation):
         return [proxy for proxy, _ in tensors]
+
+    def update_module_tensors(self, tensors, compilation) -> list:
+        return []
 
     def transform_computation(self, trace, compilation):
         return trace
