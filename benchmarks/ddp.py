@@ -182,9 +182,13 @@ def collective_events(fn) -> list:
     return [e for e in prof.events() if e.name.startswith(prefix)]
 
 
+_FLOATING = frozenset({"float", "double", "c10::Half", "c10::BFloat16"})
+
+
 def count_collectives(fn) -> tuple[int, int]:
-    """(number of collectives, bytes they reduce on this rank) while ``fn()`` runs."""
-    events = collective_events(fn)
+    """(number of collectives, bytes they reduce on this rank) while ``fn()`` runs: those of floating-point tensors
+    (gradients), not thunder's check that every rank reduces the same gradients (two int64 numbers, once a step)."""
+    events = [e for e in collective_events(fn) if set(e.input_dtypes) & _FLOATING]
     nbytes = 0
     for e in events:
         for shape, dtype in zip(e.input_shapes, e.input_dtypes):

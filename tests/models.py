@@ -284,6 +284,22 @@ class LMLoss(nn.Module):
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
+class RankDependentBranch(nn.Module):
+    """Which layer runs depends on the data (rank-local): ``layers`` picks other layers per rank, ``scale`` only
+    scales the output (the same gradients to reduce on every rank, in another trace)."""
+
+    def __init__(self, what: str):
+        super().__init__()
+        self.what = what
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x):
+        if self.what == "layers":
+            return self.a(x) if x.sum() > 0 else self.b(x)
+        y = self.b(self.a(x))
+        return y * 2 if x.sum() > 0 else y
+
+
 class LinearFunction(torch.autograd.Function):
     """A linear layer with a hand-written backward (a custom autograd.Function): its gradients come from user code."""
 

@@ -21,7 +21,7 @@ import thunder
 from thunder.distributed import DDPTransform, ddp
 from thunder.distributed.prims import all_reduce, wait
 from tests.distributed import run_ranks
-from tests.models import GPT, CustomFunctionMLP, GPTConfig, MLP
+from tests.models import GPT, CustomFunctionMLP, GPTConfig, MLP, RankDependentBranch
 
 pytestmark = [pytest.mark.distributed]
 
@@ -224,7 +224,8 @@ def test_no_sync_accumulates_locally_and_syncs_once_per_bucket(accumulation_step
         assert r["diffs"] == [], f"rank {rank}: not bitwise equal to torch DDP no_sync: {r['diffs']}"
         for c in r["counts"]:
             assert c["inside"] == 0 and c["exit"] == 0, c
-            assert c["buckets"] > 1 and c["sync"] == c["buckets"], c
+            # one all-reduce per bucket, and first the check that every rank reduces the same gradients
+            assert c["buckets"] > 1 and c["sync"] == c["buckets"] + 1, c
 
 
 # -- buffers: broadcast from rank 0 before forwards, as torch's DDP broadcasts them ----------------------------
@@ -295,6 +296,38 @@ def test_buffers_are_torch_ddps_through_training_accumulation_and_evaluation(syn
         assert not r["same_across_ranks"]  # each rank updated rank 0's statistics with its own batch last
         assert ("sync_buffers([t_bn_running_mean, t_bn_running_var, t_bn_num_batches_tracked], buffer_sync, True)"
                 in r["trace"]) == sync
+
+
+# -- ranks that trace different programs (see [Note: ranks that trace different programs]) ---------------------------
+def _branch_worker(rank, world_size):
+    results = {}
+    for what in ("layers", "scale"):
+        torch.manual_seed(0)
+        model = RankDependentBranch(what)
+        reference = copy.deepcopy(model)
+        jm = thunder.jit(ddp(model))
+        tddp = nn.parallel.DistributedDataParallel(reference)
+        x = torch.randn(3, 4).abs() * (1 if rank == 0 else -1)
+        try:
+            jm(x).square().sum().backward()
+        except RuntimeError as e:
+            results[what] = str(e)
+            continue
+        tddp(x).square().sum().backward()
+        results[what] = _differences(model, reference, "grad")
+        del tddp
+    return results
+
+
+def test_ranks_that_trace_different_gradients_raise_and_others_equal_torch_ddp():
+    """Rank 0 runs layer a, rank 1 layer b, of the same shape: their gradients' all-reduce would have summed a's
+    gradient with b's (it did, silently). Now every rank raises before reducing; a difference that leaves the
+    gradients to reduce the same is no error."""
+    for results in run_ranks(_branch_worker):
+        assert results["layers"].startswith("thunder.distributed: the ranks traced different programs, and this rank's "
+                                            "gradients to reduce differ from another rank's")
+        assert "DistributedDataParallel(thunder.jit(model), find_unused_parameters=True)" in results["layers"]
+        assert results["scale"] == []
 
 
 # -- torch's DDP around a jitted module; what parameters get; broadcasting ---------------------------

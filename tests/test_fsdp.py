@@ -19,7 +19,7 @@ import torch.nn as nn
 import thunder
 from thunder.distributed import FSDPBucketingStrategy, FSDPTransform, FSDPType, ddp, fsdp
 from tests.distributed import run_ranks
-from tests.models import GPT, CustomFunctionMLP, GPTConfig
+from tests.models import GPT, CustomFunctionMLP, GPTConfig, RankDependentBranch
 
 pytestmark = [pytest.mark.distributed]
 
@@ -291,6 +291,45 @@ def test_bad_arguments_raise_clear_errors():
     assert m["scalar"].startswith("NotImplementedError: fsdp shards parameters along dimension 0; the parameter 'scale'")
     assert m["sharded_again"].startswith("RuntimeError: thunder.distributed.fsdp: the parameters of this Linear are "
                                          "already shards (another fsdp sharded it)")
+
+
+# -- ranks that trace different programs (see [Note: ranks that trace different programs]) ---------------------------
+def _branch_worker(rank, world_size):
+    results = {}
+    for strategy in STRATEGIES:
+        for what in ("layers", "scale"):
+            torch.manual_seed(0)
+            model = RankDependentBranch(what)
+            reference = copy.deepcopy(model)
+            jm = thunder.jit(fsdp(model, sharding_strategy=strategy))
+            x = torch.randn(3, 4).abs() * (1 if rank == 0 else -1)
+            try:
+                jm(x).square().sum().backward()
+            except RuntimeError as e:
+                results[(strategy.name, what)] = str(e)
+                continue
+            xs = [torch.empty_like(x) for _ in range(world_size)]
+            dist.all_gather(xs, x)
+            (sum(reference(y).square().sum() for y in xs) / world_size).backward()
+            results[(strategy.name, what)] = [n for (n, p), q in zip(model.named_parameters(), reference.parameters())
+                                              if not torch.allclose(_full(p.grad, q.shape[0], world_size), q.grad)]
+    return results
+
+
+@functools.cache
+def _branches():
+    return run_ranks(_branch_worker)
+
+
+@pytest.mark.parametrize("strategy", [s.name for s in STRATEGIES])
+def test_ranks_that_gather_different_parameters_raise_and_others_train(strategy):
+    """Rank 0 runs layer a, rank 1 layer b, of the same shape: gathering one rank's a with the other's b would train
+    on mixed shards (it did, silently). Now every rank raises in the forward, before any all-gather; a difference
+    that leaves the collectives the same is no error."""
+    for results in _branches():
+        assert results[(strategy, "layers")].startswith(
+            "thunder.distributed: the ranks traced different programs, and this rank's parameters to gather differ")
+        assert results[(strategy, "scale")] == []
 
 
 # -- no_sync -----------------------------------------------------------------------------------------

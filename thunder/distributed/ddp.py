@@ -20,9 +20,9 @@ What a parameter gets:
 - one that requires grad and receives a gradient in the trace: the average over ranks, in ``.grad``;
 - tied parameters (one tensor under several names) are one input of the trace, reduced once;
 - one that does not require grad, or that the traced program does not use: nothing (``.grad`` is left
-  as it is). All ranks run the same trace, so they issue the same collectives; a program whose Python
-  control flow depends on rank-local data can trace differently per rank, which data parallelism does
-  not support (torch's DDP needs ``find_unused_parameters`` there).
+  as it is). Ranks must reduce the same gradients in the same buckets; a program whose Python control flow
+  depends on rank-local data can trace differently per rank, so the backward first checks that they do
+  (``check_same_plan``, see [Note: ranks that trace different programs] in thunder/distributed/prims.py).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from thunder.core.statements import python_return
 from thunder.core.trace import tracectx
 from thunder.distributed import bucketing
 from thunder.distributed.buffer_sync import BufferSync, sync_buffers
-from thunder.distributed.prims import all_reduce, wait
+from thunder.distributed.prims import all_reduce, check_same_plan, plan_id, wait
 from thunder.distributed.scheduling import issue_early_wait_late
 from thunder.distributed.state import broadcast_module_state, resolve_process_group
 from thunder.driver.frontend import ModuleTensorSource
@@ -134,8 +134,6 @@ class DDPTransform(Transform):
         assert ret.sym is python_return
         grads = list(ret.args[0])
         synced = {i: v for i, v in self._synced_parameters(compilation).items() if isinstance(grads[i], TensorProxy)}
-        if not synced:
-            return backward
         # when each gradient is ready: the position of the statement defining it (-1: an input of the backward)
         ready_at = {}
         for pos, bsym in enumerate(backward.bound_symbols):
@@ -151,7 +149,12 @@ class DDPTransform(Transform):
         new = backward.from_trace([])
         pending = []
         scale = 1.0 / self.world_size
+        # every rank must reduce the same gradients in the same buckets: see [Note: ranks that trace different programs]
+        plan = [(synced[i][0], str(g.dtype), tuple(g.shape)) for group in
+                (g for pos in sorted(issue_after) for g in issue_after[pos]) for i, g in group]
+        device = str(next(iter(compilation.compile_data.module.parameters()), torch.empty(0)).device)
         with tracectx(new):
+            check_same_plan(plan_id(plan), self.process_group, device, "gradients to reduce")
             for group in issue_after.get(-1, []):
                 pending.append(self._issue(group, grads, synced, scale))
             for pos, bsym in enumerate(backward.bound_symbols[:-1]):

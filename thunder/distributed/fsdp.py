@@ -22,6 +22,10 @@ gradients, pre-divided by the world size (the average over ranks, as DDP). Then:
 After the executors, ``schedule_gathers`` issues each all-gather at most ``prefetch`` gathers ahead of its
 use, each wait just before its first use, and each reduce-scatter as soon as its gradient is ready,
 waited for at the end of the backward.
+
+Ranks must gather and reduce the same parameters in the same order: each forward, and each backward that
+communicates, starts by checking that they do (``check_same_plan``, see [Note: ranks that trace different
+programs] in thunder/distributed/prims.py).
 """
 from __future__ import annotations
 
@@ -40,7 +44,7 @@ from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import Tag
 from thunder.core.trace import tracectx
 from thunder.extend import declare_primitive
-from thunder.distributed.prims import all_gather, reduce_scatter, wait
+from thunder.distributed.prims import all_gather, check_same_plan, plan_id, reduce_scatter, wait
 from thunder.distributed.scheduling import schedule_gathers
 from thunder.distributed.state import broadcast_module_state, resolve_process_group
 from thunder.driver.frontend import ModuleTensorSource
@@ -270,18 +274,61 @@ class FSDPTransform(Transform):
             offset += n
         return fulls
 
+    # -- every rank must issue the same collectives (see [Note: ranks that trace different programs]) ---------
+    def transform_computation(self, trace, compilation):
+        return self._checked(trace, self._collective_plan(trace, compilation), "parameters to gather")
+
+    def _checked(self, trace, plan: list, what: str):
+        """``trace`` starting with the check that every rank's ``plan`` (of the collectives that follow) is this one."""
+        new = trace.from_trace([])
+        with tracectx(new):
+            check_same_plan(plan_id(plan), self.process_group, str(self.device), what)
+        new.bound_symbols.extend(trace.bound_symbols)
+        return new
+
+    def _collective_plan(self, trace, compilation, scatter_buckets=()) -> list:
+        """What the collectives of ``trace`` move, in order, in terms no rank-local detail of the trace changes: the
+        parameters an all-gather gathers (the shards its input is made of), the bucket a reduce-scatter reduces
+        (``scatter_buckets``, in the order of the trace's reduce-scatters), with shapes and dtypes."""
+        producer = {o.name: b for b in trace.bound_symbols for o in b.flat_outs}
+        scatters = iter(scatter_buckets)
+        plan = []
+        for bsym in trace.bound_symbols:
+            if bsym.sym is all_gather:
+                names, stack, seen = [], [bsym.args[0]], set()
+                while stack:
+                    p = stack.pop()
+                    if p.name in seen:
+                        continue
+                    seen.add(p.name)
+                    info = self._shard_info(compilation.sources.get(p.name))
+                    if info is not None:
+                        names.append(info.name)
+                    elif p.name in producer:
+                        stack.extend(a for a in producer[p.name].flat_args if isinstance(a, TensorProxy))
+                plan.append(("gather", tuple(sorted(names)), tuple(bsym.args[0].shape), str(bsym.args[0].dtype)))
+            elif bsym.sym is reduce_scatter:
+                plan.append(("scatter", next(scatters, None), tuple(bsym.args[0].shape), str(bsym.args[0].dtype)))
+        return plan
+
     # -- the backward --------------------------------------------------------------------------------------
     def transform_forward_backward(self, forward, backward, compilation):
         shard_grads = self._shard_gradients(backward, compilation)
+        scatter_buckets = [shard_grads[id(b)][0] for b in backward.bound_symbols
+                           if b.sym is reduce_scatter and id(b) in shard_grads]
         chain = self._unshard_chain(forward, compilation)
         backward = self._drop_gradients_of_unused(forward, backward, compilation, chain)
-        if compilation.read_state(compilation.compile_data, "no_sync"):
+        no_sync = compilation.read_state(compilation.compile_data, "no_sync")
+        if no_sync:
             backward = self._accumulate_locally(backward, shard_grads)
         else:
             take = compilation.read_state(self.unsynced, "pending")
             backward = self._average_gradients(backward, shard_grads, take)
         if self.sharding_strategy is FSDPType.ZERO3:
             backward = self._gather_again(backward, chain)
+        if not (no_sync and self.sharding_strategy is FSDPType.ZERO2):  # (which communicates nothing on any rank)
+            backward = self._checked(backward, self._collective_plan(backward, compilation, scatter_buckets),
+                                     "gradients to reduce and parameters to gather")
         return forward, backward
 
     def _shard_gradients(self, backward, compilation) -> dict:

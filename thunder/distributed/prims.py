@@ -148,5 +148,46 @@ _wait_impl.__name__ = "wait"
 wait = declare_primitive("wait", _wait_meta, torch_impl=_wait_impl, grad=lambda f: (wait(f), lambda g: (g,)),
                         tags=(Tag.COLLECTIVE,))
 
-COLLECTIVES = frozenset({all_reduce, all_gather, reduce_scatter})  # issue as early as possible
+# [Note: ranks that trace different programs]
+# Each rank compiles its own programs. Python control flow on rank-local data (a branch on a batch's values, a loop
+# over the experts a batch routes to) can give ranks different traces, whose collectives differ: paired by their
+# order, one rank's reduction of a parameter's gradient would be summed with another parameter's gradient on
+# another rank (silently, when the sizes agree), or wait forever. So a transform whose trace issues collectives
+# planned from the trace first checks, with ``check_same_plan``, that every rank planned the same: one all-reduce of
+# two numbers, the plan's id and its negation, by maximum, which give the id back on every rank only if all ids
+# are equal. Otherwise every rank raises before any of the plan's collectives is issued.
+def _check_same_plan_meta(plan_id: int, group, device, what: str):
+    return None
+
+
+def check_same_plan_impl(plan_id: int, group, device, what: str) -> None:
+    ids = torch.tensor([plan_id, -plan_id], dtype=torch.int64, device=device)
+    options = dist.AllreduceOptions()
+    options.reduceOp = dist.ReduceOp.MAX
+    group.allreduce([ids], options).wait()
+    top, negated_bottom = ids.tolist()
+    if top != plan_id or -negated_bottom != plan_id:
+        raise RuntimeError(
+            f"thunder.distributed: the ranks traced different programs, and this rank's {what} differ from another "
+            "rank's (other tensors, or in another order): Python control flow in the model depends on rank-local data "
+            "(a branch on a tensor's values, a loop over the experts a batch routes to). Pairing the collectives would "
+            "mix different parameters' values, so none was issued. Make the control flow the same on every rank, or "
+            "(for ddp) let torch's DDP reduce the gradients: "
+            "torch.nn.parallel.DistributedDataParallel(thunder.jit(model), find_unused_parameters=True)")
+
+
+check_same_plan_impl.__name__ = "check_same_plan"
+
+check_same_plan = declare_primitive("check_same_plan", _check_same_plan_meta, torch_impl=check_same_plan_impl,
+                                    tags=(Tag.COLLECTIVE, Tag.SIDE_EFFECT))
+
+
+def plan_id(plan) -> int:
+    """An id of ``plan`` (a structure of names, numbers and dtypes whose ``repr`` describes it) below 2**62."""
+    import hashlib
+
+    return int.from_bytes(hashlib.blake2b(repr(plan).encode(), digest_size=8).digest(), "little") >> 2
+
+
+COLLECTIVES = frozenset({all_reduce, all_gather, reduce_scatter, check_same_plan})  # issue as early as possible
 WAITS = frozenset({wait})  # as late as possible

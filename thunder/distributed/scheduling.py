@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 
 from thunder.core.statements import python_return
-from thunder.distributed.prims import COLLECTIVES, WAITS, all_gather
+from thunder.distributed.prims import COLLECTIVES, WAITS, all_gather, check_same_plan
 from thunder.transforms.dce import has_effects
 
 _KNOWN = COLLECTIVES | WAITS
@@ -86,7 +86,8 @@ def issue_early_wait_late(trace):
 def schedule_gathers(trace, prefetch: int):
     """``issue_early_wait_late``, except that all-gathers (of parameters, which all exist from the start) are
     issued in the order their results are needed, at most ``prefetch`` of them in flight: the ``k``-th right
-    after the wait of the ``(k - prefetch)``-th. That bounds the memory the gathered parameters take."""
+    after the wait of the ``(k - prefetch)``-th. That bounds the memory the gathered parameters take. None goes
+    before the check that every rank gathers the same (``check_same_plan``)."""
     start = time.perf_counter_ns()
     gathers = {b.output.name: b for b in trace.bound_symbols if implemented(b) is all_gather}
     rest = [b for b in trace.bound_symbols if implemented(b) is not all_gather]
@@ -106,10 +107,12 @@ def schedule_gathers(trace, prefetch: int):
             defined_at.setdefault(name, i)
     waits = [(i, b.args[0].name) for i, b in enumerate(rest) if implemented(b) in WAITS and b.args[0].name in gathers]
     keys = [float(i) for i in range(len(rest))]
+    checked_at = max((i for i, b in enumerate(rest) if implemented(b) is check_same_plan), default=-1)
     placed = []
     for k, (wait_at, future) in enumerate(waits):
         gather = gathers.pop(future)
-        after = max([defined_at.get(a, -1) for a in _names(gather.flat_args)] + [waits[k - prefetch][0] if k >= prefetch else -1])
+        after = max([defined_at.get(a, -1) for a in _names(gather.flat_args)] + [waits[k - prefetch][0] if k >= prefetch else -1,
+                                                                               checked_at])
         placed.append((after + 0.5 + 0.25 * k / max(len(waits), 1), gather))
     assert not gathers, "an all-gather whose result is never waited for"
     ordered = sorted([*zip(keys, rest), *placed], key=lambda kb: kb[0])
