@@ -155,7 +155,8 @@ wait = declare_primitive("wait", _wait_meta, torch_impl=_wait_impl, grad=lambda 
 # another rank (silently, when the sizes agree), or wait forever. So a transform whose trace issues collectives
 # planned from the trace first checks, with ``check_same_plan``, that every rank planned the same: one all-reduce of
 # two numbers, the plan's id and its negation, by maximum, which give the id back on every rank only if all ids
-# are equal. Otherwise every rank raises before any of the plan's collectives is issued.
+# are equal. Otherwise every rank raises before any of the plan's collectives is issued. The check costs one
+# all-reduce of 16 bytes, and reading its result (on CUDA, the host waits for the device's queued work there).
 def _check_same_plan_meta(plan_id: int, group, device, what: str):
     return None
 
