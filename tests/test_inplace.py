@@ -989,6 +989,35 @@ def test_whether_an_op_on_run_time_extents_returns_its_input_is_asked_for_severa
         thunder.jit(fn)(torch.randn(4, 3))
 
 
+def _divided_selection(x):
+    s = x[x.sum(1) > 0]  # (i0, 4): i0 == 2 here, equated with 2 by the broadcast below
+    y = s / torch.ones(3, 2, 1)
+    y.flatten().sqrt_()  # flatten of the contiguous y: a view, so y changes
+    return y
+
+
+def _selection_of_a_permuted_tensor(y, m):
+    s = y[:, m]  # strides (1, 5, 10) in eager: laid out as the permuted y
+    s.flatten().mul_(2)  # a copy: s does not change
+    s.permute(2, 1, 0).flatten().add_(1)  # contiguous in that order: a view, s changes
+    return s
+
+
+@pytest.mark.parametrize("case", ["divided_selection", "selection_of_a_permuted_tensor"])
+def test_updates_through_maybe_views_of_masked_selections_are_eagers(case):
+    """Whether ``flatten`` of a tensor computed from a masked selection is a view depends on the selection's strides,
+    which thunder once could not compute (no meta kernel): it took a copy, so ``sqrt_`` through the view did not
+    change the tensor (generated program 830049, silently wrong). Now they are computed as eager lays them out,
+    and an update whose view question cannot be answered is refused rather than guessed."""
+    if case == "divided_selection":
+        fn, args = _divided_selection, (torch.tensor([[1.0, 2, 3, 4], [-9, 1, 1, 1], [4, 3, 2, 1]]),)
+    else:
+        fn, args = _selection_of_a_permuted_tensor, (torch.randn(3, 4, 5).permute(2, 0, 1), torch.tensor([True, False, True]))
+    expected, actual = fn(*args), thunder.jit(fn)(*args)
+    assert torch.equal(expected.nan_to_num(1.5), actual.nan_to_num(1.5))
+    assert actual.stride() == expected.stride()
+
+
 def test_a_shape_change_in_place_of_the_one_piece_of_a_split_is_refused():
     """``y.split(1)[0]`` of a one-row ``y`` is a new view of ``y``: ``squeeze_()`` of it once changed ``y``'s shape."""
     def fn(x):

@@ -545,7 +545,8 @@ class Tracer:
             definite = is_view and chain is not None and all(_is_view_prim(b) or _is_fallback_view(b) for b in chain)
             if is_view and not definite and not getattr(sym, "is_fallback", False):
                 continue  # a view op that copies here (advanced indexing)
-            decide = None if definite else functools.partial(self.layouts.aliases, torch_fn, args, kwargs, i, base)
+            decide = None if definite else functools.partial(self.layouts.aliases, torch_fn, args, kwargs, i, base,
+                                                             strict=True)
             index = i if isinstance(out, (tuple, list)) else None
             usable = chain is not None and all(_is_view_prim(b) or _is_fallback_view(b) for b in chain)
             step = ViewStep(sym, others, kwargs, index, chain or (), kind="view" if usable else "opaque", aliases=decide,

@@ -158,9 +158,16 @@ class Layouts:
                 return self._number(x)
             return x
 
+        shape = self._shape(proxy)
         if self._data_dependent(proxy, args, kwargs):
             # an operation whose output sizes depend on values: no meta kernel (torch's raises, after importing dynamo)
-            return _data_dependent_strides(fn, self._shape(proxy)), 0, frozenset()
+            try:
+                t = _with_sizes_assumed(fn, *tree_map(to_meta, (args, kwargs)), index)
+            except UnknownLayout:
+                t = None
+            if t is None or t.ndim != len(shape):
+                return _data_dependent_strides(fn, shape), 0, frozenset()
+            return dense_strides_in_order(t.stride(), shape), 0, frozenset(deps)
         margs, mkwargs = tree_map(to_meta, (args, kwargs))
         if not any(isinstance(x, TensorProxy) for x in tree_leaves((args, kwargs))):
             mkwargs = {**mkwargs, "device": "meta"}  # a factory (torch.rand(4, 4)): run for real, it would draw
@@ -173,23 +180,34 @@ class Layouts:
             with torch._C.DisableTorchFunction():
                 out = fn(*margs, **mkwargs)
         except Exception as e:  # noqa: BLE001 - any failure means: layout unknown
-            raise UnknownLayout(f"thunder cannot compute the strides of {proxy.name}: running "
-                                f"{getattr(fn, '__name__', fn)} on meta tensors failed ({e})") from e
+            t = _with_sizes_assumed(fn, margs, mkwargs, index)
+            if t is None or t.ndim != len(shape) or is_symbolic_shape(shape):
+                raise UnknownLayout(f"thunder cannot compute the strides of {proxy.name}: running "
+                                    f"{getattr(fn, '__name__', fn)} on meta tensors failed ({e})") from e
+            return dense_strides_in_order(t.stride(), shape), 0, frozenset(deps)
         leaves = tree_leaves(out)
         t = leaves[index] if index < len(leaves) else None
-        shape = self._shape(proxy)
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape:
             return contiguous_strides(shape), 0, frozenset(deps)
         return tuple(t.stride()), t.storage_offset(), frozenset(deps)
 
-    def aliases(self, fn, args, kwargs, out_index: int, base: TensorProxy) -> bool:
+    def aliases(self, fn, args, kwargs, out_index: int, base: TensorProxy, strict: bool = False) -> bool:
         """Whether output ``out_index`` of ``fn(*args, **kwargs)`` shares memory with ``base``, as in eager.
 
         Where shapes or arguments hold extents known only at run time, the question is asked for several values of
         them (0, 1, 2, and larger ones, different for each extent): the answer must be the same for all, else thunder
         refuses rather than guess (a copy taken for a view would lose later in-place updates, and the reverse leak
-        them)."""
-        answers = self._answers(fn, args, kwargs, out_index, base)
+        them). Where a layout is unknown (an argument made by an operation without meta kernel, such as indexing by
+        a boolean mask), the answer is "a new tensor", unless ``strict``: then thunder refuses (an in-place update
+        hangs on the answer)."""
+        try:
+            answers = self._answers(fn, args, kwargs, out_index, base, strict=strict)
+        except UnknownLayout as e:  # (strict only)
+            raise NotImplementedError(
+                f"thunder cannot tell whether {getattr(fn, '__name__', fn)} returns a view of {base.name} or a new "
+                f"tensor, which decides what an in-place update through it changes: in eager it depends on the "
+                f"strides of {base.name}, unknown to thunder ({e}). Update a new tensor instead (`y = y.sqrt()` "
+                "rather than `y.sqrt_()`), or call .clone() on the result to make it one") from None
         if len(answers) > 1:
             names = sorted(_roots(tree_leaves((args, kwargs))))
             raise NotImplementedError(
@@ -203,22 +221,24 @@ class Layouts:
         a value with no autograd node of its own. Where the answer depends on run-time extents, no."""
         return self._answers(fn, args, kwargs, 0, base, same=True) == {True}
 
-    def _answers(self, fn, args, kwargs, out_index: int, base: TensorProxy, same: bool = False) -> set:
+    def _answers(self, fn, args, kwargs, out_index: int, base: TensorProxy, same: bool = False,
+                 strict: bool = False) -> set:
         """``_aliases``' answers: for the values of the run-time extents tried (see ``aliases``), impossible ones left
         out; for the shapes themselves where there are none."""
         names = sorted(_roots(tree_leaves((args, kwargs))))
         if not names:
-            return {bool(self._aliases(fn, args, kwargs, out_index, base, same))}
+            return {bool(self._aliases(fn, args, kwargs, out_index, base, same, strict))}
         trials = [dict(zip(names, itertools.count(11, 2)))] + [dict.fromkeys(names, v) for v in (0, 1, 2)]
         answers = set()
         for trial in trials:
             with self._trying(trial):
-                answers.add(self._aliases(fn, args, kwargs, out_index, base, same))
+                answers.add(self._aliases(fn, args, kwargs, out_index, base, same, strict))
         return answers - {None}
 
-    def _aliases(self, fn, args, kwargs, out_index: int, base: TensorProxy, same: bool = False):
+    def _aliases(self, fn, args, kwargs, out_index: int, base: TensorProxy, same: bool = False, strict: bool = False):
         """``aliases`` (``same``: ``returns_input``) for the current trial values; None where they are impossible (an
-        extent below 0, an error) or say nothing (an output without elements)."""
+        extent below 0, an error) or say nothing (an output without elements). ``strict``: an unknown layout raises
+        ``UnknownLayout``."""
         metas = {}
 
         def to_meta(x):
@@ -238,7 +258,11 @@ class Layouts:
                 out = fn(*margs, **mkwargs)
         except _Infeasible:
             return None
-        except Exception:  # noqa: BLE001 - no meta kernel, or a layout unknown: assume a fresh tensor
+        except UnknownLayout:
+            if strict:
+                raise
+            return None if self.trial is not None else False  # assume a fresh tensor
+        except Exception:  # noqa: BLE001 - no meta kernel: assume a fresh tensor
             return None if self.trial is not None else False
         leaves = tree_leaves(out)
         t = leaves[out_index] if out_index < len(leaves) else None
@@ -264,8 +288,9 @@ class Layouts:
         return poly_of(x).value(self.trial)
 
     def _shape(self, proxy: TensorProxy) -> tuple:
-        if self.trial is None:
-            return tuple(proxy.shape)
+        if self.trial is None:  # extents the trace equates with constants (broadcast against them) are those
+            return tuple(c if isinstance(n, NumberProxy) and (c := poly_of(n).constant()) is not None else n
+                         for n in proxy.shape)
         shape = tuple(self._number(n) if isinstance(n, NumberProxy) else n for n in proxy.shape)
         if any(n < 0 for n in shape):
             raise _Infeasible
@@ -295,10 +320,37 @@ def _roots(leaves) -> set:
 _TRANSPOSED_RESULTS = (torch.nonzero, torch.Tensor.nonzero, torch.argwhere, torch.Tensor.argwhere)
 
 
+def _with_sizes_assumed(fn, margs, mkwargs, index: int):
+    """Output ``index`` of ``fn`` on meta tensors where its sizes depend on values (``x[mask]``, ``nonzero``, whose
+    meta kernels refuse): computed as if every element were nonzero, which gives other sizes but the same order of
+    strides. None where that fails too."""
+    import torch.fx.experimental._config as fx_config
+
+    try:
+        with fx_config.patch(meta_nonzero_assume_all_nonzero=True), torch._C.DisableTorchFunction():
+            out = fn(*margs, **mkwargs)
+    except Exception:  # noqa: BLE001 - no meta kernel even so
+        return None
+    leaves = tree_leaves(out)
+    t = leaves[index] if index < len(leaves) else None
+    return t if isinstance(t, torch.Tensor) else None
+
+
+def dense_strides_in_order(strides: tuple, shape: tuple) -> tuple:
+    """The strides of a dense tensor of ``shape`` whose dimensions are laid out in the order ``strides`` gives them
+    (the smallest stride innermost; of equal strides, the later dimension)."""
+    order = sorted(range(len(shape)), key=lambda d: (strides[d], -d))
+    result, acc = [0] * len(shape), 1
+    for d in order:
+        result[d] = acc
+        acc *= max(int(shape[d]), 1)
+    return tuple(result)
+
+
 def _data_dependent_strides(fn, shape: tuple) -> tuple:
     """The strides of a new tensor of ``shape`` that ``fn``, an operation whose output sizes depend on values,
-    returns: ``nonzero``'s (n, dims) result is the transpose of a contiguous (dims, n) one; the others
-    (boolean-mask indexing, ``masked_select``, ``unique``, ``repeat_interleave``) return contiguous tensors."""
+    returns, where ``_with_sizes_assumed`` cannot tell: ``nonzero``'s (n, dims) result is the transpose of a
+    contiguous (dims, n) one; the others (``unique``, ``repeat_interleave``) return contiguous tensors."""
     if fn in _TRANSPOSED_RESULTS and len(shape) == 2:
         return tuple(reversed(contiguous_strides(tuple(reversed(shape)))))
     return contiguous_strides(shape)
