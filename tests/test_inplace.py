@@ -1029,6 +1029,32 @@ def test_a_shape_change_in_place_of_the_one_piece_of_a_split_is_refused():
         thunder.jit(fn)(torch.randn(1, 1))
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+@pytest.mark.parametrize("how", ["no_grad", "detach"])
+def test_a_leaf_updated_unrecorded_stays_a_leaf_whatever_its_layout(how, layout):
+    """A leaf laid out otherwise than the update computes it (transposed) gets the new value laid out as itself;
+    that relayout once hid that the update was unrecorded, so the leaf was marked dirty and autograd raised "a leaf
+    Variable that requires grad has been used in an in-place operation" (generated program 844617)."""
+    def fn(x):
+        if how == "no_grad":
+            with torch.no_grad():
+                x.relu_()
+        else:
+            x.detach().relu_()
+        return x * 2
+
+    def make():
+        x = torch.randn(4, 1, 3, 5, generator=torch.Generator().manual_seed(0))
+        return (x.mT if layout == "transposed" else x).detach().requires_grad_()
+
+    expected_x, x = make(), make()
+    expected = fn(expected_x)
+    expected.sum().backward()
+    out = thunder.jit(fn)(x)
+    out.sum().backward()
+    assert x.is_leaf and torch.equal(out, expected) and torch.equal(x, expected_x) and torch.equal(x.grad, expected_x.grad)
+
+
 @pytest.mark.parametrize("how", ["no_grad", "detach"])
 def test_an_input_that_requires_grad_updated_unrecorded_and_returned_is_the_callers_tensor(how):
     """Eager returns the caller's tensor, still a leaf that requires grad; thunder once returned a new tensor that did

@@ -545,8 +545,7 @@ class Tracer:
             definite = is_view and chain is not None and all(_is_view_prim(b) or _is_fallback_view(b) for b in chain)
             if is_view and not definite and not getattr(sym, "is_fallback", False):
                 continue  # a view op that copies here (advanced indexing)
-            decide = None if definite else functools.partial(self.layouts.aliases, torch_fn, args, kwargs, i, base,
-                                                             strict=True)
+            decide = None if definite else functools.partial(self.layouts.aliases, torch_fn, args, kwargs, i, base)
             index = i if isinstance(out, (tuple, list)) else None
             usable = chain is not None and all(_is_view_prim(b) or _is_fallback_view(b) for b in chain)
             step = ViewStep(sym, others, kwargs, index, chain or (), kind="view" if usable else "opaque", aliases=decide,
@@ -655,7 +654,7 @@ class Tracer:
             with torch.no_grad():
                 new = detached_update(target, new)
         if (view is None or not view.read_back) and self._laid_out_otherwise(new, target, unknown=view is not None):
-            new = laid_out_as(new, target)
+            new = _relaid(new, target)
         self.aliases.update(proxy, new)
         return original
 
@@ -677,7 +676,7 @@ class Tracer:
             self.layouts.add_output(_torch_callable(bsym.sym), bsym.args, bsym.kwargs, bsym.output)
         root = self.aliases.originals[key]
         if new is not root and tuple(new.shape) == tuple(root.shape) and self._laid_out_otherwise(new, root):
-            new = laid_out_as(new, root)
+            new = _relaid(new, root)
         return new
 
     def _laid_out_otherwise(self, new, target, unknown: bool = False) -> bool:
@@ -1017,6 +1016,15 @@ def _copies_first_argument(bsym) -> bool:
         bsym = bsym.subsymbols[0]
     return (bsym.sym is prims.shallow_copy and isinstance(first, TensorProxy) and isinstance(out, TensorProxy)
             and bsym.args[0].name == first.name and bsym.output.name == out.name)
+
+
+def _relaid(value: TensorProxy, like: TensorProxy) -> TensorProxy:
+    """``value`` laid out as ``like``, in ``value``'s place in the autograd graph: an update the program makes under
+    ``torch.no_grad()`` has a value that still requires grad (``detached_update``), which its relayout, recorded
+    there too, would otherwise lose."""
+    relaid = laid_out_as(value, like)
+    relaid.requires_grad = value.requires_grad
+    return relaid
 
 
 def _is_view_prim(bsym) -> bool:

@@ -191,23 +191,14 @@ class Layouts:
             return contiguous_strides(shape), 0, frozenset(deps)
         return tuple(t.stride()), t.storage_offset(), frozenset(deps)
 
-    def aliases(self, fn, args, kwargs, out_index: int, base: TensorProxy, strict: bool = False) -> bool:
+    def aliases(self, fn, args, kwargs, out_index: int, base: TensorProxy) -> bool:
         """Whether output ``out_index`` of ``fn(*args, **kwargs)`` shares memory with ``base``, as in eager.
 
         Where shapes or arguments hold extents known only at run time, the question is asked for several values of
         them (0, 1, 2, and larger ones, different for each extent): the answer must be the same for all, else thunder
         refuses rather than guess (a copy taken for a view would lose later in-place updates, and the reverse leak
-        them). Where a layout is unknown (an argument made by an operation without meta kernel, such as indexing by
-        a boolean mask), the answer is "a new tensor", unless ``strict``: then thunder refuses (an in-place update
-        hangs on the answer)."""
-        try:
-            answers = self._answers(fn, args, kwargs, out_index, base, strict=strict)
-        except UnknownLayout as e:  # (strict only)
-            raise NotImplementedError(
-                f"thunder cannot tell whether {getattr(fn, '__name__', fn)} returns a view of {base.name} or a new "
-                f"tensor, which decides what an in-place update through it changes: in eager it depends on the "
-                f"strides of {base.name}, unknown to thunder ({e}). Update a new tensor instead (`y = y.sqrt()` "
-                "rather than `y.sqrt_()`), or call .clone() on the result to make it one") from None
+        them)."""
+        answers = self._answers(fn, args, kwargs, out_index, base)
         if len(answers) > 1:
             names = sorted(_roots(tree_leaves((args, kwargs))))
             raise NotImplementedError(
@@ -221,24 +212,22 @@ class Layouts:
         a value with no autograd node of its own. Where the answer depends on run-time extents, no."""
         return self._answers(fn, args, kwargs, 0, base, same=True) == {True}
 
-    def _answers(self, fn, args, kwargs, out_index: int, base: TensorProxy, same: bool = False,
-                 strict: bool = False) -> set:
+    def _answers(self, fn, args, kwargs, out_index: int, base: TensorProxy, same: bool = False) -> set:
         """``_aliases``' answers: for the values of the run-time extents tried (see ``aliases``), impossible ones left
         out; for the shapes themselves where there are none."""
         names = sorted(_roots(tree_leaves((args, kwargs))))
         if not names:
-            return {bool(self._aliases(fn, args, kwargs, out_index, base, same, strict))}
+            return {bool(self._aliases(fn, args, kwargs, out_index, base, same))}
         trials = [dict(zip(names, itertools.count(11, 2)))] + [dict.fromkeys(names, v) for v in (0, 1, 2)]
         answers = set()
         for trial in trials:
             with self._trying(trial):
-                answers.add(self._aliases(fn, args, kwargs, out_index, base, same, strict))
+                answers.add(self._aliases(fn, args, kwargs, out_index, base, same))
         return answers - {None}
 
-    def _aliases(self, fn, args, kwargs, out_index: int, base: TensorProxy, same: bool = False, strict: bool = False):
+    def _aliases(self, fn, args, kwargs, out_index: int, base: TensorProxy, same: bool = False):
         """``aliases`` (``same``: ``returns_input``) for the current trial values; None where they are impossible (an
-        extent below 0, an error) or say nothing (an output without elements). ``strict``: an unknown layout raises
-        ``UnknownLayout``."""
+        extent below 0, an error) or say nothing (an output without elements)."""
         metas = {}
 
         def to_meta(x):
@@ -258,11 +247,7 @@ class Layouts:
                 out = fn(*margs, **mkwargs)
         except _Infeasible:
             return None
-        except UnknownLayout:
-            if strict:
-                raise
-            return None if self.trial is not None else False  # assume a fresh tensor
-        except Exception:  # noqa: BLE001 - no meta kernel: assume a fresh tensor
+        except Exception:  # noqa: BLE001 - no meta kernel, or a layout unknown: assume a fresh tensor
             return None if self.trial is not None else False
         leaves = tree_leaves(out)
         t = leaves[out_index] if out_index < len(leaves) else None

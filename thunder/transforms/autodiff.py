@@ -448,6 +448,8 @@ def _differentiable_writes(fwd: TraceCtx, params: list) -> list:
         if b.sym is prims.copy_:
             src, dst = b.args
             made_by = producer.get(src.name) if isinstance(src, TensorProxy) else None
+            while made_by is not None and made_by.sym.name == "laid_out_as":  # the value, laid out as the input
+                made_by = producer.get(made_by.args[0].name)
             if made_by is not None and made_by.sym.name == "detached_update":
                 continue  # an update made where autograd does not record it (no_grad): the input's history stays
             if isinstance(src, TensorProxy) and src.requires_grad and dst.name in index:
