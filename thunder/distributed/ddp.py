@@ -150,8 +150,8 @@ class DDPTransform(Transform):
         pending = []
         scale = 1.0 / self.world_size
         # every rank must reduce the same gradients in the same buckets: see [Note: ranks that trace different programs]
-        plan = [(synced[i][0], str(g.dtype), tuple(g.shape)) for group in
-                (g for pos in sorted(issue_after) for g in issue_after[pos]) for i, g in group]
+        issue_order = [group for pos in sorted(issue_after) for group in issue_after[pos]]
+        plan = [(synced[i][0], str(g.dtype), tuple(g.shape)) for group in issue_order for i, g in group]
         device = str(next(iter(compilation.compile_data.module.parameters()), torch.empty(0)).device)
         with tracectx(new):
             check_same_plan(plan_id(plan), self.process_group, device, "gradients to reduce")
