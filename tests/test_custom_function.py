@@ -474,6 +474,23 @@ def _use_after_base_update(x):
     return y * 2
 
 
+class _Flatten(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.reshape(-1)  # a view of x: whether reshape aliases is decided by the strides thunder computes
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.reshape(3, 4)
+
+
+def _use_reshaped_after_base_update(x):
+    x = x * 1
+    y = _Flatten.apply(x)
+    x.add_(1)  # before the strides were computed outside the tracing mode, y was taken for a copy: no error, y old
+    return y * 2
+
+
 class _UpdatesForwardTensor(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
@@ -506,6 +523,9 @@ ERRORS = {
     "use-after-base-update": (_use_after_base_update, _two, RuntimeError,
                               "Output 0 of GradReverse is a view and its base or another view of its base has been "
                               "modified inplace"),
+    "use-reshaped-after-base-update": (_use_reshaped_after_base_update, _two, RuntimeError,
+                                       "Output 0 of _Flatten is a view and its base or another view of its base has "
+                                       "been modified inplace"),
     # thunder refuses these
     "mark-dirty": (lambda x: _Dirty.apply(x).sum(), _two, NotImplementedError, "ctx.mark_dirty"),
     "backward-updates-saved": (lambda x: _UpdatesSaved.apply(x).sum(), _two, NotImplementedError,

@@ -561,6 +561,11 @@ _FOUND_GRADS = {
     "contiguous_of_contiguous_between_uses": lambda x: (lambda y: (y * 2, x * 3, y.contiguous() * 4))(x.contiguous()),
     "contiguous_and_a_decomposition": lambda x: (lambda y: (y * 2, F.rms_norm(x, (1000,)), y * 4))(x.contiguous()),
     "contiguous_in_one_call": lambda x: (lambda y: (y * 2, torch.addcmul(x, y, x), y * 4))(x.contiguous()),
+    # eager's CatBackward gives a bfloat16 tensor concatenated twice with float32 its two parts in the inputs' order,
+    # each rounded to bfloat16 (generated program 873645): not its type promotions' conversions, the last first
+    **{f"{name}_promoting_a_tensor_used_twice": (lambda cat: lambda x: (lambda t: (cat(t, x), t))(x.bfloat16()))(cat)
+       for name, cat in (("cat", lambda t, x: torch.cat([t, x, t])), ("hstack", lambda t, x: torch.hstack([t, t, x])),
+                         ("roll_of_cat", lambda t, x: torch.roll(torch.cat([t, x, t]), 7)))},
 }
 
 
@@ -749,3 +754,34 @@ def test_masked_fill_gradient_of_generated_program_503():
     (expected,) = torch.autograd.grad(program(x0, x1), x0, cot)
     (actual,) = torch.autograd.grad(thunder.jit(program)(x0, x1), x0, cot)
     assert torch.equal(actual, expected)
+
+
+_BROADCAST_COPIES = {  # (source shape, source dtype, destination dtype, how the source is written)
+    "float64_scalar_into_float32": ((), torch.float64, torch.float32, "copy_"),
+    "float32_row_into_float64": ((1, 300), torch.float32, torch.float64, "copy_"),
+    "bfloat16_row_into_float32": ((300,), torch.bfloat16, torch.float32, "copy_"),
+    "float64_scalar_fill_into_float32": ((), torch.float64, torch.float32, "fill_"),
+}
+
+
+@pytest.mark.parametrize("case", list(_BROADCAST_COPIES))
+def test_a_broadcast_copy_sums_the_sources_gradient_in_its_dtype_as_eager(case):
+    """Eager's CopyBackwards converts the gradient to the source's dtype, and the engine then sums the broadcast
+    dimensions in that dtype (generated program 873206: a float64 scalar copied into float32 got a float32 sum);
+    ``fill_``'s formula for a 0-dim tensor value is the gradient's sum, in the filled tensor's dtype."""
+    shape, src_dtype, dst_dtype, method = _BROADCAST_COPIES[case]
+
+    def program(a, s):
+        t = a * 1
+        getattr(t, method)(s)
+        return t * 2
+
+    grads = []
+    for f in (program, thunder.jit(program)):
+        a = torch.randn(200, 300, dtype=dst_dtype, generator=torch.Generator().manual_seed(0)).requires_grad_()
+        s = torch.randn(shape, dtype=src_dtype, generator=torch.Generator().manual_seed(1)).requires_grad_()
+        out = f(a, s)
+        cotangent = torch.randn(out.shape, dtype=out.dtype, generator=torch.Generator().manual_seed(2))
+        grads.append(torch.autograd.grad(out, (a, s), cotangent))
+    for e, t in zip(*grads):
+        assert e.dtype == t.dtype and torch.equal(e, t)

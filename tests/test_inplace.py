@@ -1003,14 +1003,27 @@ def _selection_of_a_permuted_tensor(y, m):
     return s
 
 
-@pytest.mark.parametrize("case", ["divided_selection", "selection_of_a_permuted_tensor"])
+def _contiguous_of_a_sum_of_a_selection(x, b):
+    s = (x + b)[(x + b).sum(1) > 0][:2]  # (min(i0, 2), 3): its layout is known only for values of i0
+    t = s.sum(0, keepdim=True)  # (1, 3), dense whatever i0: contiguous
+    c = t.contiguous()  # t itself in eager
+    torch.relu_(t)  # so c changes too
+    return c
+
+
+@pytest.mark.parametrize("case", ["divided_selection", "selection_of_a_permuted_tensor",
+                                  "contiguous_of_a_sum_of_a_selection"])
 def test_updates_through_maybe_views_of_masked_selections_are_eagers(case):
     """Whether ``flatten`` of a tensor computed from a masked selection is a view depends on the selection's strides,
     which thunder once could not compute (no meta kernel): it took a copy, so ``sqrt_`` through the view did not
     change the tensor (generated program 830049, silently wrong). Now they are computed as eager lays them out,
-    and an update whose view question cannot be answered is refused rather than guessed."""
+    and an update whose view question cannot be answered is refused rather than guessed. A tensor whose own shape
+    holds no run-time extent but whose layout depends on one upstream (``contiguous`` of it: generated program
+    892326, which took a copy) is asked about for values of that extent."""
     if case == "divided_selection":
         fn, args = _divided_selection, (torch.tensor([[1.0, 2, 3, 4], [-9, 1, 1, 1], [4, 3, 2, 1]]),)
+    elif case == "contiguous_of_a_sum_of_a_selection":
+        fn, args = _contiguous_of_a_sum_of_a_selection, (torch.tensor([[1.0, -2.0, 5.0]]), torch.tensor([-1.0]))
     else:
         fn, args = _selection_of_a_permuted_tensor, (torch.randn(3, 4, 5).permute(2, 0, 1), torch.tensor([True, False, True]))
     expected, actual = fn(*args), thunder.jit(fn)(*args)

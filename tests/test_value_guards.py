@@ -156,19 +156,27 @@ def test_extents_that_must_be_equal_are_decided_by_their_values(grad):
 
 
 def _added_to_the_largest(x, labels):  # as many rows as labels equal to the largest: broadcast when one, or all
-    return x + x[labels == labels.max()], x[labels == labels.max()].expand(3)
+    largest = x[labels == labels.max()]
+    return x + largest, largest.expand(3), torch.where(largest < x, largest.detach(), x)
 
 
 @pytest.mark.parametrize("labels,error", [
     (torch.tensor([1, 5, 2]), None), (torch.tensor([3, 0, 3]), "must match|cannot broadcast|expanded size"),
     (torch.tensor([4, 4, 4]), None)], ids=["one", "two", "all"])
-def test_an_extent_of_one_broadcasts_where_its_value_is_one(labels, error):
+@pytest.mark.parametrize("grad", [False, True])
+def test_an_extent_of_one_broadcasts_where_its_value_is_one(labels, error, grad):
     """A selection of one row broadcasts (and expands) as a row of size 1 does; where the count is neither 1 nor the
-    other extent, eager's error. (It raised eager's error when the count was 1: generated program 33740.)"""
+    other extent, eager's error. (It raised eager's error when the count was 1: generated program 33740; its gradient
+    failed to reshape the broadcast sum to the selection's extent, which the trace had equated with 1: 905373.)"""
     jfn = thunder.jit(_added_to_the_largest)
-    x = torch.randn(3)
+    x = torch.randn(3, requires_grad=grad)
     if error is None:
-        _same(jfn(x, labels), _added_to_the_largest(x, labels))
+        actual, expected = jfn(x, labels), _added_to_the_largest(x, labels)
+        for a, e in zip(actual, expected):
+            _same(a.detach(), e.detach())
+        if grad:
+            _same(torch.autograd.grad(sum(a.sum() for a in actual), x)[0],
+                  torch.autograd.grad(sum(e.sum() for e in expected), x)[0])
     else:
         with pytest.raises(RuntimeError, match=error):
             _added_to_the_largest(x, labels)

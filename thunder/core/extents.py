@@ -311,13 +311,20 @@ def unknown_equality(a, b, where: str) -> str:
 
 
 def is_one(x) -> bool:
-    """Whether an extent is 1; a run-time extent never is (torch's size-oblivious rule)."""
-    return not is_runtime(x) and x == 1
+    """Whether an extent is 1; a run-time extent never is (torch's size-oblivious rule), unless the trace equated it
+    with 1 (``assume_equal``: a data-dependent count of 1 broadcast against 5, which the prologue checks)."""
+    return _constant(x) == 1
 
 
 def is_zero(x) -> bool:
-    """Whether an extent is 0; a run-time extent is taken not to be (size-oblivious)."""
-    return not is_runtime(x) and x == 0
+    """Whether an extent is 0; a run-time extent is taken not to be (size-oblivious), unless equated with 0."""
+    return _constant(x) == 0
+
+
+def _constant(x):
+    if not is_runtime(x):
+        return x
+    return x.poly.constant() if x.poly is not None else None
 
 
 def same_shape(a, b) -> bool:

@@ -673,7 +673,7 @@ class Tracer:
         start = len(scope)
         new = compute()
         for bsym in scope[start:]:
-            self.layouts.add_output(_torch_callable(bsym.sym), bsym.args, bsym.kwargs, bsym.output)
+            self.layouts.add_output(_torch_callable(bsym.sym), *_torch_call_arguments(bsym), bsym.output)
         root = self.aliases.originals[key]
         if new is not root and tuple(new.shape) == tuple(root.shape) and self._laid_out_otherwise(new, root):
             new = _relaid(new, root)
@@ -709,7 +709,7 @@ class Tracer:
         torch_fn = _torch_callable(bsym.sym) if bsym is not None else None
         if torch_fn is None:
             return None
-        return torch_fn, bsym.args, bsym.kwargs, next(k for k, o in enumerate(bsym.flat_outs) if o is proxy)
+        return (torch_fn, *_torch_call_arguments(bsym), next(k for k, o in enumerate(bsym.flat_outs) if o is proxy))
 
     def _check_input_update(self, root, view, target, new):
         """Updates recorded by autograd, of inputs: eager refuses them for leaves that require grad."""
@@ -1001,6 +1001,35 @@ def _torch_callable(sym):
     from thunder.executors.torchex import prim_torch_callable
 
     return getattr(sym, "torch_impl", None) or prim_torch_callable(sym)
+
+
+def _torch_call_arguments(bsym) -> tuple:
+    """``bsym``'s arguments as its torch callable takes them. A symbol of the torch language records every argument
+    its signature binds, defaults included (``add(a, b, None)``); torch's callables take some of those by keyword only
+    (``torch.add(a, b, *, alpha=1)``): the parameters with defaults go by keyword, and only where they differ from the
+    default. The computation is replayed out of place: an ``inplace`` flag (``F.relu``'s) is left out. A primitive's
+    arguments are its torch callable's."""
+    sig = bsym.sym.signature if getattr(bsym.sym, "torch_impl", None) is not None else None
+    if sig is None:
+        return bsym.args, bsym.kwargs
+    try:
+        bound = sig.bind(*bsym.args, **bsym.kwargs)
+    except TypeError:
+        return bsym.args, bsym.kwargs
+    args, kwargs = [], {}
+    for name, value in bound.arguments.items():
+        param = sig.parameters[name]
+        if name == "inplace":
+            continue
+        if param.kind is inspect.Parameter.VAR_POSITIONAL:
+            args.extend(value)
+        elif param.kind is inspect.Parameter.VAR_KEYWORD:
+            kwargs.update(value)
+        elif param.default is inspect.Parameter.empty and param.kind is not inspect.Parameter.KEYWORD_ONLY:
+            args.append(value)
+        elif value is not param.default and not (type(value) is type(param.default) and value == param.default):
+            kwargs[name] = value
+    return tuple(args), kwargs
 
 
 def _is_view_call(sym, args, kwargs) -> bool:

@@ -11,6 +11,7 @@ the prologue checks their strides on every call (see ``observed``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 
 import torch
@@ -27,6 +28,18 @@ class UnknownLayout(Exception):
 
 class _Infeasible(Exception):
     """Trial values of run-time extents that give some extent a negative value."""
+
+
+def _untraced(method):
+    """A query run with torch's Python-level interception off: its meta tensors are thunder's own, not the program's,
+    even where the tracing mode is active (thunder's handling of a custom ``autograd.Function`` runs under it)."""
+
+    @functools.wraps(method)
+    def query(*args, **kwargs):
+        with torch._C.DisableTorchFunction():
+            return method(*args, **kwargs)
+
+    return query
 
 
 def contiguous_strides(shape) -> tuple:
@@ -69,18 +82,21 @@ class Layouts:
         self.memo.pop(proxy.name, None)
 
     # -- queries ---------------------------------------------------------------------------
+    @_untraced
     def meta(self, proxy: TensorProxy) -> torch.Tensor:
         """A meta tensor with ``proxy``'s shape, dtype and strides; marks the inputs it depended on as observed."""
         strides, offset, deps = self._layout(proxy)
         self.observed |= deps
         return self._empty(proxy, strides, offset)
 
+    @_untraced
     def peek(self, proxy: TensorProxy) -> torch.Tensor:
         """``meta`` without marking the inputs it depends on as observed: for choices that stay right (if slower or
         rounded otherwise) whatever the layout of a later call."""
         strides, offset, _ = self._layout(proxy)
         return self._empty(proxy, strides, offset)
 
+    @_untraced
     def replayed(self, proxy: TensorProxy, fn, args, kwargs, index: int) -> torch.Tensor:
         """A meta tensor laid out as output ``index`` of ``fn(*args, **kwargs)`` (``proxy``'s shape) would be, without
         marking inputs observed: the layout an operation computing ``proxy`` gives it."""
@@ -191,6 +207,7 @@ class Layouts:
             return contiguous_strides(shape), 0, frozenset(deps)
         return tuple(t.stride()), t.storage_offset(), frozenset(deps)
 
+    @_untraced
     def aliases(self, fn, args, kwargs, out_index: int, base: TensorProxy) -> bool:
         """Whether output ``out_index`` of ``fn(*args, **kwargs)`` shares memory with ``base``, as in eager.
 
@@ -207,6 +224,7 @@ class Layouts:
                 ".clone() or .contiguous() on its result to make it a new tensor")
         return answers.pop() if answers else False
 
+    @_untraced
     def returns_input(self, fn, args, kwargs, base: TensorProxy) -> bool:
         """Whether ``fn(*args, **kwargs)`` returns ``base`` itself in eager (``x.contiguous()`` of a contiguous ``x``):
         a value with no autograd node of its own. Where the answer depends on run-time extents, no."""
@@ -217,7 +235,14 @@ class Layouts:
         out; for the shapes themselves where there are none."""
         names = sorted(_roots(tree_leaves((args, kwargs))))
         if not names:
-            return {bool(self._aliases(fn, args, kwargs, out_index, base, same))}
+            try:
+                return {bool(self._aliases(fn, args, kwargs, out_index, base, same))}
+            except UnknownLayout:
+                # the layout of an argument depends on run-time extents upstream (``x[mask][:2].sum(0, keepdim=True)``
+                # of 1 row): asked for values of those, as where they are the arguments' own
+                names = sorted(self._upstream_roots(tree_leaves((args, kwargs))))
+                if not names:
+                    return {False}
         trials = [dict(zip(names, itertools.count(11, 2)))] + [dict.fromkeys(names, v) for v in (0, 1, 2)]
         answers = set()
         for trial in trials:
@@ -247,7 +272,11 @@ class Layouts:
                 out = fn(*margs, **mkwargs)
         except _Infeasible:
             return None
-        except Exception:  # noqa: BLE001 - no meta kernel, or a layout unknown: assume a fresh tensor
+        except UnknownLayout:
+            if self.trial is None:
+                raise  # _answers asks for values of the run-time extents it depends on
+            return None
+        except Exception:  # noqa: BLE001 - no meta kernel: assume a fresh tensor
             return None if self.trial is not None else False
         leaves = tree_leaves(out)
         t = leaves[out_index] if out_index < len(leaves) else None
@@ -256,6 +285,22 @@ class Layouts:
         if self.trial is not None and isinstance(t, torch.Tensor) and t.numel() == 0:
             return None  # no element to share: the answer of the other values holds (x.diff() of 0 rows aliases x)
         return isinstance(t, torch.Tensor) and isinstance(mbase, torch.Tensor) and torch._C._is_alias_of(t, mbase)
+
+    def _upstream_roots(self, leaves) -> set:
+        """The run-time extents the layouts of the tensors among ``leaves`` may depend on: those of the shapes (and
+        numbers) of everything they are computed from."""
+        roots, seen = set(), set()
+        stack = [x for x in leaves if isinstance(x, TensorProxy)]
+        while stack:
+            proxy = stack.pop()
+            if proxy.name in seen:
+                continue
+            seen.add(proxy.name)
+            tensor, producer = self.value_of.get(proxy.name), self.producer.get(proxy.name)
+            sources = [tensor] if tensor is not None else tree_leaves(producer[1:3]) if producer is not None else []
+            roots |= _roots([proxy, *sources])
+            stack.extend(x for x in sources if isinstance(x, TensorProxy))
+        return roots
 
     @contextlib.contextmanager
     def _trying(self, trial: dict):

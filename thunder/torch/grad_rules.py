@@ -19,7 +19,7 @@ from thunder.core import prims
 from thunder.core.proxies import TensorProxy
 from thunder.core.trace import get_tracectx
 from thunder.torch.registry import torchsymbol
-from thunder.transforms.grad_rules import register_vjp
+from thunder.transforms.grad_rules import register_cheap_vjp, register_vjp
 
 aten = torch.ops.aten
 
@@ -606,6 +606,7 @@ from thunder.torch import matmul_grads  # noqa: E402,F401  (the kernels of matri
 # split (q, k, v = c_attn(x).split(...)): the cotangents concatenated, zeros for the unused pieces, as eager's
 # split_backward; through the decomposition each piece's gradient would be a zero-padded copy of the whole, summed.
 from thunder.torch import shapes as _shapes  # noqa: E402
+from thunder.torch.utils import canonicalize_dim  # noqa: E402
 
 
 @register_vjp(_shapes.split)
@@ -733,6 +734,33 @@ def repeat_rule(a, *sizes):
         return (g,)
 
     return _shapes.repeat(a, *sizes), backward
+
+
+@register_cheap_vjp(_shapes.cat)
+def cat_rule(tensors, dim=0):
+    """eager's ``CatBackward``: one slice of the output gradient per input, in the inputs' order, each in its input's
+    dtype. Through the decomposition, the type promotions' conversions would be differentiated one by one, the last
+    first: a tensor given twice in another dtype (``cat([t_bf16, x, t_bf16])``) would get its parts summed in the
+    reverse order. A legacy empty tensor that cat skips (``torch.tensor([])``) gets an empty gradient."""
+    out = _shapes.cat(tensors, dim)
+    kept = [t for t in tensors if not (t.ndim == 1 and _shapes.is_zero(t.shape[0]))] or list(tensors[:1])
+    d = canonicalize_dim(kept[0].ndim, dim)
+
+    def backward(g):
+        grads, start = [], 0
+        for t in tensors:
+            if not any(t is k for k in kept):
+                grads.append(prims.full((0,), 0.0, device=t.device, dtype=t.dtype))
+                continue
+            stop = start + t.shape[d]
+            starts, ends = [0] * g.ndim, list(g.shape)
+            starts[d], ends[d] = start, stop
+            part = prims.slice_prim(g, starts, ends, [1] * g.ndim)
+            grads.append(part if part.dtype is t.dtype else prims.convert_element_type(part, t.dtype))
+            start = stop
+        return grads, None
+
+    return out, backward
 
 
 @register_vjp(_shapes.stack)

@@ -24,7 +24,7 @@ from thunder.core.proxies import TensorProxy
 from thunder.torch import elementwise as ew
 from thunder.torch.fallback import fallback_symbol, inplace_fallback_symbol
 from thunder.torch.grad_rules_helpers import reduce_like
-from thunder.transforms.grad_rules import register_elementwise_vjp as register_vjp
+from thunder.transforms.grad_rules import register_cheap_vjp as register_vjp
 
 aten = torch.ops.aten
 

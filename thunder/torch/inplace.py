@@ -77,12 +77,17 @@ def copy_value(a, src, non_blocking=False):
         from thunder.torch.creation import full
 
         return _overwriting(a, full(tuple(a.shape), src, dtype=a.dtype, device=a.device))
-    value = expand_to(to(src, a.device, a.dtype), tuple(a.shape))
-    if value is src:  # a new value, not src's proxy: src is another tensor, which later updates must not reach
-        from thunder.torch.shapes import clone
+    # broadcast before the dtype conversion: eager's CopyBackwards converts the gradient to src's dtype, then the
+    # broadcast dimensions are summed in it (a float64 scalar copied into float32 gets a float64 sum)
+    return _overwriting(a, _new_value(src, to(expand_to(to(src, a.device), tuple(a.shape)), dtype=a.dtype)))
 
-        value = clone(src)
-    return _overwriting(a, value)
+
+def _new_value(src, value):
+    """``value``, computed from ``src``, as a new tensor: not ``src``'s proxy where it is ``src`` itself (another
+    tensor, which later updates must not reach)."""
+    from thunder.torch.shapes import clone
+
+    return clone(src) if value is src else value
 
 
 @torchsymbol(name="fill_value", torch_impl=_fill_value_impl)
@@ -92,7 +97,10 @@ def fill_value(a, value):
 
     if isinstance(value, torch.Tensor):
         check(value.ndim == 0, lambda: f"fill_ only supports 0-dimension value tensor but got tensor with {value.ndim} dimensions.")
-        return copy_value(a, value)
+        from thunder.torch.shapes import to
+
+        # converted, then broadcast: eager's gradient of the value is the sum of the gradient, in a's dtype
+        return _overwriting(a, _new_value(value, expand_to(to(value, a.device, a.dtype), tuple(a.shape))))
     return _overwriting(a, full(tuple(a.shape), value, dtype=a.dtype, device=a.device))
 
 

@@ -23,7 +23,7 @@ from thunder.core.symbol import BoundSymbol, Tag
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.executors import pythonex as px
 from thunder.transforms.dce import dce, has_effects
-from thunder.transforms.grad_rules import ArgGrads, get_vjp, is_elementwise_rule
+from thunder.transforms.grad_rules import ArgGrads, get_vjp, is_cheap_rule
 from thunder.transforms.rename import substitute
 
 
@@ -70,8 +70,8 @@ def _cheap_decomposition(bsym) -> bool:
     for sub in bsym.subsymbols:
         if sub.subsymbols:
             # A part with a rule of its own (e.g. layer norm's kernel-based one) is better used in the forward,
-            # unless the rule is an elementwise formula (cheap to replay in the backward).
-            if (_rule_for(sub.sym) is not None and not is_elementwise_rule(sub.sym)) or not _cheap_decomposition(sub):
+            # unless the rule is cheap to replay in the backward (an elementwise formula, cat's slices).
+            if (_rule_for(sub.sym) is not None and not is_cheap_rule(sub.sym)) or not _cheap_decomposition(sub):
                 return False
         elif not (sub.sym.module == "prims" and sub.sym.name in _CHEAP_PRIMS):
             return False

@@ -45,18 +45,18 @@ def get_vjp(sym):
     return VJP_RULES.get(sym.id) or getattr(sym, "vjp", None)
 
 
-_ELEMENTWISE_RULES: set[str] = set()
+_CHEAP_RULES: set[str] = set()
 
 
-def register_elementwise_vjp(*symbols):
-    """``register_vjp`` for a rule that is an elementwise formula: as cheap to replay in the backward as the
-    primitives it decomposes into (see [Note: differentiating a decomposition] in autodiff)."""
-    _ELEMENTWISE_RULES.update(sym.id for sym in symbols)
+def register_cheap_vjp(*symbols):
+    """``register_vjp`` for a rule as cheap to replay in the backward as the primitives it decomposes into: an
+    elementwise formula, or data movement (``cat``) (see [Note: differentiating a decomposition] in autodiff)."""
+    _CHEAP_RULES.update(sym.id for sym in symbols)
     return register_vjp(*symbols)
 
 
-def is_elementwise_rule(sym) -> bool:
-    return sym.id in _ELEMENTWISE_RULES
+def is_cheap_rule(sym) -> bool:
+    return sym.id in _CHEAP_RULES
 
 
 def _t(x):
