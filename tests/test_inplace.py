@@ -1111,3 +1111,23 @@ def test_dropout_that_changes_nothing_in_place_on_a_view_of_a_leaf_is_fine():
 
     x = torch.randn(2, 3, requires_grad=True)
     assert torch.equal(thunder.jit(fn)(x), fn(x))
+
+
+@pytest.mark.parametrize("method", ["type_as", "to"])
+def test_a_same_dtype_conversion_to_a_tensor_whose_value_was_read_is_the_tensor_itself(method):
+    """``x.type_as(s)`` of a float32 ``s`` is ``x`` itself in eager, so an update of it updates ``x``. Where the trace
+    had read ``s``'s value (``s.item()``), thunder asked torch's meta kernels with ``s``'s real value, which moved the
+    meta ``x`` to the CPU and failed: taken for a copy, the caller's ``x`` kept its values (generated program
+    922665, silently wrong)."""
+    def fn(x, s):
+        k = s.item()
+        y = getattr(x, method)(s)
+        y.div_(2)
+        return x * k
+
+    args = (torch.randn(2, 3), torch.tensor(3.0))
+    expected_args, actual_args = [a.clone() for a in args], [a.clone() for a in args]
+    expected, actual = fn(*expected_args), thunder.jit(fn)(*actual_args)
+    assert torch.equal(expected, actual)
+    for e, a in zip(expected_args, actual_args):
+        assert torch.equal(e, a)

@@ -255,8 +255,8 @@ class Layouts:
         extent below 0, an error) or say nothing (an output without elements)."""
         metas = {}
 
-        def to_meta(x):
-            if known_value(x) is not None:
+        def to_meta(x, values: bool):
+            if values and known_value(x) is not None:
                 return known_value(x)
             if isinstance(x, TensorProxy):
                 metas.setdefault(x.name, self.meta(x))
@@ -265,19 +265,26 @@ class Layouts:
                 return self._number(x)
             return x
 
-        try:
-            margs, mkwargs = tree_map(to_meta, (args, kwargs))
-            mbase = metas.get(base.name)  # the first tensor argument (einsum's operand follows its equation)
-            with torch._C.DisableTorchFunction():
-                out = fn(*margs, **mkwargs)
-        except _Infeasible:
-            return None
-        except UnknownLayout:
-            if self.trial is None:
-                raise  # _answers asks for values of the run-time extents it depends on
-            return None
-        except Exception:  # noqa: BLE001 - no meta kernel: assume a fresh tensor
-            return None if self.trial is not None else False
+        # 0-dim tensors whose values the trace specialized on go as their values (a size torch reads), unless that
+        # fails: then as meta tensors too (``x.type_as(v)`` of a real CPU ``v`` would move the meta ``x`` there)
+        with_values = any(known_value(x) is not None for x in tree_leaves((args, kwargs)))
+        for values in (True, False)[0 if with_values else 1:]:
+            try:
+                margs, mkwargs = tree_map(functools.partial(to_meta, values=values), (args, kwargs))
+                mbase = metas.get(base.name)  # the first tensor argument (einsum's operand follows its equation)
+                with torch._C.DisableTorchFunction():
+                    out = fn(*margs, **mkwargs)
+                break
+            except _Infeasible:
+                return None
+            except UnknownLayout:
+                if self.trial is None:
+                    raise  # _answers asks for values of the run-time extents it depends on
+                return None
+            except Exception:  # noqa: BLE001 - no meta kernel: assume a fresh tensor
+                if values:
+                    continue
+                return None if self.trial is not None else False
         leaves = tree_leaves(out)
         t = leaves[out_index] if out_index < len(leaves) else None
         if same:
