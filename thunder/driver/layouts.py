@@ -268,7 +268,7 @@ class Layouts:
         # 0-dim tensors whose values the trace specialized on go as their values (a size torch reads), unless that
         # fails: then as meta tensors too (``x.type_as(v)`` of a real CPU ``v`` would move the meta ``x`` there)
         with_values = any(known_value(x) is not None for x in tree_leaves((args, kwargs)))
-        for values in (True, False)[0 if with_values else 1:]:
+        for values in (True, False) if with_values else (False,):
             try:
                 margs, mkwargs = tree_map(functools.partial(to_meta, values=values), (args, kwargs))
                 mbase = metas.get(base.name)  # the first tensor argument (einsum's operand follows its equation)

@@ -19,7 +19,7 @@ from thunder.core import prims
 from thunder.core.proxies import TensorProxy
 from thunder.core.trace import get_tracectx
 from thunder.torch.registry import torchsymbol
-from thunder.transforms.grad_rules import register_cheap_vjp, register_vjp
+from thunder.transforms.grad_rules import cat_slices, register_cheap_vjp, register_vjp
 
 aten = torch.ops.aten
 
@@ -747,17 +747,14 @@ def cat_rule(tensors, dim=0):
     d = canonicalize_dim(kept[0].ndim, dim)
 
     def backward(g):
-        grads, start = [], 0
+        parts = iter(cat_slices(g, kept, d))
+        grads = []
         for t in tensors:
             if not any(t is k for k in kept):
                 grads.append(prims.full((0,), 0.0, device=t.device, dtype=t.dtype))
                 continue
-            stop = start + t.shape[d]
-            starts, ends = [0] * g.ndim, list(g.shape)
-            starts[d], ends[d] = start, stop
-            part = prims.slice_prim(g, starts, ends, [1] * g.ndim)
+            part = next(parts)
             grads.append(part if part.dtype is t.dtype else prims.convert_element_type(part, t.dtype))
-            start = stop
         return grads, None
 
     return out, backward

@@ -319,19 +319,24 @@ def slice_rule(a, start_indices, end_indices, strides=None):
     return out, backward
 
 
+def cat_slices(g, tensors, dim: int) -> list:
+    """The slices of ``g``, a concatenation's gradient along ``dim``, one per tensor concatenated, in their order."""
+    slices, start = [], 0
+    for t in tensors:
+        stop = start + t.shape[dim]
+        starts, ends = [0] * g.ndim, list(g.shape)
+        starts[dim], ends[dim] = start, stop
+        slices.append(prims.slice_prim(g, starts, ends, [1] * g.ndim))
+        start = stop
+    return slices
+
+
 @register_vjp(prims.cat)
 def cat_rule(tensors, dim):
     out = prims.cat(tensors, dim)
 
     def backward(g):
-        grads, start = [], 0
-        for t in tensors:
-            stop = start + t.shape[dim]
-            starts, ends = [0] * g.ndim, list(g.shape)
-            starts[dim], ends[dim] = start, stop
-            grads.append(prims.slice_prim(g, starts, ends, [1] * g.ndim))
-            start = stop
-        return (grads, None)
+        return (cat_slices(g, tensors, dim), None)
 
     return out, backward
 
