@@ -785,3 +785,54 @@ def test_a_broadcast_copy_sums_the_sources_gradient_in_its_dtype_as_eager(case):
         grads.append(torch.autograd.grad(out, (a, s), cotangent))
     for e, t in zip(*grads):
         assert e.dtype == t.dtype and torch.equal(e, t)
+
+
+def _mean_update_of_an_earlier_view(x):  # generated program 925211
+    t = x * 1.5
+    v = t.unsqueeze(1)
+    v.addcmul_(t.mean(), t.mean(), value=0.5)
+    return t
+
+
+def _augmented_assignment_reading_the_base(x):  # Python takes t[:, :2] before it evaluates the right side
+    t = x * 1.5
+    t[:, :2] += t.mean() * t.sum(0)[:2]
+    return t
+
+
+def _update_of_a_view_after_another_use(x):
+    t = x * 2
+    v = t[1:]
+    u = (t * 3).sum()
+    v.mul_((t * 3)[1:])
+    return t, u
+
+
+def _assignment_into_a_view_of_a_view(x):
+    t = x * 2
+    v = t[1:].t()
+    w = t + 1
+    v[0] += w[0, 1:].sum() * w[2, 2]
+    return t
+
+
+_VIEW_UPDATES = {f.__name__.strip("_"): f for f in (_mean_update_of_an_earlier_view,
+                 _augmented_assignment_reading_the_base, _update_of_a_view_after_another_use,
+                 _assignment_into_a_view_of_a_view)}
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("case", list(_VIEW_UPDATES))
+def test_an_update_of_a_view_gives_its_part_of_the_gradient_when_eager_does(case, seed):
+    """Eager's CopySlices takes the view again from its base at the update, so the update's part of the base's
+    gradient is added before the parts of the base's uses since the view was taken (a mean on the right side):
+    thunder's update reads the view taken again there (fuzz 925211 and 920459 summed them the other way round)."""
+    fn = _VIEW_UPDATES[case]
+    grads = []
+    for f in (fn, thunder.jit(fn)):
+        x = torch.randn(6, 5, generator=torch.Generator().manual_seed(seed), requires_grad=True)
+        outs = f(x)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        cotangents = [torch.randn(o.shape, generator=torch.Generator().manual_seed(seed + 1)) for o in outs]
+        grads.append(torch.autograd.grad(outs, x, cotangents)[0])
+    assert torch.equal(grads[0], grads[1]) and torch.equal(grads[0].signbit(), grads[1].signbit())

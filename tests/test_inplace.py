@@ -865,6 +865,13 @@ _FOUND = {
     "copy_of_a_value_requiring_grad_into_a_view": (_copy_into_a_view_of_a_sum,
                                                    lambda: [torch.randn(3, requires_grad=True),
                                                             torch.randn(5, requires_grad=True)], True),
+    # fuzz 934285: these ops' layout rule took a lone (expanded) tensor operand's strides for the result's, so the
+    # flatten of the contiguous result was taken for a copy and missed the update
+    **{f"flatten_of_{name}_of_an_expanded_tensor_sees_its_update": (
+        (lambda op: lambda x: (lambda t: (lambda v: (t.abs_(), v)[1])(t.flatten()))(op(x)))(op),
+        lambda: [torch.randn(1, 4).expand(5, 4)], False)
+       for name, op in (("xlogy", lambda x: torch.xlogy(x, 2.0)), ("copysign", lambda x: torch.copysign(x, -1.0)),
+                        ("floor_divide", lambda x: torch.floor_divide(x, 0.3)))},
     "returns_the_updated_input": (_returns_the_updated_input,
                                   lambda: [torch.randn(1, dtype=torch.float64, requires_grad=True),
                                            torch.randn(2, 2, requires_grad=True) * 1], True),

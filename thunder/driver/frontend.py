@@ -468,6 +468,7 @@ class Tracer:
         kwargs = self.resolve(kwargs) if kwargs else kwargs
         if key is _SETITEM:
             target, index, value = args
+            target = self._retaken(first, target)
             out = self.call(ltorch_shapes.setitem, (target, index, value), {})
             self.inplace(first, out)
             return None
@@ -581,6 +582,9 @@ class Tracer:
             raise NotImplementedError(f"{describe(func)} is not supported by thunder: {plan.message}")
         self_value = args[0]
         if plan.kind in (PlanKind.TWIN, PlanKind.VALUE, PlanKind.CLONE_APPLY):
+            if not plan.no_grad:
+                self_value = self._retaken(first, self_value)
+                args = (self_value, *args[1:])
             self._check_no_partial_overlap(func, self_value, args[1:], kwargs)
         if plan.kind == PlanKind.TWIN:
             if plan.inplace_kwarg:  # F.elu_(x) is F.elu(x, inplace=True), which updates x itself
@@ -610,6 +614,19 @@ class Tracer:
         if plan.check is not None:
             plan.check(self_value, new)
         return self.inplace(first, new, no_grad=plan.no_grad)
+
+    def _retaken(self, first, value):
+        """The value an in-place update of the program's tensor ``first`` reads: a view (of replayable steps) whose
+        update autograd records is taken again from its root, unless it was just taken (see [Note: in-place
+        updates]: the view's gradient then reaches the root when eager's ``CopySlices`` gives it)."""
+        if not (torch.is_grad_enabled() and isinstance(first, TensorProxy) and isinstance(value, TensorProxy)
+                and value.requires_grad):
+            return value
+        view = self.aliases.view_of(first)
+        scope = self.trace._scopes[-1]
+        if view is None or not view.read_back or (scope and any(o is value for o in scope[-1].flat_outs)):
+            return value
+        return self.aliases.retake(first)
 
     @staticmethod
     def _differentiated_narrower(self_value, new, args, kwargs, plan) -> bool:

@@ -19,6 +19,10 @@ share memory. While tracing, thunder keeps the program's view of memory in this 
   themselves, and outputs that are views of them are regenerated from the written-back input, so they
   alias the caller's tensor as in eager. Passes must keep reads of an input after its ``copy_`` after it:
   they read the ``copy_``'s result, which makes the order a data dependency.
+- An update of a view that autograd records reads the view taken again from its root at the update, unless
+  the view was just taken: eager's ``CopySlices`` takes it there, so the view's part of the root's gradient
+  comes first among the parts of uses since (``t[:, :2] += t.mean()``: the update's part, then the mean's),
+  where the view taken earlier would give it last.
 - An update made where autograd does not record it (under ``torch.no_grad()``, or through ``detach()`` or
   ``.data``) changes the value but not how gradients flow: the new value is ``detached_update(old, new)``,
   which is ``new`` with ``old``'s gradient.
@@ -338,6 +342,15 @@ class Aliases:
 
     def has_views(self, root: str) -> bool:
         return any(self._view(k) is not None for k, v in list(self.views.items()) if v.root == root)
+
+    def retake(self, proxy: TensorProxy) -> TensorProxy:
+        """The view ``proxy`` (every step replayable) taken again from its root's current value, as its value now."""
+        key = self.key(proxy)
+        view = self._view(key)
+        root_value = self.root_value(view.root)
+        value = self.regenerate_from(view, root_value)
+        self._set_view_value(key, root_value, value)
+        return value
 
     def regenerate_from(self, view: ViewOf, root_value: TensorProxy) -> TensorProxy:
         value = root_value

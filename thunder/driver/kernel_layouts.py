@@ -53,7 +53,7 @@ def elementwise(shape, out, args, kwargs):
     """TensorIterator's layout for the tensor operands, as ``torch.mul`` of them gives it (the meta kernels of these
     decompose through ``torch.where``, or ignore a 0-dim operand's place)."""
     tensors = [x for x in tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
-    product = functools.reduce(torch.mul, tensors)
+    product = functools.reduce(torch.mul, tensors[1:], torch.mul(tensors[0], 1))  # one operand: not its own strides
     return tuple(product.stride()) if tuple(product.shape) == shape else None
 
 
