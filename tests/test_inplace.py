@@ -7,6 +7,7 @@ leaves them (on the first call and on a cache hit), or raises the error the tabl
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Callable
 
@@ -599,6 +600,57 @@ def test_inplace_on_expanded_view_raises_as_eager():
         f(x)
     with pytest.raises(RuntimeError, match="more than one element"):
         thunder.jit(f)(x)
+
+
+def _no_grad_view_program(update, use, *, detach=False, update_in_no_grad=False, view_of_view=False):
+    def program(x):
+        b = x * 2
+        with torch.no_grad():
+            v = (b.detach() if detach else b)[0]
+            if view_of_view:
+                v = v[1:]
+        if update == "base":
+            with torch.no_grad() if update_in_no_grad else contextlib.nullcontext():
+                b.add_(1)
+        elif update == "view":
+            v.add_(1)
+        elif update == "other view":
+            b[1].add_(1)
+        return use(v), b
+
+    return program
+
+
+_NO_GRAD_VIEWS = {  # name: (program, the start of eager's error, or None)
+    "read_after_base_updated": (_no_grad_view_program("base", lambda v: v * 3), "its base or another view"),
+    "read_after_base_updated_in_no_grad": (_no_grad_view_program("base", lambda v: v * 3, update_in_no_grad=True),
+                                           "its base or another view"),
+    "read_after_another_view_updated": (_no_grad_view_program("other view", lambda v: v * 3), "its base or another"),
+    "view_of_it_read_after_base_updated": (_no_grad_view_program("base", lambda v: v * 2, view_of_view=True),
+                                           "its base or another view"),
+    "updated_with_grad_enabled": (_no_grad_view_program("view", lambda v: v), "is being modified inplace"),
+    "compared_after_base_updated": (_no_grad_view_program("base", lambda v: v > 0), None),
+    "argmax_after_base_updated": (_no_grad_view_program("base", lambda v: v.argmax()), None),
+    "of_a_detached_tensor": (_no_grad_view_program("base", lambda v: v * 3, detach=True), None),
+    "read_with_no_update": (_no_grad_view_program(None, lambda v: v * 3), None),
+    "returned_after_base_updated": (_no_grad_view_program("base", lambda v: v), None),
+}
+
+
+@pytest.mark.parametrize("case", list(_NO_GRAD_VIEWS))
+def test_views_taken_in_no_grad_mode_raise_where_eager_does(case):
+    """Eager forbids autograd to record a use of a view taken in no_grad mode (of a tensor requiring grad) once its
+    base changed in place, and an update of it with grad enabled; thunder returned values there."""
+    program, error = _NO_GRAD_VIEWS[case]
+    x = torch.randn(3, 2, requires_grad=True)
+    if error is None:
+        _assert_same(thunder.jit(program)(x), program(x), "outputs")
+        return
+    message = "A view was created in no_grad mode and " + error
+    with pytest.raises(RuntimeError, match=message):
+        program(x)
+    with pytest.raises(RuntimeError, match=message):
+        thunder.jit(program)(x)
 
 
 def test_input_list_mutation_is_refused():

@@ -181,6 +181,15 @@ def _with_dropped_arguments(func, kwargs: dict) -> dict:
     return {**kwargs, **found} if found else kwargs
 
 
+_NO_GRAD_VIEW_ADVICE = ("Given that this use case is ambiguous and error-prone, it is forbidden. You can clarify your "
+                        "code by moving both the view and the inplace either both inside the no_grad block (if you "
+                        "don't want the inplace to be tracked) or both outside (if you want the inplace to be tracked).")
+_NO_GRAD_VIEW_UPDATED = ("A view was created in no_grad mode and is being modified inplace with grad mode enabled. "
+                         + _NO_GRAD_VIEW_ADVICE)
+_NO_GRAD_VIEW_READ = ("A view was created in no_grad mode and its base or another view of its base has been modified "
+                      "inplace with grad mode enabled. " + _NO_GRAD_VIEW_ADVICE)
+
+
 def _tensor_leaves(x) -> list:
     return [t for t in pytree.tree_leaves(x) if isinstance(t, torch.Tensor)]
 
@@ -421,12 +430,25 @@ class Tracer:
         is not the program's: the recorder of Python state ignores it (see thunder/driver/python_state.py)."""
         state = python_state.current()
         if state is None:
-            return self._handle(func, args, kwargs)
-        state.internal += 1
-        try:
-            return self._handle(func, args, kwargs)
-        finally:
-            state.internal -= 1
+            out = self._handle(func, args, kwargs)
+        else:
+            state.internal += 1
+            try:
+                out = self._handle(func, args, kwargs)
+            finally:
+                state.internal -= 1
+        if self.aliases.no_grad_views and torch.is_grad_enabled():
+            self._check_no_grad_views(args, kwargs, out)
+        return out
+
+    def _check_no_grad_views(self, args, kwargs, out):
+        """Eager forbids autograd to record an operation reading a view taken in no_grad mode (of a tensor requiring
+        grad) once its base changed in place since: which value the gradient should flow through is ambiguous."""
+        if not any(isinstance(t, TensorProxy) and t.requires_grad for t in _tensor_leaves(out)):
+            return  # nothing recorded (``v > 0``, ``v.shape``)
+        if any(isinstance(t, TensorProxy) and self.aliases.changed_since_taken_in_no_grad_mode(t)
+               for t in _tensor_leaves((args, kwargs))):
+            raise RuntimeError(_NO_GRAD_VIEW_READ)
 
     def _handle(self, func, args, kwargs):
         key = property_key(func)
@@ -663,6 +685,8 @@ class Tracer:
         view = self.aliases.view_of(proxy)
         root = view.root if view is not None else self.aliases.key(proxy)
         grad_recorded = torch.is_grad_enabled() and not no_grad
+        if grad_recorded and self.aliases.taken_in_no_grad_mode(proxy):
+            raise RuntimeError(_NO_GRAD_VIEW_UPDATED)
         if grad_recorded:
             self._check_input_update(root, view, target, new)
         elif target.requires_grad and not new.requires_grad:

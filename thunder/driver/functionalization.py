@@ -210,6 +210,9 @@ class Aliases:
         self.version: dict[str, str] = {}  # key of a view -> the name of the root value its value is computed from
         self.view_values: dict[str, TensorProxy] = {}  # key of a view -> its value computed from `version`
         self.key_of: dict[str, str] = {}  # name of a value proxy -> key of the tensor it is the value of
+        # key of a view taken in no_grad mode of a tensor requiring grad (or of such a view) -> (its root, the name of
+        # the root's value then): eager forbids using it in autograd once the root changed (see Tracer._check_no_grad_view)
+        self.no_grad_views: dict[str, tuple[str, str]] = {}
         # called with (key, value proxy) when a tensor gets a new value through an update: its memory, and so its
         # layout, is the tensor's own (the frontend's layouts follow it)
         self.on_new_value = lambda key, value: None
@@ -296,6 +299,17 @@ class Aliases:
         self.views[out.name] = ViewOf(root, steps, keys)
         self.originals[out.name] = out
         self.version[out.name] = self.root_value(root).name
+        if step.kind == "view" and (base_key in self.no_grad_views
+                                    or not torch.is_grad_enabled() and base.requires_grad):
+            self.no_grad_views[out.name] = self.no_grad_views.get(base_key, (root, self.root_value(root).name))
+
+    def taken_in_no_grad_mode(self, proxy: TensorProxy) -> bool:
+        return self.key(proxy) in self.no_grad_views
+
+    def changed_since_taken_in_no_grad_mode(self, proxy: TensorProxy) -> bool:
+        """Whether ``proxy`` is a view taken in no_grad mode whose root got a new value since (in any mode)."""
+        root, value = self.no_grad_views.get(self.key(proxy), (None, None))
+        return root is not None and root in self.originals and self.root_value(root).name != value
 
     def update(self, proxy: TensorProxy, value: TensorProxy):
         """The program's tensor ``proxy`` gets the new value ``value`` (same shape and dtype)."""
