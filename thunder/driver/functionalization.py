@@ -211,7 +211,7 @@ class Aliases:
         self.view_values: dict[str, TensorProxy] = {}  # key of a view -> its value computed from `version`
         self.key_of: dict[str, str] = {}  # name of a value proxy -> key of the tensor it is the value of
         # key of a view taken in no_grad mode of a tensor requiring grad (or of such a view) -> (its root, the name of
-        # the root's value then): eager forbids using it in autograd once the root changed (see Tracer._check_no_grad_view)
+        # the root's value then): eager forbids using it in autograd once the root changed (see Tracer._check_no_grad_views)
         self.no_grad_views: dict[str, tuple[str, str]] = {}
         # called with (key, value proxy) when a tensor gets a new value through an update: its memory, and so its
         # layout, is the tensor's own (the frontend's layouts follow it)
@@ -304,7 +304,9 @@ class Aliases:
             self.no_grad_views[out.name] = self.no_grad_views.get(base_key, (root, self.root_value(root).name))
 
     def taken_in_no_grad_mode(self, proxy: TensorProxy) -> bool:
-        return self.key(proxy) in self.no_grad_views
+        """Whether ``proxy`` is a view taken in no_grad mode (a maybe-view found to be a copy is not)."""
+        key = self.key(proxy)
+        return key in self.no_grad_views and self._view(key) is not None
 
     def changed_since_taken_in_no_grad_mode(self, proxy: TensorProxy) -> bool:
         """Whether ``proxy`` is a view taken in no_grad mode whose root got a new value since (in any mode)."""
