@@ -29,6 +29,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--perturb", action="store_true", help="spoil thunder's first output (checks the comparison)")
+    ap.add_argument("--nn", action="store_true", help="neural-network ops (convolutions, pooling, norms, losses) too")
     ap.add_argument("--autocast", action="store_true", help="the forwards under CPU bfloat16 autocast")
     args = ap.parse_args()
     if args.autocast:
@@ -40,7 +41,7 @@ def main():
     grad_programs = 0
     t0 = time.time()
     for seed in range(args.start, args.start + args.n):
-        prog = pg.generate(seed)
+        prog = pg.generate(seed, nn=args.nn)
         if prog is None:
             kinds["DISCARD"] += 1
             continue

@@ -40,7 +40,7 @@ TINY = dict(hidden_size=64, num_hidden_layers=2, vocab_size=VOCAB, num_attention
             encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
             ffn_dim=128, n_positions=64, num_experts=4, num_local_experts=4, n_routed_experts=4, num_experts_per_tok=2,
             moe_intermediate_size=32, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1,
-            max_seq_len=64, n_ctx=64, embedding_size=64)
+            max_seq_len=64, n_ctx=64, embedding_size=64, layerdrop=0.0, encoder_layerdrop=0.0, decoder_layerdrop=0.0)
 # images and waveforms: the towers small, the rest (hierarchical stages, feature extractors) as the config has it
 TINY_IMAGE = dict(image_size=64, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
                   num_labels=10, layerdrop=0.0, drop_path_rate=0.0, mask_time_prob=0.0, vocab_size=VOCAB,

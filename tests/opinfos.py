@@ -623,6 +623,8 @@ def cat_samples(dtype):
     yield S([make((2, 3), dtype), make((2, 3), f64)], -1)  # type promotion
     yield S([make((2, 3), dtype)], dim=0)
     yield S([make((2, 3), dtype), make((0,), dtype)])  # legacy: a 1-D empty tensor is skipped
+    empty = make((0,), dtype)
+    yield S([empty, empty, make((0,), dtype)])  # only such tensors (one of them twice): an empty result
     yield S((make((3,), dtype), make((2,), dtype)))
 
 
@@ -938,6 +940,8 @@ def conv_samples(n):
         yield S(x(), w(k=2), None, 1, 2, 2)  # positional padding and dilation
         yield S(x(), w(c=2), groups=2)
         yield S(x(), w(), padding="same", dilation=2)
+        yield S(x(), w(k=2), padding="same")  # an even kernel: one zero more on the right, as torch pads
+        yield S(make((4,) + (6,) * n, dtype), w(o=2, k=4), padding="same", dilation=(1,) + (3,) * (n - 1))
         yield S(x(), w(), padding="valid")
         yield S(make((4,) + (6,) * n, dtype), w(o=2), stride=(2,) * n)  # unbatched
 
@@ -983,6 +987,8 @@ def batch_norm_samples(dtype):
     yield S(make((3, 4), dtype), *stats(), training=True)
     yield S(make((2, 4, 3, 3), dtype), None, None, training=True)
     yield S(make((2, 4, 3, 3), dtype), *stats(), make((4,), dtype), None, False, 0.1, 1e-5)
+    yield S(make((2, 4, 3), dtype), None, None, None, make((4,), dtype), training=True)  # a bias without a weight
+    yield S(make((2, 4, 3), dtype), *stats(), None, make((4,), dtype), training=False)
 
 
 def group_norm_samples(dtype):
@@ -1135,6 +1141,8 @@ SKIPPED = {
     "detached_update": "updates made under no_grad or through detach(); differential tests in tests/test_inplace.py",
     "without_gradient": "the 0-norm's place in the autograd graph; differential tests in tests/test_generated_programs.py",
     "laid_out_as": "the new value of a gapped input updated in place, laid out as it; differential tests in tests/test_inplace.py",
+    "contiguous_as_suggested": "rms_norm's result laid out as eager's composite lays it out (the rms_norm OpInfo); "
+                               "layouts of transposed and channels-last inputs in tests/test_inplace.py",
     "view_update": "the new value of a view updated in place, in the autograd graph; differential tests in tests/test_inplace.py",
     "manual_seed": "changes the random state (no tensor result); tests/test_side_effects.py compares it with eager",
 }

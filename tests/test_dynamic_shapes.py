@@ -139,6 +139,10 @@ CASES = {
     "layer_norm": (lambda x: F.layer_norm(_rows(x), (3,)), _randn(6, 3), True),
     "linear": (lambda x, w: F.linear(_rows(x), w).relu(), lambda: (torch.randn(6, 3), torch.randn(4, 3)), True),
     "matmul": (lambda x, w: _rows(x) @ w, lambda: (torch.randn(6, 3), torch.randn(3, 4)), True),
+    "conv1d_of_selected_rows": (lambda x, w: F.conv1d(_rows(x.flatten(1)).unflatten(1, (3, 4)), w, padding="same"),
+                                lambda: (torch.randn(6, 3, 4), torch.randn(2, 3, 2)), True),
+    "conv2d_of_selected_images": (lambda x, w: F.conv2d(x[x.sum((1, 2, 3)) > 0], w, stride=2).relu(),
+                                  lambda: (torch.randn(5, 2, 5, 5), torch.randn(3, 2, 3, 3)), True),
     "broadcast_column": (lambda x: _both(lambda r, m: r * x[m][:, :1], x), _randn(6, 3), True),
     "same_mask_selections": (lambda x, y: _both(lambda r, m: r + y[m] + torch.nonzero(m).float(), x),
                              lambda: (torch.randn(6, 3), torch.randn(6, 3)), True),
@@ -504,3 +508,23 @@ def test_an_update_of_a_detached_strided_view_of_a_run_time_extent_keeps_its_str
     actual, expected = _flat(thunder.jit(program)(x)), _flat(program(x))
     for a, e in zip(actual, expected):
         assert a.stride() == e.stride() and torch.equal(a, e)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_of_selected_rows_as_eager_whatever_their_count(training):
+    """A batch of a count known only when the program runs: several rows normalize and update the running statistics,
+    no rows run eager's empty-batch path (an empty output, the statistics untouched; torch's kernels refuse it)."""
+    def fn(x, threshold, w, b, rm, rv):
+        return F.batch_norm(x[x.sum((1, 2)) > threshold], rm, rv, w, b, training=training, momentum=0.3) * 2
+
+    jfn = thunder.jit(fn)
+    for threshold in (-100.0, 100.0, -100.0):  # every row, none, every row again
+        results = []
+        for f in (fn, jfn):
+            x = torch.randn(6, 2, 3, generator=torch.Generator().manual_seed(0))
+            w, b = torch.tensor([1.5, 0.5], requires_grad=True), torch.tensor([0.25, -1.0], requires_grad=True)
+            rm, rv = torch.tensor([0.1, 0.2]), torch.tensor([1.0, 2.0])
+            out = f(x, threshold, w, b, rm, rv)
+            results.append((out, rm, rv, *torch.autograd.grad(out.sum(), (w, b))))
+        for e, a in zip(*results):
+            assert e.shape == a.shape and torch.equal(e, a), (threshold, e, a)

@@ -3,7 +3,8 @@
 Each seed is one program over 1-3 inputs (contiguous, transposed, sliced or expanded; float32/float64/int64/bool)
 built from elementwise ops, reductions, matmuls, views, in-place updates of intermediates, of views of them and
 (in forward-only programs) of inputs, casts, indexing, gather/scatter, shape-dependent control flow, and selections
-by data-dependent masks (run-time extents) that are then sliced and differenced. The runner
+by data-dependent masks (run-time extents) that are then sliced and differenced; with ``nn=True``, neural-network
+ops too (convolutions, pooling, normalizations, resampling, attention, losses, embeddings). The runner
 compares outputs (values, dtype, shape, strides, requires_grad), updated inputs, gradients of sum(out * cotangent)
 and a second call with fresh inputs (the cache-hit path). A WRONG result or a CRASH (an internal error where eager
 works) fails; a clear refusal (NotImplementedError and the like) is allowed.
@@ -46,6 +47,20 @@ def test_generated_program_matches_eager(seed):
     assert res.kind not in ("WRONG", "CRASH"), f"{res.kind}: {res.detail}\n\nrepro:\n{prog.repro()}"
 
 
+N_NN_SEEDS = 200
+
+
+@pytest.mark.parametrize("seed", range(N_NN_SEEDS))
+def test_generated_program_with_neural_network_ops_matches_eager(seed):
+    """``generate(seed, nn=True)``: convolutions, pooling, normalizations (batch norm's running statistics updated in
+    place), resampling, attention and losses join the rules above."""
+    prog = pg.generate(seed, nn=True)
+    if prog is None:
+        pytest.skip("no program eager runs for this seed")
+    res = pg.run_program(prog)
+    assert res.kind not in ("WRONG", "CRASH"), f"{res.kind}: {res.detail}\n\nrepro:\n{prog.repro()}"
+
+
 def test_comparison_detects_a_wrong_result():
     """The runner's comparison is not vacuous: spoiling one element of thunder's output is reported as WRONG."""
     for seed in range(20):
@@ -66,6 +81,9 @@ def test_generator_exercises_aliasing_broadcasting_layouts_and_grads():
                    "reduce_sum", "softmax", "gather", "scatter", "cat", "shape_control_flow", "cast", "where", "select",
                    "advanced_index"):
         assert needed in tags, needed
+    nn_tags = set().union(*(p.tags for p in (pg.generate(s, nn=True) for s in range(N_NN_SEEDS)) if p is not None))
+    for needed in ("nn_conv", "nn_pool", "nn_norm", "nn_batch_norm", "nn_resample", "nn_classes", "nn_misc"):
+        assert needed in nn_tags, needed
     layouts = {spec.layout for p in progs for spec in p.inputs}
     assert layouts == {"contiguous", "transposed", "sliced", "expanded"}
     assert sum(p.grad for p in progs) > 50

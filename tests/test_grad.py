@@ -546,3 +546,45 @@ def test_maximum_minimum_gradients_sum_in_the_layout_of_eagers_in_place_fill(op)
         results.append(torch.autograd.grad(f(a, b), (a, b), ct))
     for e, j in zip(*results):
         assert torch.equal(e, j)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.cat([torch.diff(x), torch.diff(x)]),
+    lambda x: (lambda t: torch.cat([t, t, x[1:]]))(torch.diff(x)),
+    lambda x: torch.cat([torch.diff(x)]),
+], ids=["one_tensor_twice", "one_tensor_twice_and_another", "one"])
+def test_cat_of_empty_vectors_only(fn):
+    """Legacy empty vectors are skipped by cat; when all are (fuzz 987951: one of them twice), each gets an empty
+    gradient, and the result is empty."""
+    results = []
+    for f in (fn, thunder.jit(fn)):
+        x = torch.randn(1, dtype=torch.float64, requires_grad=True)
+        out = f(x)
+        results.append((out.shape, out.dtype, out.requires_grad, torch.autograd.grad(out.sum(), x)[0]))
+    (s, d, r, g), (js, jd, jr, jg) = results
+    assert (s, d, r) == (js, jd, jr) and torch.equal(g, jg)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_of_an_empty_batch_as_eager(training):
+    """Eager's own path for an empty batch: an empty output, zero gradients for the weight and bias, the running
+    statistics untouched (torch's kernels refuse such a batch, and its backward kernel crashes on one)."""
+    def fn(x, w, b, rm, rv):
+        return _F.batch_norm(x, rm, rv, w, b, training=training)
+
+    results = []
+    for f in (fn, thunder.jit(fn)):
+        x = torch.randn(0, 2, 3, requires_grad=True)
+        w, b = torch.tensor([1.5, 0.5], requires_grad=True), torch.tensor([0.25, -1.0], requires_grad=True)
+        rm, rv = torch.tensor([0.1, 0.2]), torch.tensor([1.0, 2.0])
+        out = f(x, w, b, rm, rv)
+        results.append((out, rm, rv, *torch.autograd.grad(out.sum(), (x, w, b))))
+    for e, a in zip(*results):
+        assert e.shape == a.shape and e.dtype == a.dtype and torch.equal(e, a)
+
+
+def test_batch_norm_training_on_one_value_per_channel_raises_as_eager():
+    fn = lambda x: _F.batch_norm(x, None, None, training=True)  # noqa: E731
+    for f in (fn, thunder.jit(fn)):
+        with pytest.raises(ValueError, match="Expected more than 1 value per channel when training"):
+            f(torch.randn(1, 2, 1))

@@ -872,6 +872,13 @@ def _permuted_view_of_a_value_requiring_grad_updated(x, y):
     return t, p
 
 
+def _permuted_view_updated_after(x, metadata_update):
+    t = metadata_update(x * 1)
+    p = t.permute(*range(t.ndim)[::-1])
+    p.masked_fill_(p > 0, 3.5)
+    return F.hardswish(p), p, t
+
+
 _FOUND = {
     "permuted_view_of_a_value_requiring_grad_updated": (
         _permuted_view_of_a_value_requiring_grad_updated,
@@ -924,6 +931,19 @@ _FOUND = {
         lambda: [torch.randn(1, 4).expand(5, 4)], False)
        for name, op in (("xlogy", lambda x: torch.xlogy(x, 2.0)), ("copysign", lambda x: torch.copysign(x, -1.0)),
                         ("floor_divide", lambda x: torch.floor_divide(x, 0.3)))},
+    # fuzz 984894: after ``t.unsqueeze_(0)`` (or ``t.t_()``...) t's memory was taken to be laid out as t before it, so
+    # an update through a permuted view of t (masked_fill gives a contiguous result) left t and the view contiguous
+    **{f"permuted_view_updated_after_{name}": (
+        (lambda op: lambda x: _permuted_view_updated_after(x, op))(op), lambda: [torch.randn(5, 4, 3)], False)
+       for name, op in (("unsqueeze_", lambda t: t.unsqueeze_(0)), ("transpose_", lambda t: t.transpose_(0, 1)),
+                        ("squeeze_", lambda t: (t[:, :1] * 1).squeeze_(1)))},
+    # nn fuzz 5338: differentiated, rms_norm ran as its decomposition, laid out as the (transposed) input where eager's
+    # composite ends with a contiguous copy in the suggested memory format: the view eager takes failed
+    **{f"view_of_rms_norm_of_a_{name}_tensor": (
+        lambda x: (lambda y: (y.reshape(-1), y))(F.rms_norm(x, x.shape[-1:])), make, True)
+       for name, make in (("transposed", lambda: [torch.randn(3, 4, 4, requires_grad=True).mT]),
+                          ("channels_last", lambda: [torch.randn(2, 3, 4, 4).to(
+                              memory_format=torch.channels_last).requires_grad_()]))},
     "returns_the_updated_input": (_returns_the_updated_input,
                                   lambda: [torch.randn(1, dtype=torch.float64, requires_grad=True),
                                            torch.randn(2, 2, requires_grad=True) * 1], True),

@@ -638,11 +638,19 @@ linear = make_prim("linear", linear_meta)
 
 
 def convolution_meta(a, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    """The output's shape from torch's meta kernel; a batch extent known only when the program runs (the rows a
+    mask selects) is the output's too, other such extents are refused."""
+    batch, rest = a.shape[0], tuple(a.shape[1:])
+    if any(isinstance(s, NumberProxy) for s in rest + tuple(weight.shape)):
+        raise NotImplementedError(
+            "thunder cannot trace a convolution whose channel or spatial extents, or whose weight's, are known only "
+            f"when the program runs (input {tuple(a.shape)}, weight {tuple(weight.shape)}); only the batch extent may be")
     out = torch.ops.aten.convolution.default(
-        torch.empty(a.shape, device="meta", dtype=a.dtype), torch.empty(weight.shape, device="meta", dtype=weight.dtype),
+        torch.empty((1 if isinstance(batch, NumberProxy) else batch,) + rest, device="meta", dtype=a.dtype),
+        torch.empty(weight.shape, device="meta", dtype=weight.dtype),
         None if bias is None else torch.empty(bias.shape, device="meta", dtype=bias.dtype),
         stride, padding, dilation, transposed, output_padding, groups)
-    return new_tensor(out.shape, a.dtype, a.device, requires_grad(a, weight, bias))
+    return new_tensor((batch,) + tuple(out.shape[1:]), a.dtype, a.device, requires_grad(a, weight, bias))
 
 
 convolution = make_prim("convolution", convolution_meta)

@@ -845,6 +845,7 @@ class Tracer:
         key = self.aliases.key(proxy)
         self.aliases.views.pop(new.name, None)
         self.aliases.current[key] = new
+        self.aliases.originals[key] = new  # the memory is laid out as ``new`` now (the strides ``x.t_()`` gives ``x``)
         self.aliases.key_of[new.name] = key
 
     def finish(self, out):

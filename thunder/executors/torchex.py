@@ -324,6 +324,8 @@ def dropout_mask(a, p, for_inplace=False):
 
 def native_batch_norm(a, weight, bias, running_mean, running_var, training, momentum, eps):
     aten = torch.ops.aten
+    if a.numel() == 0:  # a batch of a count known only now: eager's path for an empty batch (torch's kernels refuse it)
+        return _empty_batch_norm(a, weight, bias, running_mean, running_var, training)
     if training:
         if running_mean is None:
             out, mean, invstd = aten._native_batch_norm_legit.no_stats(a, weight, bias, True, momentum, eps)
@@ -331,6 +333,19 @@ def native_batch_norm(a, weight, bias, running_mean, running_var, training, mome
         return aten._native_batch_norm_legit_functional(a, weight, bias, running_mean, running_var, True, momentum, eps)
     out, mean, invstd = aten._native_batch_norm_legit_no_training(a, weight, bias, running_mean, running_var, momentum, eps)
     return out, mean, invstd, running_mean, running_var
+
+
+def _empty_batch_norm(a, weight, bias, running_mean, running_var, training):
+    """An empty output, the running statistics as they were, and saved statistics of the kernels' shapes and dtype
+    (see thunder/torch/nn.py: on the CPU, none in evaluation)."""
+    from thunder.torch.nn import cpu_statistics_dtype
+
+    keep = lambda t: None if t is None else t.clone()  # noqa: E731
+    if not training and not a.is_cpu:
+        return torch.empty_like(a), keep(running_mean), keep(running_var), keep(running_mean), keep(running_var)
+    dtype = cpu_statistics_dtype(a, weight, bias, running_mean, running_var)
+    stats = torch.empty(a.shape[1] if training else 0, dtype=dtype, device=a.device)
+    return torch.empty_like(a), stats, stats.clone(), keep(running_mean), keep(running_var)
 
 
 def manual_seed(seed):

@@ -59,10 +59,20 @@ native_layer_norm_backward = _aten_symbol(
     aten.native_layer_norm_backward.default, "native_layer_norm_backward",
     lambda g, a, shape, mean, rstd, w, b, mask: [_like(a) if mask[0] else None, _like(w) if mask[1] else None,
                                                   _like(b) if mask[2] else None])
+
+
+def _batch_norm_backward_kernel(g, a, w, rm, rv, sm, si, train, eps, mask):
+    if a.numel() == 0:  # torch's kernel fails on an empty batch; eager's empty-batch path gives zeros
+        return [torch.empty_like(a) if mask[0] else None, torch.zeros_like(w) if mask[1] else None,
+                torch.zeros(a.shape[1], dtype=(w if w is not None else sm).dtype, device=a.device) if mask[2] else None]
+    return aten.native_batch_norm_backward.default(g, a, w, rm, rv, sm, si, train, eps, mask)
+
+
 native_batch_norm_backward = _aten_symbol(
-    aten.native_batch_norm_backward.default, "native_batch_norm_backward",
-    lambda g, a, w, rm, rv, sm, si, train, eps, mask: [_like(a) if mask[0] else None, _like(w) if mask[1] else None,
-                                                        _like(w) if mask[2] else None])
+    _batch_norm_backward_kernel, "native_batch_norm_backward",
+    lambda g, a, w, rm, rv, sm, si, train, eps, mask: [
+        _like(a) if mask[0] else None, _like(w) if mask[1] else None,
+        ((a.shape[1],), (w if w is not None else sm).dtype, a.device) if mask[2] else None])  # a bias without a weight
 gelu_backward = _aten_symbol(aten.gelu_backward.default, "gelu_backward", lambda g, a, approximate="none": _like(a))
 threshold_backward = _aten_symbol(aten.threshold_backward.default, "threshold_backward", lambda g, a, t: _like(g))
 silu_backward = _aten_symbol(aten.silu_backward.default, "silu_backward", lambda g, a: _like(a))
@@ -160,8 +170,9 @@ native_group_norm = _aten_symbol(
     differentiable=True)
 native_group_norm_backward = _aten_symbol(
     _group_norm_backward_kernel, "native_group_norm_backward",
-    lambda g, a, mean, rstd, w, n, c, hxw, group, mask: [_like(a) if mask[0] else None,
-                                                          _like(w) if mask[1] else None, _like(w) if mask[2] else None])
+    lambda g, a, mean, rstd, w, n, c, hxw, group, mask: [_like(a) if mask[0] else None, _like(w) if mask[1] else None,
+                                                          ((c,), (w if w is not None else a).dtype, a.device)
+                                                          if mask[2] else None])
 
 
 def _column_major(t) -> bool:
@@ -743,11 +754,11 @@ def cat_rule(tensors, dim=0):
     first: a tensor given twice in another dtype (``cat([t_bf16, x, t_bf16])``) would get its parts summed in the
     reverse order. A legacy empty tensor that cat skips (``torch.tensor([])``) gets an empty gradient."""
     out = _shapes.cat(tensors, dim)
-    kept = [t for t in tensors if not (t.ndim == 1 and _shapes.is_zero(t.shape[0]))] or list(tensors[:1])
-    d = canonicalize_dim(kept[0].ndim, dim)
+    kept = [t for t in tensors if not (t.ndim == 1 and _shapes.is_zero(t.shape[0]))]
+    d = canonicalize_dim(kept[0].ndim, dim) if kept else None
 
     def backward(g):
-        parts = iter(cat_slices(g, kept, d))
+        parts = iter(cat_slices(g, kept, d) if kept else ())
         grads = []
         for t in tensors:
             if not any(t is k for k in kept):

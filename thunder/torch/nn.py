@@ -101,9 +101,10 @@ def _conv(n):
             else:
                 check(padding == "same", lambda: f"Invalid padding string {padding!r}")
                 total = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:])]
-                check(all(t % 2 == 0 for t in total), "padding='same' with asymmetric padding is not supported",
-                      NotImplementedError)
                 padding = tuple(t // 2 for t in total)
+                if any(t % 2 for t in total):  # as torch: the odd one more zero on the right, padded into a copy
+                    extra = [(0, 0, 0)] * (input.ndim - n) + [(0, t % 2, 0) for t in total]
+                    input = prims.pad(input, convert(0, input.dtype), extra)
         if input.ndim == n + 1:  # unbatched: the convolution primitive takes a batch dimension
             out = prims.convolution(shapes.unsqueeze(input, 0), weight, bias, stride, _tuple(padding, n), dilation,
                                     False, (0,) * n, groups)
@@ -190,7 +191,21 @@ def rms_norm(a, normalized_shape, weight=None, eps=None):
     out = ew.mul(x, ew.rsqrt(ew.add(red.mean(ew.pow(x, 2), dims, True), eps)))  # eager's composite, op for op
     if weight is not None:
         out = ew.mul(out, weight)  # before the cast back, as eager
-    return convert(out, a.dtype)
+    return contiguous_as_suggested(convert(out, a.dtype), a)  # as eager's composite ends
+
+
+def _contiguous_as_suggested_impl(value, like):
+    from torch._prims_common import suggest_memory_format
+
+    return value.contiguous(memory_format=suggest_memory_format(like))
+
+
+@torchsymbol(name="contiguous_as_suggested", torch_impl=_contiguous_as_suggested_impl)
+def contiguous_as_suggested(value, like):
+    """``value`` made contiguous in the memory format torch suggests for ``like`` (channels-last for a channels-last
+    image, the standard one for a transposed matrix), decided when the program runs: the layout eager's composite
+    ``rms_norm`` gives its result. Its values are ``value``'s."""
+    return prims.shallow_copy(value)
 
 
 def _batch_norm_stats_shape(a):
@@ -213,7 +228,8 @@ def native_batch_norm(a, weight, bias, running_mean, running_var, training: bool
                 n = a.numel() / a.shape[1]
                 # in the statistics' precision, rounded once to the running statistics' dtype
                 new_rm = ew.add(ew.mul(convert(running_mean, compute), 1 - momentum), ew.mul(mean, momentum))
-                unbiased = ew.mul(var, n / max(n - 1, 1))
+                # a count known only when the program runs is not 1 (see batch_norm); 0 runs eager's empty path
+                unbiased = ew.mul(var, n / (n - 1) if is_runtime(n) else n / max(n - 1, 1))
                 new_rv = ew.add(ew.mul(convert(running_var, compute), 1 - momentum), ew.mul(unbiased, momentum))
                 new_rm, new_rv = convert(new_rm, running_mean.dtype), convert(new_rv, running_var.dtype)
         use_mean, use_invstd = mean, invstd
@@ -249,11 +265,19 @@ def _cpu_saved_statistics(a, mean, invstd, training, params):
     return convert(mean, dtype), convert(invstd, dtype)
 
 
-def batch_norm(a, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+def batch_norm(a, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5,
+               _verify=True):
     """``F.batch_norm``: updates the running statistics of the caller's tensors, as eager does."""
     from thunder.torch.registry import Updates
 
     check(training or running_mean is not None, "batch_norm: running_mean and running_var must be defined in evaluation mode")
+    if training and _verify and extent_prod((a.shape[0],) + tuple(a.shape[2:])) == 1:  # F.batch_norm's own check
+        raise ValueError(f"Expected more than 1 value per channel when training, got input size {torch.Size(a.shape)}")
+    if is_zero(extent_prod(a.shape)):  # eager's path for an empty batch: no statistics, the running ones unchanged
+        out = shapes.clone(a)
+        if weight is not None:
+            out = ew.mul(out, shapes.getitem(weight, 0))
+        return ew.add(out, shapes.getitem(bias, 0)) if bias is not None else out
     out, _, _, new_rm, new_rv = native_batch_norm(a, weight, bias, running_mean, running_var, training, momentum, eps)
     if training and running_mean is not None:
         return Updates(out, ((running_mean, new_rm), (running_var, new_rv)))
@@ -264,7 +288,7 @@ from thunder.torch.registry import TORCH_TO_SYMBOL as _T2S  # noqa: E402
 
 _T2S[F.batch_norm] = batch_norm
 _T2S[torch.batch_norm] = lambda a, w, b, rm, rv, training, momentum, eps, cudnn_enabled=True: batch_norm(
-    a, rm, rv, w, b, training, momentum, eps)
+    a, rm, rv, w, b, training, momentum, eps, _verify=False)
 
 
 @torchsymbol(F.group_norm, torch.group_norm)
