@@ -261,6 +261,8 @@ def bench_model(key: str, variants: list[str], args) -> tuple[Workload, list[Row
         for v, p in prepared.items():
             best[v] = min(best[v], timed(p.step, args.steps, args.device))
     pair_times = paired(prepared, args.pairs, args.device) if args.pairs else {}
+    if args.profile:
+        profile_steps(workload, prepared, args)
     rows = []
     for v in variants:
         if v in errors:
@@ -274,6 +276,41 @@ def bench_model(key: str, variants: list[str], args) -> tuple[Workload, list[Row
                 print(f"{workload.label}: {v}: {err}", flush=True)
         rows.append(Row(v, best[v], pair_times.get(v), first, p.saved_bytes, p.peak_bytes, p.losses[-1].item()))
     return workload, rows
+
+
+def profile_steps(workload, prepared: dict, args):
+    """--profile FILE: one step of each variant under torch.profiler; appends each variant's kernel table to
+    FILE and prints, per variant, the host's time to issue a step (no synchronization before the step ends),
+    the step's wall time, and the device's kernel time and kernel count."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device.type == "cuda" else [])
+    lines = [f"profile of one step, {workload.label}",
+             "| variant | host ms (issue) | step ms | kernel ms | kernels |", "|---|---|---|---|---|"]
+    with open(args.profile, "a") as f:
+        for v, p in prepared.items():
+            host = []
+            for _ in range(3):  # unprofiled: the profiler's own cost stays out of these
+                sync(args.device)
+                t0 = time.perf_counter()
+                p.step()
+                host.append(time.perf_counter() - t0)
+                sync(args.device)
+            sync(args.device)
+            t0 = time.perf_counter()
+            p.step()
+            sync(args.device)
+            wall = time.perf_counter() - t0
+            with profile(activities=activities) as prof:
+                p.step()
+                sync(args.device)
+            events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+            kernel_us = sum(e.device_time for e in events) if events else 0.0
+            f.write(f"\n## {workload.label}: {v}\n\n")
+            sort = "self_device_time_total" if events else "self_cpu_time_total"
+            f.write(prof.key_averages().table(sort_by=sort, row_limit=45, max_name_column_width=90))
+            lines.append(f"| {v} | {1e3 * min(host):.2f} | {1e3 * wall:.2f} | {kernel_us / 1e3:.2f} | {len(events)} |")
+    print("\n".join(lines), flush=True)
 
 
 def ratio(a, b) -> str:
@@ -367,6 +404,7 @@ def parse_args(argv=None):
                    help="the Llama's attention (default: manual on the CPU, sdpa on CUDA and in GPU mode)")
     p.add_argument("--gpu-model-scale", choices=["full", "tiny", "host"], default=None,
                    help="GPU mode's models at full size (the default on CUDA), tiny, or host (12 narrow layers)")
+    p.add_argument("--profile", metavar="FILE", help="profile one step of each variant; kernel tables to FILE")
     p.add_argument("--first-call-only", action="store_true", help="print one variant's first-call seconds")
     p.add_argument("--model", help="with --first-call-only: the model")
     p.add_argument("--variant", help="with --first-call-only: the variant")
