@@ -86,6 +86,7 @@ GRAPHS = "+cudagraphs"  # a thunder variant with thunder.CUDAGraphTransform()
 
 
 class Prepared(NamedTuple):
+    runner: Callable  # the model as the variant runs it
     step: Callable  # one training step; returns nothing
     losses: list  # the loss of every step so far (tensors)
     first_s: float
@@ -191,7 +192,7 @@ def prepare(base, batch, variant: str, device) -> Prepared:
     if peak is None:
         step()
     saved = None if variant == "torch.compile" else saved_bytes(runner, model, batch)
-    return Prepared(step, losses, first, saved, peak)
+    return Prepared(runner, step, losses, first, saved, peak)
 
 
 def timed(step, steps: int, device) -> float:
@@ -263,6 +264,9 @@ def bench_model(key: str, variants: list[str], args) -> tuple[Workload, list[Row
     pair_times = paired(prepared, args.pairs, args.device) if args.pairs else {}
     if args.profile:
         profile_steps(workload, prepared, args)
+    for v, p in prepared.items():
+        if v.endswith(GRAPHS):
+            print(f"{workload.label}, {v}: {graph_replays(p.runner)}", flush=True)
     rows = []
     for v in variants:
         if v in errors:
@@ -279,38 +283,53 @@ def bench_model(key: str, variants: list[str], args) -> tuple[Workload, list[Row
 
 
 def profile_steps(workload, prepared: dict, args):
-    """--profile FILE: one step of each variant under torch.profiler; appends each variant's kernel table to
-    FILE and prints, per variant, the host's time to issue a step (no synchronization before the step ends),
-    the step's wall time, and the device's kernel time and kernel count."""
+    """--profile FILE: per variant, the host's time to issue a step (no synchronization before the step ends)
+    and the step's wall time, measured for all variants before any profiler runs (a profiler leaves
+    callbacks behind that slow later launches); then one step of each under torch.profiler, its kernel table
+    appended to FILE, its kernel time and count printed."""
     from torch.profiler import ProfilerActivity, profile
 
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device.type == "cuda" else [])
-    lines = [f"profile of one step, {workload.label}",
-             "| variant | host ms (issue) | step ms | kernel ms | kernels |", "|---|---|---|---|---|"]
-    with open(args.profile, "a") as f:
-        for v, p in prepared.items():
-            host = []
-            for _ in range(3):  # unprofiled: the profiler's own cost stays out of these
-                sync(args.device)
-                t0 = time.perf_counter()
-                p.step()
-                host.append(time.perf_counter() - t0)
-                sync(args.device)
+    timings = {}
+    for v, p in prepared.items():
+        host, wall = [], []
+        for _ in range(5):
             sync(args.device)
             t0 = time.perf_counter()
             p.step()
+            host.append(time.perf_counter() - t0)
             sync(args.device)
-            wall = time.perf_counter() - t0
+            wall.append(time.perf_counter() - t0)
+        timings[v] = statistics.median(host), statistics.median(wall)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device.type == "cuda" else [])
+    lines = [f"profile of one step, {workload.label} (host and step: medians of 5 steps before any profiling)",
+             "| variant | host ms (issue) | step ms | kernel ms | kernels |", "|---|---|---|---|---|"]
+    with open(args.profile, "a") as f:
+        for v, p in prepared.items():
             with profile(activities=activities) as prof:
                 p.step()
                 sync(args.device)
-            events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-            kernel_us = sum(e.device_time for e in events) if events else 0.0
+            averages = prof.key_averages()
+            kernels = [e for e in prof.events()  # device work (kernels, copies), not annotations of ranges
+                       if e.device_type == torch.autograd.DeviceType.CUDA and not e.is_user_annotation]
+            kernel_us = sum(e.self_device_time_total for e in kernels)
             f.write(f"\n## {workload.label}: {v}\n\n")
-            sort = "self_device_time_total" if events else "self_cpu_time_total"
-            f.write(prof.key_averages().table(sort_by=sort, row_limit=45, max_name_column_width=90))
-            lines.append(f"| {v} | {1e3 * min(host):.2f} | {1e3 * wall:.2f} | {kernel_us / 1e3:.2f} | {len(events)} |")
+            sort = "self_device_time_total" if kernels else "self_cpu_time_total"
+            f.write(averages.table(sort_by=sort, row_limit=80, max_name_column_width=90))
+            host, wall = timings[v]
+            lines.append(f"| {v} | {1e3 * host:.2f} | {1e3 * wall:.2f} | {kernel_us / 1e3:.2f} | {len(kernels)} |")
     print("\n".join(lines), flush=True)
+
+
+def graph_replays(jm) -> str:
+    """How the CUDA graphs of ``jm``'s last forward and backward traces ran: replays, and calls run as usual."""
+    from thunder.executors.cudagraphex import _GraphedSegment
+
+    traces = [thunder.last_traces(jm)[-1]] + thunder.last_backward_traces(jm)[-1:]
+    segments = [b.sym.impl for t in traces for b in t.bound_symbols if isinstance(getattr(b.sym, "impl", None), _GraphedSegment)]
+    failed = sorted({f"{s.name}: {s.failed}" for s in segments if s.failed})
+    return (f"{len(segments)} graphs, {sum(s.replays for s in segments)} replays, "
+            f"{sum(s.fallbacks for s in segments)} calls run as usual"
+            + (f"; not captured: {failed}" if failed else ""))
 
 
 def ratio(a, b) -> str:

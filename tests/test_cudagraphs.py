@@ -22,6 +22,7 @@ import torch.nn.functional as F
 import thunder
 from thunder.executors.cudagraphex import (CUDAGraphTransform, _expanded, _GraphedSegment, _narrowed, capturable,
                                           graph_segments)
+from thunder.executors.ownership import vouched, vouched_uses
 from tests.models import GPT, GPTConfig, LMLoss
 from tests.parity import check_training_parity
 
@@ -117,17 +118,27 @@ def test_min_symbols_is_validated():
 
 
 def emulated_capture(fn, inputs):
-    """A CUDA graph's memory semantics on the CPU. Capturing runs nothing visible (``fn`` runs on copies of the
-    inputs, the random state restored, only to make the output buffers); a replay runs ``fn`` on the inputs
-    where the graph reads them (its own buffers, or the tensors read in place, at the captured addresses) and
-    writes the results into those output buffers."""
+    """A CUDA graph's memory semantics on the CPU. Capturing runs nothing visible: ``fn`` runs on the inputs, as a
+    capture records it (its outputs where a capture allocates them: in memory of inputs a region reuses, say), then
+    the inputs' values and the random state are restored. A replay runs ``fn`` on the inputs where the graph reads
+    them (its own buffers, or the tensors read in place, at the captured addresses) and writes the results into
+    the output buffers of the capture."""
+    # what a real capture's regions reuse (thunder/executors/ownership.py), the replays reuse
+    owned = [(k, vouched_uses(a)) for k, a in enumerate(inputs) if vouched_uses(a) is not None]
     rng = torch.get_rng_state()
-    outputs = fn(*[a.clone() if isinstance(a, torch.Tensor) else a for a in inputs])
+    before = [(_narrowed(a, _expanded(a)), _narrowed(a, _expanded(a)).clone())
+              for a in inputs if isinstance(a, torch.Tensor)]
+    outputs = fn(*inputs)
+    for a, value in before:
+        a.data.copy_(value)  # through .data: no version change autograd would see, as a capture makes none
+    del before
     torch.set_rng_state(rng)
 
     def replay(graph, args):
         inputs = [args[i] if static is None else static for i, static in enumerate(graph.static)]
-        for static, new in zip(outputs, fn(*inputs)):
+        with vouched([inputs[k] for k, _ in owned], [n for _, n in owned]):
+            new_outputs = fn(*inputs)
+        for static, new in zip(outputs, new_outputs):
             expanded = _expanded(static)  # an expanded output: its memory is its unexpanded part
             _narrowed(static, expanded).copy_(_narrowed(new, expanded))
 
@@ -358,18 +369,19 @@ def test_only_live_graphs_memory_is_read_in_place(device):
     may hold anyone's tensors since (a fresh batch would be taken as read in place, then found moved)."""
     import gc
 
-    from thunder.executors.cudagraphex import _GRAPH_MEMORY
+    from thunder.executors.cudagraphex import _HELD
 
+    before = set(_HELD)
     model = _gpt(device)
     jm = thunder.jit(model, executors=TORCH, transforms=[_graphs(device)])
     for step in range(3):
         idx = _tokens(device, step)
         jm(idx, idx).backward()
-    ours = {ptr for ptr, t in _GRAPH_MEMORY.items() if t.device.type == device}
+    ours = set(_HELD) - before
     assert ours
     del jm, model
     gc.collect()
-    assert not ours & set(_GRAPH_MEMORY.keys())
+    assert not ours & set(_HELD)
 
 
 @NO_FALLBACK
@@ -403,3 +415,40 @@ def test_hugging_face_models_replay_as_they_run_without_graphs(device, name):
         torch.testing.assert_close(results[0], results[1], rtol=0, atol=0)
         torch.testing.assert_close(results[0], results[2], rtol=0, atol=0)
     assert _replayed(jm) >= 2
+
+
+def _benchmark_llama_losses(device, transforms, executors, steps=5):
+    """benchmarks/fusion.py's training step (AdamW, zero_grad to None) on its tiny Llama (SDPA, bfloat16)."""
+    from benchmarks.bench_models import WORKLOADS
+
+    workload = WORKLOADS["llama"]("tiny", "sdpa")
+    torch.manual_seed(0)
+    model = workload.make_model().to(device=device, dtype=torch.bfloat16)
+    jm = thunder.jit(model, executors=executors, transforms=transforms)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    idx = torch.randint(0, workload.vocab_size, (workload.batch, workload.seq), generator=torch.Generator().manual_seed(1))
+    idx = idx.to(device)
+    losses = []
+    for _ in range(steps):
+        loss = jm(idx, idx)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.detach())
+    return jm, torch.stack(losses), [p.detach().clone() for p in model.parameters()]
+
+
+@NO_FALLBACK
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_fusion_benchmarks_training_step_replays_every_call(device):
+    """The step benchmarks/fusion.py times (fused regions, attention between graphs, an optimizer between steps):
+    after the capture, every call of every graph replays (a call run as usual would warn), and the losses and
+    parameters are bitwise those of the same executors without graphs (the regions reuse memory alike)."""
+    executors = ["inductor" if device == "cpu" else "inductor_cuda", "torch"]
+    jm, losses, params = _benchmark_llama_losses(device, [_graphs(device)], executors)
+    _, expected_losses, expected_params = _benchmark_llama_losses(device, [], executors)
+    segments = _segments(thunder.last_traces(jm)[-1]) + _segments(thunder.last_backward_traces(jm)[-1])
+    assert segments and all(s.sym.impl.replays == 3 and s.sym.impl.fallbacks == 0 for s in segments), [
+        (s.sym.name, s.sym.impl.replays, s.sym.impl.fallbacks) for s in segments]
+    torch.testing.assert_close(losses, expected_losses, rtol=0, atol=0)
+    torch.testing.assert_close(params, expected_params, rtol=0, atol=0)

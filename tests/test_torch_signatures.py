@@ -165,7 +165,7 @@ IGNORED = {
     ("manual_seed", "seed"): "the torch executor reseeds with it; the definition records the call",
     ("torch_autograd_backward", "graph"): "the executor's",
     ("torch_autograd_backward", "cotangents"): "the executor's",
-    ("dropout_mask", "for_inplace"): "the torch executor draws the in-place mask as eager does on CUDA",
+    ("contiguous_as_suggested", "like"): "the torch executor lays the value out as torch suggests for it",
 }
 
 

@@ -27,6 +27,9 @@ class Tag(enum.Enum):
     # (a bound symbol's) its output is its first tensor argument itself in eager, with no autograd node of its own
     # (``x.contiguous()`` of a contiguous ``x``): gradients reaching the output are parts of the argument's sum
     RETURNS_INPUT = enum.auto()
+    # copies Python data from host memory onto the tensor's device (``torch.tensor([...], device="cuda")``): a
+    # CUDA graph cannot capture such a copy (its source is pageable memory, read once at capture)
+    HOST_DATA = enum.auto()
 
 
 def has_tag(bsym, *tags: Tag) -> bool:

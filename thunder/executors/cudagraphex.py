@@ -7,8 +7,8 @@ Python) then costs one graph launch per trace: the GPU's time, not Python's.
 
 Capturable: a bound symbol whose tensors are all on CUDA, that has at least one, produces no Python numbers
 (those would be computed once, at capture), passes no other Python objects (the autograd graph of an op
-differentiated by torch's autograd, thunder/torch/autograd_rule.py) and has no side effect but writing into a
-tensor. Collectives, reseeding, operations on the CPU and the statements of the trace run as before, between
+differentiated by torch's autograd, thunder/torch/autograd_rule.py), copies no Python data from host memory
+(``torch.tensor(0.0, device="cuda")``, Tag.HOST_DATA) and has no side effect but writing into a tensor. Collectives, reseeding, operations on the CPU and the statements of the trace run as before, between
 graphs.
 
 [Note: CUDA graph replays]
@@ -30,6 +30,7 @@ right, the program runs as usual. Each graph holds its own memory pool (its work
 """
 from __future__ import annotations
 
+import collections
 import time
 import warnings
 import weakref
@@ -39,8 +40,9 @@ import torch
 from thunder.core.codeutils import flat_proxies
 from thunder.core.proxies import NumberProxy, TensorProxy
 from thunder.core.statements import STATEMENTS, python_return
-from thunder.core.symbol import BoundSymbol, Tag
+from thunder.core.symbol import BoundSymbol, Tag, has_tag
 from thunder.core.trace import TraceCtx
+from thunder.executors.ownership import unshared_args, vouched
 from thunder.executors.regions import region_interface
 from thunder.extend import OperatorExecutor
 from thunder.transforms.base import Transform
@@ -87,12 +89,10 @@ def _side_effects_are_copies(bsym) -> bool:
     return all(_side_effects_are_copies(s) for s in bsym.subsymbols)
 
 
-def _has_collective(bsym) -> bool:
-    return Tag.COLLECTIVE in bsym.sym.tags or any(_has_collective(s) for s in bsym.subsymbols)
-
-
 def capturable(bsym, device_type: str = "cuda") -> bool:
-    if bsym.sym in STATEMENTS or _has_collective(bsym) or not _side_effects_are_copies(bsym):
+    if bsym.sym in STATEMENTS or has_tag(bsym, Tag.COLLECTIVE) or not _side_effects_are_copies(bsym):
+        return False
+    if has_tag(bsym, Tag.HOST_DATA):  # a copy from pageable host memory, which capture refuses
         return False
     if any(isinstance(o, NumberProxy) for o in bsym.flat_outs):
         return False
@@ -149,7 +149,7 @@ def graph_segments(trace, kind: str, *, min_symbols: int = 2, module_tensors: fr
         members = [bsyms[k] for k in run]
         read_later = {o.name for b in members for o in b.flat_outs if last_read.get(o.name, -1) > run[-1]}
         out.append(_segment(members, read_later, returned, module_tensors, f"CUDAGraph{n}",
-                            capture or capture_cuda_graph))
+                            capture or capture_cuda_graph, backward=kind == "backward"))
         n += 1
         i = run[-1] + 1
     return trace.from_trace(out).set_provenance("CUDA graphs", start)
@@ -169,7 +169,7 @@ def _caller_visible(bsyms, kind: str) -> set:
 
 
 def _segment(members, used_later: set, returned: set, module_tensors: frozenset, name: str,
-             capture) -> BoundSymbol:
+             capture, backward: bool) -> BoundSymbol:
     inputs, outputs = region_interface(members, used_later)
     written = set().union(*(_writes_into(b) for b in members))
     body = TraceCtx(f"{name.lower()}_body", params=list(inputs))
@@ -179,7 +179,7 @@ def _segment(members, used_later: set, returned: set, module_tensors: frozenset,
         fn, name,
         numbers=tuple(k for k, a in enumerate(inputs) if isinstance(a, NumberProxy)),
         in_place=frozenset(k for k, a in enumerate(inputs) if a.name in written or a.name in module_tensors),
-        copied_out=tuple(o.name in returned for o in outputs), capture=capture)
+        copied_out=tuple(o.name in returned for o in outputs), capture=capture, backward=backward)
     op = ex.register_operator(name, fn=runner)
     del ex.opmap[name]  # one per trace, never looked up by name: its graphs go with the trace
     return BoundSymbol(op, tuple(inputs), {}, list(outputs), tuple(members))
@@ -187,8 +187,25 @@ def _segment(members, used_later: set, returned: set, module_tensors: frozenset,
 
 # -- capture and replay ---------------------------------------------------------------------------------
 
-# The live graphs' outputs, by the data pointer of their storage: an input found there is read in place.
-_GRAPH_MEMORY: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+# How many tensors the live graphs hold on each storage (their outputs), by the storage's data pointer. An input
+# found there is read in place (memory a graph writes); a storage no one else uses has exactly these uses, which
+# is what a replay that overwrites it checks (a later graph's outputs may be views of an earlier one's memory, or
+# lie in it where a region reused it: those uses are the graphs' own too).
+_HELD: dict[int, int] = {}
+
+
+def _hold(counts: dict):
+    for ptr, n in counts.items():
+        _HELD[ptr] = _HELD.get(ptr, 0) + n
+
+
+def _release(counts: dict):
+    for ptr, n in counts.items():
+        left = _HELD.get(ptr, 0) - n
+        if left > 0:
+            _HELD[ptr] = left
+        else:
+            _HELD.pop(ptr, None)
 
 
 def _capturing() -> bool:
@@ -197,6 +214,15 @@ def _capturing() -> bool:
 
 def _use_count(t) -> int:
     return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
+
+
+# ``_use_count`` of a tensor no other tensor shares its storage with
+_ALONE = _use_count(torch.empty(1))
+
+
+def _graphs_uses(t) -> int:
+    """The uses of ``t``'s storage that live graphs hold themselves."""
+    return _HELD.get(t.untyped_storage().data_ptr(), 0)
 
 
 def capture_cuda_graph(fn, inputs: list):
@@ -212,7 +238,7 @@ def capture_cuda_graph(fn, inputs: list):
 class _Graph:
     """One captured graph: its static inputs and outputs, and how to hand the outputs out."""
 
-    def __init__(self, replay, static, in_place, borrowed, copied_in, outputs, copied_out):
+    def __init__(self, replay, static, in_place, borrowed, copied_in, outputs, copied_out, held):
         self._replay = replay
         self.static = static  # the graph's own input buffers (None where the input is read in place)
         self.in_place = in_place  # (position, data pointer) of the inputs read where they lie
@@ -222,27 +248,29 @@ class _Graph:
         self.copied_in = copied_in
         self.outputs = outputs
         self.copied_out = copied_out
-        # The storages the next replay overwrites and whose aliases are handed out, with how many tensors use
-        # each while no alias is alive.
+        # The storages the next replay overwrites and whose aliases are handed out: used by the graphs alone
+        # (``_HELD``) while no alias is alive.
         tracked = {}  # not the storages of inputs read in place (``borrowed``), which are not the graph's
         for t, copy in zip(outputs, copied_out):
             if not copy and t.untyped_storage().data_ptr() not in borrowed:
                 tracked.setdefault(t.untyped_storage().data_ptr(), t)
-        self.tracked = [(t, _use_count(t)) for t in tracked.values()]
-        for t in outputs:
-            _GRAPH_MEMORY[t.untyped_storage().data_ptr()] = t
+        self.tracked = list(tracked.items())
+        _hold(held)  # the uses of storages this graph's outputs (and their bases) add, by data pointer
+        weakref.finalize(self, _release, held)
 
-    def can_replay(self, args) -> bool:
+    def why_not_replay(self, args) -> str | None:
+        """None where a replay gives what running ``args`` as usual would, else why not (the input position)."""
         for i, ptr in self.in_place:
             if args[i].data_ptr() != ptr:
-                return False
+                return f"input {i}, read where it lies, moved"
         for i, _, expanded, strides in self.copied_in:
             if expanded and args[i].stride() != strides:
-                return False
-        for t, count in self.tracked:
-            if _use_count(t) != count:
-                return False
-        return True
+                return f"input {i} is expanded otherwise than when captured"
+        for ptr, t in self.tracked:
+            if _use_count(t) != _HELD[ptr] + _ALONE - 1:
+                return (f"an output of the last replay is still in use ({_use_count(t) - _ALONE + 1} uses of its "
+                        f"memory, {_HELD[ptr]} by graphs)")
+        return None
 
     def replay(self, args):
         for i, buffer, expanded, strides in self.copied_in:
@@ -254,7 +282,7 @@ class _Graph:
 def _read_in_place(t, position, in_place) -> bool:
     if position in in_place or isinstance(t, torch.nn.Parameter):
         return True
-    if t.untyped_storage().data_ptr() in _GRAPH_MEMORY:
+    if t.untyped_storage().data_ptr() in _HELD:
         return True
     return not _dense(_narrowed(t, _expanded(t)))  # elements overlapping otherwise than by expanding: no copy
 
@@ -279,12 +307,44 @@ def _dense(t) -> bool:
     return True
 
 
+def _held_by(outputs, in_place, borrowed: dict) -> dict:
+    """The uses of storages a graph's outputs keep from now on, by data pointer: all of a storage made while
+    capturing; of a storage read in place (``borrowed``: its uses before capturing), the increase, and the inputs
+    that the outputs are, or are views of (the caller's until now, the graph's from now on)."""
+    before = {}
+    for _, a in in_place:
+        before[id(a)] = a
+        if a._base is not None:
+            before[id(a._base)] = a._base
+    kept = {}
+    for t in outputs:
+        kept[id(t)] = t
+        if t._base is not None:
+            kept[id(t._base)] = t._base
+    held = {}
+    for t in kept.values():
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in held:
+            held[ptr] = _use_count(t) - borrowed.get(ptr, _ALONE - 1)
+        held[ptr] += id(t) in before
+    return held
+
+
+def _vouched_for(tensors, owned):
+    """Vouching for the tensors the trace alone references (``owned``): a value another graph wrote is used by
+    that graph's record of its outputs too, which is no one else's use of its memory (a backward's region may
+    reuse the memory of a value the forward's graph saved for it, as it would without graphs)."""
+    mine = [t for t, o in zip(tensors, owned) if o and isinstance(t, torch.Tensor)]
+    return vouched(mine, [_graphs_uses(t) for t in mine])
+
+
 class _GraphedSegment:
     """The callable of one ``CUDAGraphN``: runs ``fn`` as usual, or replays a graph of it."""
 
     def __init__(self, fn, name: str, *, numbers: tuple, in_place: frozenset, copied_out: tuple,
-                 capture=capture_cuda_graph):
+                 capture=capture_cuda_graph, backward: bool = False):
         self.fn = fn
+        self.backward = backward  # a part of a backward trace (reads values saved by the forward)
         self.capture = capture  # (fn, inputs) -> (replay, outputs)
         self.name = name
         self.numbers = numbers  # positions of Python-number inputs: a graph per distinct values
@@ -294,34 +354,49 @@ class _GraphedSegment:
         self.calls: dict = {}
         self.failed: str | None = None
         self.warned = False
+        self.replays = 0  # calls that replayed a graph
+        self.fallbacks = 0  # calls that had a graph but ran as usual (see why_not_replay)
 
     def __call__(self, *args):
+        owned = unshared_args(args)  # first: counted as the trace handed them over
+        if self.backward and torch._C._autograd._get_current_graph_task_keep_graph():
+            # autograd keeps the values saved for the backward (retain_graph), which a graph may write into
+            # where it reuses memory that dies (see CompiledRegion._may_reuse): run as usual, reusing none
+            return self._as_usual(args, owned)
         key = tuple(args[i] for i in self.numbers)
         g = self.graphs.get(key)
         if g is not None:
-            if g.can_replay(args):
+            why = g.why_not_replay(args)
+            if why is None:
+                self.replays += 1
                 return g.replay(args)
-            self._warn_once("an input moved or an output of the last replay is still alive")
-            return self.fn(*args)
+            self.fallbacks += 1
+            self._warn_once(why)
+            return self._as_usual(args, owned)
         if self.failed is not None or _capturing():  # inside a capture of the caller's: run as usual
-            return self.fn(*args)
+            return self._as_usual(args, owned)
         seen = self.calls[key] = self.calls.get(key, 0) + 1
         if seen <= _WARMUP_CALLS:
-            return self.fn(*args)
-        g = self._capture(args)
+            return self._as_usual(args, owned)
+        g = self._capture(args, owned)
         if g is None:
-            return self.fn(*args)
+            return self._as_usual(args, owned)
         self.graphs[key] = g
         return g.replay(args)
 
-    def _capture(self, args):
-        in_place, borrowed, copied_in, static = [], set(), [], [None] * len(args)
+    def _as_usual(self, args, owned):
+        """``fn(*args)``, its regions deciding on reusing memory as they would in the trace itself."""
+        with _vouched_for(args, owned):
+            return self.fn(*args)
+
+    def _capture(self, args, owned):
+        in_place, borrowed, copied_in, static = [], {}, [], [None] * len(args)
         for i, a in enumerate(args):
             if not isinstance(a, torch.Tensor):
                 static[i] = a
             elif _read_in_place(a, i, self.in_place):
-                in_place.append((i, a.data_ptr()))
-                borrowed.add(a.untyped_storage().data_ptr())
+                in_place.append((i, a))
+                borrowed[a.untyped_storage().data_ptr()] = _use_count(a)
             else:
                 expanded = _expanded(a)
                 compact = _narrowed(a, expanded)
@@ -331,14 +406,18 @@ class _GraphedSegment:
                 copied_in.append((i, buffer, expanded, a.stride()))
         inputs = [a if static[i] is None else static[i] for i, a in enumerate(args)]
         try:
-            replay, outputs = self.capture(self.fn, inputs)
+            # the graph's own buffers stand for the inputs they copy: what the trace alone references is reused
+            # as it would be in the trace (so replays compute what running as usual computes)
+            with _vouched_for(inputs, owned):
+                replay, outputs = self.capture(self.fn, inputs)
         except Exception as e:  # noqa: BLE001 - what cannot be captured runs as usual, with a warning
             self.failed = f"{type(e).__name__}: {e}"
             warnings.warn(f"thunder: {self.name} could not be captured as a CUDA graph and runs as usual "
                           f"({self.failed})", stacklevel=2)
             return None
         del inputs
-        return _Graph(replay, static, tuple(in_place), borrowed, tuple(copied_in), tuple(outputs), self.copied_out)
+        return _Graph(replay, static, tuple((i, a.data_ptr()) for i, a in in_place), set(borrowed),
+                      tuple(copied_in), tuple(outputs), self.copied_out, _held_by(outputs, in_place, borrowed))
 
     def _warn_once(self, why: str):
         if not self.warned:

@@ -12,6 +12,7 @@ import time
 import torch
 
 from thunder.core.proxies import Proxy, TensorProxy
+from thunder.executors.ownership import vouched_uses
 
 _PENDING: list = []  # (the scope of a generated module whose kernels are compiling, the CompiledRegion)
 _LOCK = threading.RLock()  # one inductor compilation at a time: tracing and the deferred waits use global state
@@ -463,17 +464,19 @@ class CompiledRegion:
 
     def _may_reuse(self, args) -> bool:
         """Whether nothing but the trace can see the memory of the inputs ``self.donate`` names: no other tensor
-        on their storage, no other reference to them than the trace's variable and this call's, and for
-        inputs received from the forward, autograd has released its own (no ``retain_graph``)."""
+        on their storage, no other reference to them than the trace's variable and this call's (or the caller
+        vouches for them: thunder/executors/ownership.py), and for inputs received from the forward, autograd
+        has released its own (no ``retain_graph``; a CUDA graph replays a backward only where that holds too)."""
         keep_graph = None
         for i, received in self.donate:
-            if (sys.getrefcount(args[i]) > _UNSHARED_REFS or args[i]._base is not None
-                    or torch._C._storage_Use_Count(args[i].untyped_storage()._cdata) > _UNSHARED_STORAGE_USES):
+            own_uses = vouched_uses(args[i])
+            if ((own_uses is None and sys.getrefcount(args[i]) > _UNSHARED_REFS) or args[i]._base is not None
+                    or torch._C._storage_Use_Count(args[i].untyped_storage()._cdata)
+                    > _UNSHARED_STORAGE_USES + (own_uses or 0)):
                 return False
             if received:
-                if keep_graph is None:  # a graph being captured replays later, when autograd may keep them
-                    keep_graph = (torch._C._autograd._get_current_graph_task_keep_graph()
-                                  or args[i].is_cuda and torch.cuda.is_current_stream_capturing())
+                if keep_graph is None:
+                    keep_graph = torch._C._autograd._get_current_graph_task_keep_graph()
                 if keep_graph:
                     return False
         return True

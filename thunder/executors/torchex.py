@@ -318,6 +318,8 @@ def dropout_mask(a, p, for_inplace=False):
     exactly the forward's mask.
     """
     if a.device.type == "cuda" and not for_inplace:
+        if a.dtype in (torch.float16, torch.bfloat16):  # float32 (thunder/torch/nn.py, dropout_mask_dtype)
+            return torch.native_dropout(torch.ones_like(a), p, True)[1].to(torch.float32).mul_(1 / (1 - p))
         return torch.native_dropout(torch.ones_like(a), p, True)[0]
     return torch.empty_like(a).bernoulli_(1 - p).div_(1 - p)
 

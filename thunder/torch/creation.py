@@ -188,7 +188,7 @@ def _tensor_impl(data, *, dtype=None, device=None, requires_grad=False, pin_memo
     return torch.tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
-@torchsymbol(torch.tensor, torch_impl=torch.tensor)
+@torchsymbol(torch.tensor, torch_impl=torch.tensor, tags=(Tag.HOST_DATA,))
 @_plain_tensor
 def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
     if isinstance(data, TensorProxy):  # a copy, detached, as eager makes it (with its warning); diffusers' FIR kernels

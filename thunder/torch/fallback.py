@@ -32,6 +32,13 @@ _RANDOM_NAMES = frozenset({"bernoulli", "multinomial", "normal", "poisson", "ran
                            "dropout_", "alpha_dropout_", "feature_dropout_", "feature_alpha_dropout_", "rrelu_",
                            "trunc_normal_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_",
                            "orthogonal_", "sparse_"})
+# torch functions whose tensors are made of Python data in host memory (Tag.HOST_DATA)
+_HOST_DATA_NAMES = frozenset({"tensor", "as_tensor", "asarray", "from_numpy", "frombuffer"})
+
+
+def _tags_of(fn) -> tuple:
+    name = getattr(fn, "__name__", "")
+    return (Tag.RANDOM,) * (name in _RANDOM_NAMES) + (Tag.HOST_DATA,) * (name in _HOST_DATA_NAMES)
 
 
 _PATHS: dict[int, str] | None = None
@@ -519,7 +526,7 @@ def fallback_symbol(fn) -> Symbol:
     while f"torch.{unique}" in _FALLBACK_IDS:
         unique, i = f"{name}_{i}", i + 1
     _FALLBACK_IDS.add(f"torch.{unique}")
-    tags = (Tag.RANDOM,) if getattr(fn, "__name__", "") in _RANDOM_NAMES else ()
+    tags = _tags_of(fn)
 
     def meta(*args, **kwargs):
         return meta_outputs(fn, args, kwargs)
@@ -674,7 +681,7 @@ def inplace_fallback_symbol(fn) -> Symbol:
         return sym
     path = printable_name(fn)
     name = path.removeprefix("torch.") if path else getattr(fn, "__name__", "op")
-    tags = (Tag.RANDOM,) if getattr(fn, "__name__", "") in _RANDOM_NAMES else ()
+    tags = _tags_of(fn)
     impl = functools.partial(updated_copy, fn)
 
     def meta(*args, **kwargs):

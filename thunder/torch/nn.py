@@ -330,15 +330,24 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     return prims.embedding(input, weight)
 
 
+def dropout_mask_dtype(a, for_inplace: bool = False):
+    """The dtype of dropout's mask: the input's, as eager draws it on the CPU and for in-place dropout, except for a
+    half-precision input's fused dropout on CUDA, where eager's kernel scales in float32 and rounds once
+    (``input * (1/(1-p))``): float32 there, so that the product with the mask rounds once too."""
+    low = a.dtype in (torch.float16, torch.bfloat16)
+    return torch.float32 if low and a.device.type == "cuda" and not for_inplace else a.dtype
+
+
 @torchsymbol(name="dropout_mask", tags=(Tag.RANDOM,), torch_impl=None)
 def dropout_mask(a, p: float, for_inplace: bool = False):
-    """The scaled keep-mask of dropout: 1/(1-p) where an element is kept, 0 where it is dropped.
+    """The scaled keep-mask of dropout: 1/(1-p) where an element is kept, 0 where it is dropped, in
+    ``dropout_mask_dtype``.
 
     ``for_inplace``: the mask of in-place dropout, which eager draws differently on CUDA (see the torch
     executor's ``dropout_mask``)."""
     u = prims.uniform(tuple(a.shape), 0.0, 1.0, device=a.device, dtype=a.dtype)
     keep = prims.lt(u, 1 - p)
-    return prims.mul(prims.convert_element_type(keep, a.dtype), 1 / (1 - p))
+    return prims.mul(prims.convert_element_type(keep, dropout_mask_dtype(a, for_inplace)), 1 / (1 - p))
 
 
 @torchsymbol(F.dropout, torch.dropout)
@@ -348,7 +357,8 @@ def dropout(a, p=0.5, training=True, inplace=False):
         return a
     if p == 1:
         return ew.mul(a, 0.0)
-    return ew.mul(a, dropout_mask(a, p, inplace) if inplace else dropout_mask(a, p))
+    out = ew.mul(a, dropout_mask(a, p, inplace) if inplace else dropout_mask(a, p))
+    return out if out.dtype == a.dtype else convert(out, a.dtype)
 
 
 INPLACE_TO_SYMBOL[torch.dropout_] = dropout  # an in-place twin: called with inplace=True by the tracer
