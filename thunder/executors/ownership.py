@@ -14,7 +14,8 @@ import contextlib
 import sys
 import threading
 
-_VOUCHED = threading.local()  # ids of the tensors vouched for (the backward runs in autograd's threads)
+_VOUCHED = threading.local()  # id of each tensor vouched for: its voucher's own storage uses (threads: the backward's)
+_NONE: dict = {}
 
 
 def _ref_counts(args) -> list[int]:
@@ -47,14 +48,14 @@ def unshared_args(args) -> list[bool]:
 def vouched_uses(t) -> int | None:
     """None where nobody vouches for ``t``; else the uses of its storage that the voucher holds itself (beyond
     ``t``), which do not count as other tensors on its memory."""
-    return getattr(_VOUCHED, "uses", {}).get(id(t))
+    return getattr(_VOUCHED, "uses", _NONE).get(id(t))
 
 
 @contextlib.contextmanager
 def vouched(tensors, own_uses=None):
     """While the block runs, ``tensors`` count as referenced by the program alone (see the module's docstring);
     ``own_uses``: per tensor, the uses of its storage that the caller holds itself (default none)."""
-    before = getattr(_VOUCHED, "uses", {})
+    before = getattr(_VOUCHED, "uses", _NONE)
     _VOUCHED.uses = {**before, **{id(t): n for t, n in zip(tensors, own_uses or [0] * len(tensors))}}
     try:
         yield
