@@ -477,7 +477,9 @@ class CompiledRegion:
             if received:
                 if keep_graph is None:
                     keep_graph = torch._C._autograd._get_current_graph_task_keep_graph()
-                if keep_graph:
+                # a capture of someone else's CUDA graph replays later, when autograd may keep the saved values
+                # (thunder's graphs vouch for their inputs and replay no backward under retain_graph)
+                if keep_graph or own_uses is None and args[i].is_cuda and torch.cuda.is_current_stream_capturing():
                     return False
         return True
 
