@@ -70,3 +70,19 @@ def test_fusion_benchmark_pairs():
     interval = re.fullmatch(r"([\d.]+) \(([\d.]+) to ([\d.]+)\)", rows["Llama", "thunder"][3])
     median, low, high = map(float, interval.groups())
     assert 0 < low <= median <= high
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fusion_benchmark_profile(device, tmp_path):
+    """--profile: a row per variant with its host and step times (and, on CUDA, kernel time and launches), and each
+    variant's profiler table in the file."""
+    path = tmp_path / "profile.txt"
+    out = run_fusion("--device", device, "--gpu-model-scale", "tiny", "--no-compile", "--steps", "1", "--rounds", "1",
+                     "--models", "llama", "--profile", str(path))
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip().strip("|").split("|")]
+            for line in out.splitlines() if line.startswith("| ") and line.count("|") == 6}
+    for variant in ("eager", "thunder"):
+        host, step, kernel_ms, kernels = map(float, rows[variant][1:])
+        assert 0 < host <= step and (kernel_ms > 0 and kernels > 0) == (device == "cuda")
+    text = path.read_text()
+    assert "## Llama" in text and text.count("\n## ") == 2
