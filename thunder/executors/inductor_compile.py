@@ -469,17 +469,22 @@ class CompiledRegion:
         has released its own (no ``retain_graph``; a CUDA graph replays a backward only where that holds too)."""
         keep_graph = None
         for i, received in self.donate:
-            own_uses = vouched_uses(args[i])
-            if ((own_uses is None and sys.getrefcount(args[i]) > _UNSHARED_REFS) or args[i]._base is not None
-                    or torch._C._storage_Use_Count(args[i].untyped_storage()._cdata)
-                    > _UNSHARED_STORAGE_USES + (own_uses or 0)):
+            if args[i]._base is not None:
                 return False
+            shared = sys.getrefcount(args[i]) > _UNSHARED_REFS
+            uses = torch._C._storage_Use_Count(args[i].untyped_storage()._cdata) - _UNSHARED_STORAGE_USES
+            if shared or uses > 0:  # unless a caller vouches for these (looked up only here: it costs)
+                own_uses = vouched_uses(args[i])
+                if own_uses is None or uses > own_uses:
+                    return False
             if received:
                 if keep_graph is None:
                     keep_graph = torch._C._autograd._get_current_graph_task_keep_graph()
+                if keep_graph:
+                    return False
                 # a capture of someone else's CUDA graph replays later, when autograd may keep the saved values
                 # (thunder's graphs vouch for their inputs and replay no backward under retain_graph)
-                if keep_graph or own_uses is None and args[i].is_cuda and torch.cuda.is_current_stream_capturing():
+                if args[i].is_cuda and torch.cuda.is_current_stream_capturing() and vouched_uses(args[i]) is None:
                     return False
         return True
 
