@@ -121,8 +121,10 @@ def test_data_dependent_shapes_on_cuda():
 def test_torchvision_training_parity_on_cuda(name, cudnn):
     """With cuDNN off, eager and thunder run the same kernels: bitwise. With cuDNN on, eager's ``F.batch_norm`` runs
     cuDNN's batch norm and thunder ATen's native one (its functional form, which thunder needs): sums in another
-    order, whose differences the backward through a deep network's small late feature maps (2x2 at 64x64 images,
-    a batch of 4) amplifies to about 1e-3 in the first layers' gradients."""
+    order. TF32 is off for the convolutions: in TF32, those last-bit differences of a layer's input round its
+    products otherwise, and through the network the first convolutions' gradients differed by 0.12 (ResNet-18)
+    to 0.29 (EfficientNet-B0) on an H200; without TF32 the largest difference there was 0.012 (one element of an
+    EfficientNet-B0 gradient, after an optimizer step)."""
     tv = import_library("torchvision")
     torch.manual_seed(0)
     model = getattr(tv.models, name)(num_classes=10).cuda()
@@ -137,8 +139,8 @@ def test_torchvision_training_parity_on_cuda(name, cudnn):
 
     images = torch.randn(4, 3, 64, 64, device="cuda")
     targets = torch.randint(0, 10, (4,), device="cuda")
-    cudnn_bn = NotBitwise("BatchNorm: eager runs cuDNN's kernels, thunder ATen's native ones", atol=1e-2, rtol=5e-2)
-    with torch.backends.cudnn.flags(enabled=cudnn, deterministic=True, benchmark=False):
+    cudnn_bn = NotBitwise("BatchNorm: eager runs cuDNN's kernels, thunder ATen's native ones", atol=3e-2, rtol=5e-2)
+    with torch.backends.cudnn.flags(enabled=cudnn, deterministic=True, benchmark=False, allow_tf32=False):
         check_training_parity(WithLoss(model).train(), (images, targets), loss_of=lambda loss: loss, steps=1,
                               not_bitwise=cudnn_bn if cudnn else None, executors=TORCH)
 

@@ -54,6 +54,10 @@ ex = OperatorExecutor("cudagraph")
 
 # Number of calls (with given Python numbers) that run as usual before a graph is captured.
 _WARMUP_CALLS = 1
+# Captures tried before a segment runs as usual for good. A failed capture is tried again on a later call: what
+# failed may be one-time work that the call run as usual after it completes (a fused region's first call, which
+# autotunes its kernels and synchronizes, where its inputs reused memory otherwise than in the calls before).
+_CAPTURE_TRIES = 2
 
 
 class CUDAGraphTransform(Transform):
@@ -330,6 +334,11 @@ def _held_by(outputs, in_place, borrowed: dict) -> dict:
     return held
 
 
+def _reusable(t) -> bool:
+    """Whether a region could reuse ``t``'s memory, as far as views and other tensors on it go."""
+    return t._base is None and _use_count(t) - _ALONE <= _graphs_uses(t)
+
+
 def _vouched_for(tensors, owned):
     """Vouching for the tensors the trace alone references (``owned``): a value another graph wrote is used by
     that graph's record of its outputs too, which is no one else's use of its memory (a backward's region may
@@ -353,6 +362,7 @@ class _GraphedSegment:
         self.graphs: dict = {}
         self.calls: dict = {}
         self.failed: str | None = None
+        self.capture_failures = 0
         self.warned = False
         self.replays = 0  # calls that replayed a graph
         self.fallbacks = 0  # calls that had a graph but ran as usual (see why_not_replay)
@@ -390,6 +400,9 @@ class _GraphedSegment:
             return self.fn(*args)
 
     def _capture(self, args, owned):
+        # a buffer the graph copies an input into stands for that input: the regions may reuse its memory only
+        # where they could reuse the input's (no view, no other tensor on its memory but graphs' records)
+        owned = [mine and (not isinstance(a, torch.Tensor) or _reusable(a)) for a, mine in zip(args, owned)]
         in_place, borrowed, copied_in, static = [], {}, [], [None] * len(args)
         for i, a in enumerate(args):
             if not isinstance(a, torch.Tensor):
@@ -411,9 +424,11 @@ class _GraphedSegment:
             with _vouched_for(inputs, owned):
                 replay, outputs = self.capture(self.fn, inputs)
         except Exception as e:  # noqa: BLE001 - what cannot be captured runs as usual, with a warning
-            self.failed = f"{type(e).__name__}: {e}"
-            warnings.warn(f"thunder: {self.name} could not be captured as a CUDA graph and runs as usual "
-                          f"({self.failed})", stacklevel=2)
+            self.capture_failures += 1
+            if self.capture_failures >= _CAPTURE_TRIES:
+                self.failed = f"{type(e).__name__}: {e}"
+                warnings.warn(f"thunder: {self.name} could not be captured as a CUDA graph and runs as usual "
+                              f"({self.failed})", stacklevel=2)
             return None
         del inputs
         return _Graph(replay, static, tuple((i, a.data_ptr()) for i, a in in_place), set(borrowed),
