@@ -22,7 +22,7 @@ def why(self, args):
     if r and seen[0] < 2 and "still in use" in r:
         seen[0] += 1
         for ptr, t in self.tracked:
-            if cg._use_count(t) != cg._HELD[ptr] + cg._ALONE - 1:
+            if cg.storage_uses(t) != cg._HELD[ptr] + cg.LONE_STORAGE_USES - 1:
                 def p(o):
                     try:
                         return o.untyped_storage().data_ptr()

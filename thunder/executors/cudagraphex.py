@@ -8,8 +8,8 @@ Python) then costs one graph launch per trace: the GPU's time, not Python's.
 Capturable: a bound symbol whose tensors are all on CUDA, that has at least one, produces no Python numbers
 (those would be computed once, at capture), passes no other Python objects (the autograd graph of an op
 differentiated by torch's autograd, thunder/torch/autograd_rule.py), copies no Python data from host memory
-(``torch.tensor(0.0, device="cuda")``, Tag.HOST_DATA) and has no side effect but writing into a tensor. Collectives, reseeding, operations on the CPU and the statements of the trace run as before, between
-graphs.
+(``torch.tensor(0.0, device="cuda")``, Tag.HOST_DATA) and has no side effect but writing into a tensor.
+Collectives, reseeding, operations on the CPU and the statements of the trace run as before, between graphs.
 
 [Note: CUDA graph replays]
 A graph reads and writes fixed addresses. Its first call with given Python numbers runs as usual (compiling
@@ -42,7 +42,7 @@ from thunder.core.proxies import NumberProxy, TensorProxy
 from thunder.core.statements import STATEMENTS, python_return
 from thunder.core.symbol import BoundSymbol, Tag, has_tag
 from thunder.core.trace import TraceCtx
-from thunder.executors.ownership import unshared_args, vouched
+from thunder.executors.ownership import LONE_STORAGE_USES, storage_uses, unshared_args, vouched
 from thunder.executors.regions import region_interface
 from thunder.extend import OperatorExecutor
 from thunder.transforms.base import Transform
@@ -216,14 +216,6 @@ def _capturing() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
-def _use_count(t) -> int:
-    return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
-
-
-# ``_use_count`` of a tensor no other tensor shares its storage with
-_ALONE = _use_count(torch.empty(1))
-
-
 def _graphs_uses(t) -> int:
     """The uses of ``t``'s storage that live graphs hold themselves."""
     return _HELD.get(t.untyped_storage().data_ptr(), 0)
@@ -271,9 +263,9 @@ class _Graph:
             if expanded and args[i].stride() != strides:
                 return f"input {i} is expanded otherwise than when captured"
         for ptr, t in self.tracked:
-            if _use_count(t) != _HELD[ptr] + _ALONE - 1:
-                return (f"an output of the last replay is still in use ({_use_count(t) - _ALONE + 1} uses of its "
-                        f"memory, {_HELD[ptr]} by graphs)")
+            if storage_uses(t) != _HELD[ptr] + LONE_STORAGE_USES - 1:
+                uses = storage_uses(t) - LONE_STORAGE_USES + 1
+                return f"an output of the last replay is still in use ({uses} uses of its memory, the graphs' {_HELD[ptr]})"
         return None
 
     def replay(self, args):
@@ -329,14 +321,14 @@ def _held_by(outputs, in_place, borrowed: dict) -> dict:
     for t in kept.values():
         ptr = t.untyped_storage().data_ptr()
         if ptr not in held:
-            held[ptr] = _use_count(t) - borrowed.get(ptr, _ALONE - 1)
+            held[ptr] = storage_uses(t) - borrowed.get(ptr, LONE_STORAGE_USES - 1)
         held[ptr] += id(t) in before
     return held
 
 
 def _reusable(t) -> bool:
     """Whether a region could reuse ``t``'s memory, as far as views and other tensors on it go."""
-    return t._base is None and _use_count(t) - _ALONE <= _graphs_uses(t)
+    return t._base is None and storage_uses(t) - LONE_STORAGE_USES <= _graphs_uses(t)
 
 
 def _vouched_for(tensors, owned):
@@ -368,11 +360,12 @@ class _GraphedSegment:
         self.fallbacks = 0  # calls that had a graph but ran as usual (see why_not_replay)
 
     def __call__(self, *args):
-        owned = unshared_args(args)  # first: counted as the trace handed them over
+        # (nothing here holds an argument: ``_as_usual`` and ``_capture`` count their references as the trace
+        # handed them over; a replay does not count them)
         if self.backward and torch._C._autograd._get_current_graph_task_keep_graph():
             # autograd keeps the values saved for the backward (retain_graph), which a graph may write into
             # where it reuses memory that dies (see CompiledRegion._may_reuse): run as usual, reusing none
-            return self._as_usual(args, owned)
+            return self._as_usual(args)
         key = tuple(args[i] for i in self.numbers)
         g = self.graphs.get(key)
         if g is not None:
@@ -382,34 +375,35 @@ class _GraphedSegment:
                 return g.replay(args)
             self.fallbacks += 1
             self._warn_once(why)
-            return self._as_usual(args, owned)
+            return self._as_usual(args)
         if self.failed is not None or _capturing():  # inside a capture of the caller's: run as usual
-            return self._as_usual(args, owned)
+            return self._as_usual(args)
         seen = self.calls[key] = self.calls.get(key, 0) + 1
         if seen <= _WARMUP_CALLS:
-            return self._as_usual(args, owned)
-        g = self._capture(args, owned)
+            return self._as_usual(args)
+        g = self._capture(args)
         if g is None:
-            return self._as_usual(args, owned)
+            return self._as_usual(args)
         self.graphs[key] = g
         return g.replay(args)
 
-    def _as_usual(self, args, owned):
+    def _as_usual(self, args):
         """``fn(*args)``, its regions deciding on reusing memory as they would in the trace itself."""
-        with _vouched_for(args, owned):
+        with _vouched_for(args, unshared_args(args)):
             return self.fn(*args)
 
-    def _capture(self, args, owned):
+    def _capture(self, args):
         # a buffer the graph copies an input into stands for that input: the regions may reuse its memory only
         # where they could reuse the input's (no view, no other tensor on its memory but graphs' records)
-        owned = [mine and (not isinstance(a, torch.Tensor) or _reusable(a)) for a, mine in zip(args, owned)]
+        owned = [mine and (not isinstance(a, torch.Tensor) or _reusable(a))
+                 for a, mine in zip(args, unshared_args(args))]
         in_place, borrowed, copied_in, static = [], {}, [], [None] * len(args)
         for i, a in enumerate(args):
             if not isinstance(a, torch.Tensor):
                 static[i] = a
             elif _read_in_place(a, i, self.in_place):
                 in_place.append((i, a))
-                borrowed[a.untyped_storage().data_ptr()] = _use_count(a)
+                borrowed[a.untyped_storage().data_ptr()] = storage_uses(a)
             else:
                 expanded = _expanded(a)
                 compact = _narrowed(a, expanded)

@@ -12,7 +12,7 @@ import time
 import torch
 
 from thunder.core.proxies import Proxy, TensorProxy
-from thunder.executors.ownership import vouched_uses
+from thunder.executors.ownership import LONE_STORAGE_USES, vouched_uses
 
 _PENDING: list = []  # (the scope of a generated module whose kernels are compiling, the CompiledRegion)
 _LOCK = threading.RLock()  # one inductor compilation at a time: tracing and the deferred waits use global state
@@ -301,14 +301,7 @@ def _unshared_refs() -> int:
     return _refs_in_call(t)
 
 
-def _unshared_storage_uses() -> int:
-    """The use count of the storage of a tensor no other tensor shares, as ``_may_reuse`` reads it."""
-    t = torch.empty(1)
-    return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
-
-
 _UNSHARED_REFS = _unshared_refs()
-_UNSHARED_STORAGE_USES = _unshared_storage_uses()
 
 
 def _with_dense_outputs(fn, dense: tuple):
@@ -472,7 +465,8 @@ class CompiledRegion:
             if args[i]._base is not None:
                 return False
             shared = sys.getrefcount(args[i]) > _UNSHARED_REFS
-            uses = torch._C._storage_Use_Count(args[i].untyped_storage()._cdata) - _UNSHARED_STORAGE_USES
+            # other tensors on its memory (``ownership.storage_uses`` inline: a hot path)
+            uses = torch._C._storage_Use_Count(args[i].untyped_storage()._cdata) - LONE_STORAGE_USES
             if shared or uses > 0:  # unless a caller vouches for these (looked up only here: it costs)
                 own_uses = vouched_uses(args[i])
                 if own_uses is None or uses > own_uses:

@@ -14,6 +14,8 @@ import contextlib
 import sys
 import threading
 
+import torch
+
 _VOUCHED = threading.local()  # id of each tensor vouched for: its voucher's own storage uses (threads: the backward's)
 _NONE: dict = {}
 
@@ -30,8 +32,6 @@ class _Probe:
 def _unshared_refs() -> int:
     """What ``unshared_args`` counts, in an object's ``__call__(self, *args)`` that a trace called, for a tensor
     only the trace's variable holds (the variable, the call's two tuples, the loop's variable, ``getrefcount``'s)."""
-    import torch
-
     t = torch.empty(0)
     return _Probe()(t)[0]
 
@@ -43,6 +43,14 @@ def unshared_args(args) -> list[bool]:
     """For each of ``args``, the arguments of a call a trace made of an object (``def __call__(self, *args)``),
     whether only the trace's variable references it."""
     return [n <= UNSHARED_REFS for n in _ref_counts(args)]
+
+
+def storage_uses(t) -> int:
+    """The use count of ``t``'s storage: one for each tensor on it (and a constant more, the reading's own)."""
+    return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
+
+
+LONE_STORAGE_USES = storage_uses(torch.empty(1))  # of a tensor no other tensor shares its storage with
 
 
 def vouched_uses(t) -> int | None:
