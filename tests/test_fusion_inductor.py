@@ -795,3 +795,40 @@ def test_cpu_isa_answers_are_what_inductors_probes_find():
     probed = [bf16.check_build(VecAVX512._avx512_bf16_code), vnni.check_build(VecAVX512VNNI._avx512_vnni_code)]
     assert [a for a, q in zip(answered, asked) if q] == [p for p, q in zip(probed, asked) if q]
     assert answered == asked
+
+
+class _DeviceRecorder(OperatorExecutor):
+    def __init__(self):
+        super().__init__("device_recorder")
+        self.calls = []
+
+    def before_tracing(self, device_types):
+        self.calls.append(device_types)
+
+
+@pytest.mark.parametrize("how", ["module", "function"])
+def test_executors_hear_of_the_calls_devices_before_tracing(how):
+    """``Executor.before_tracing`` is called once per compilation, with the device types of the call's tensors (a
+    module's parameters included); cache hits call nothing."""
+    recorder = _DeviceRecorder()
+    if how == "module":
+        jf, args = thunder.jit(nn.Linear(4, 4), executors=[recorder, "torch"]), (torch.randn(2, 4),)
+    else:
+        jf, args = thunder.jit(lambda x, d: x * d["y"], executors=[recorder, "torch"]), (torch.randn(3), {"y": 2.0})
+    jf(*args)
+    jf(*args)
+    assert recorder.calls == [frozenset({"cpu"})]
+
+
+@pytest.mark.parametrize("devices, warms", [({"cuda"}, True), ({"cpu", "cuda"}, True), ({"cpu"}, False)])
+@pytest.mark.parametrize("device_types", [("cpu", "cuda"), ("cuda",), ("cpu",)])
+def test_inductor_starts_its_compile_workers_before_tracing_for_cuda(monkeypatch, devices, warms, device_types):
+    """Inductor builds Triton kernels in this process, one at a time, until its pool of workers is ready (seconds
+    after it starts): an executor that will compile CUDA regions starts the pool before tracing, as torch.compile
+    does; CPU programs, and executors that fuse CPU regions only, leave it alone."""
+    import torch._inductor.async_compile as async_compile
+
+    started = []
+    monkeypatch.setattr(async_compile, "maybe_warm_pool", lambda: started.append(True))
+    InductorExecutor("probe", device_types=device_types).before_tracing(frozenset(devices))
+    assert started == ([True] if warms and "cuda" in device_types else [])

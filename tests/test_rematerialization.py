@@ -23,9 +23,10 @@ class ToyFusion(FusionExecutor):
 
     fusion_name = "toyFusion"
 
-    def __init__(self, rematerialize: bool):
+    def __init__(self, rematerialize: bool, recompute_unfused_reads: bool = False):
         super().__init__("toy_remat" if rematerialize else "toy")
         self.rematerialize = rematerialize
+        self.recompute_unfused_reads = recompute_unfused_reads
 
     def can_fuse(self, bsym):
         sym = bsym.sym
@@ -65,6 +66,9 @@ CASES = {
     "rmsnorm": (lambda: RMSNorm(32), (4, 16, 32)),
     "silu_mlp": (SiluMLP, (8, 32)),
 }
+# Where every value the backward could recompute is read there by a matmul (the layer norms' and GELU's outputs, the
+# weight gradients' operands): only ``recompute_unfused_reads`` lowers the saved bytes.
+ONLY_READ_BY_MATMULS = {"gpt_block"}
 
 
 class _LlamaBlockWithRope(nn.Module):
@@ -85,7 +89,8 @@ def test_rematerialization_lowers_saved_bytes_and_keeps_gradients(case):
     x = torch.randn(shape, requires_grad=True)
     results = {}
     for name, executors in (("eager", None), ("torch", ["torch"]), ("fused", [ToyFusion(False), "torch"]),
-                            ("remat", [ToyFusion(True), "torch"])):
+                            ("remat", [ToyFusion(True), "torch"]),
+                            ("remat_unfused", [ToyFusion(True, recompute_unfused_reads=True), "torch"])):
         m = copy.deepcopy(model)
         runner = m if executors is None else thunder.jit(m, executors=executors)
         xi = x.detach().clone().requires_grad_()
@@ -96,9 +101,11 @@ def test_rematerialization_lowers_saved_bytes_and_keeps_gradients(case):
         results[name] = (nbytes, [p.grad for p in m.parameters()] + [xi.grad], runner)
     eager_bytes = results["eager"][0]
     assert results["torch"][0] <= eager_bytes
-    assert results["remat"][0] <= results["fused"][0] <= eager_bytes
-    assert results["remat"][0] < eager_bytes, f"{case}: rematerialization saved nothing ({results})"
-    for name in ("torch", "fused", "remat"):
+    assert results["remat_unfused"][0] <= results["remat"][0] <= results["fused"][0] <= eager_bytes
+    assert results["remat_unfused"][0] < eager_bytes, f"{case}: rematerialization saved nothing ({results})"
+    if case not in ONLY_READ_BY_MATMULS:
+        assert results["remat"][0] < eager_bytes, f"{case}: rematerialization saved nothing ({results})"
+    for name in ("torch", "fused", "remat", "remat_unfused"):
         for g, ref in zip(results[name][1], results["eager"][1]):
             torch.testing.assert_close(g, ref, rtol=1e-5, atol=1e-6)
     bwd = str(thunder.last_backward_traces(results["remat"][2])[-1])
@@ -106,15 +113,46 @@ def test_rematerialization_lowers_saved_bytes_and_keeps_gradients(case):
 
 
 def test_gpt_block_rematerialization_saves_at_least_a_sixth():
+    """With ``recompute_unfused_reads`` the backward recomputes the layer norms' and GELU's outputs its weight
+    gradients read; by default it saves them (each would be written out again by a kernel of its own)."""
     torch.manual_seed(0)
     block = GPTBlock(GPTConfig(n_embd=64, n_head=4, block_size=32, dropout=0.0))
     x = torch.randn(4, 32, 64, requires_grad=True)
     sizes = {}
-    for remat in (False, True):
-        jb = thunder.jit(copy.deepcopy(block), executors=[ToyFusion(remat), "torch"])
+    for remat, unfused in ((False, False), (True, False), (True, True)):
+        jb = thunder.jit(copy.deepcopy(block), executors=[ToyFusion(remat, recompute_unfused_reads=unfused), "torch"])
         jb(x).sum().backward()
-        sizes[remat] = saved_bytes(lambda: jb(x).sum())
-    assert sizes[True] <= 0.85 * sizes[False], sizes  # 0.82 when written
+        sizes[remat, unfused] = saved_bytes(lambda: jb(x).sum())
+    assert sizes[True, True] <= 0.85 * sizes[False, False], sizes  # 0.82 when written
+    assert sizes[True, False] == sizes[False, False], sizes
+
+
+def _recomputed_matmul_operands(jm) -> set:
+    """Names of the forward values that the backward recomputes in a fused region and reads in a matmul."""
+    fwd_names = {o.name for b in thunder.last_traces(jm)[-1].bound_symbols for o in b.flat_outs}
+    bwd = thunder.last_backward_traces(jm)[-1]
+    recomputed = {o.name for b in bwd.bound_symbols if b.sym.name.startswith("toyFusion") for o in b.flat_outs
+                  if o.name in fwd_names}
+    return {a.name for b in bwd.bound_symbols if b.sym.name == "linear_backward" for a in b.flat_args
+            if a.name in recomputed}
+
+
+@pytest.mark.parametrize("case", ["gpt_block", "llama_block", "silu_mlp"])
+def test_values_the_backwards_matmuls_read_are_saved_unless_asked(case):
+    """By default a forward value the backward reads in a matmul (a weight gradient's operand) is saved, never
+    recomputed: recomputed, it would be written out again by a kernel of its own (torch.compile's partitioner makes
+    the same choice). ``recompute_unfused_reads=True`` recomputes such values where that saves bytes."""
+    make, shape = CASES[case]
+    torch.manual_seed(0)
+    model = make()
+    x = torch.randn(shape, requires_grad=True)
+    recomputed = {}
+    for unfused in (False, True):
+        jm = thunder.jit(copy.deepcopy(model), executors=[ToyFusion(True, recompute_unfused_reads=unfused), "torch"])
+        jm(x).sum().backward()
+        recomputed[unfused] = _recomputed_matmul_operands(jm)
+    assert not recomputed[False], recomputed
+    assert recomputed[True], f"{case}: recompute_unfused_reads recomputed no matmul operand"
 
 
 def test_random_values_are_never_recomputed():

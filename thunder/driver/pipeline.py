@@ -297,11 +297,28 @@ class Compilation:
         return value
 
 
+def _device_types(cd: CompileData, args, kwargs, max_depth: int = 4) -> frozenset:
+    """The device types of the call's tensors: its arguments' (in lists, tuples and dicts up to ``max_depth`` deep;
+    a hint for ``Executor.before_tracing``, not a walk of everything), and the module's first parameter's or
+    buffer's."""
+    tensors, level = [], [args, kwargs]
+    for _ in range(max_depth):
+        tensors += [x for x in level if isinstance(x, torch.Tensor)]
+        level = [y for x in level if isinstance(x, (list, tuple, dict))
+                 for y in (x.values() if isinstance(x, dict) else x)]
+    if cd.module is not None:
+        tensors += [t for t in (next(cd.module.parameters(), None), next(cd.module.buffers(), None)) if t is not None]
+    return frozenset(t.device.type for t in tensors)
+
+
 def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     """The phases, in order, for inference and training alike: trace, dead-code elimination, computation
     transforms, then (training) autodiff, forward/backward transforms and the choice of saved values, then
     executors, post-executor transforms, freeing after last use, and the cache entry with its prologue."""
     start = time.perf_counter_ns()
+    devices = _device_types(cd, args, kwargs)
+    for ex in cd.executors:
+        ex.before_tracing(devices)
     compilation = Compilation(cd)
     result = trace_program(cd, args, kwargs, compilation)
     compilation.sources = {p.name: src for p, src in result.prologue.inputs if hasattr(p, "name")}
@@ -373,7 +390,8 @@ def _recompute_policy(executors):
             def regions(bsyms):
                 return [item for item in partition(bsyms, fused, ex.is_barrier) if isinstance(item, list)]
 
-            return lambda fwd, bwd: choose_recomputed(fwd, bwd, cheap, fused, regions)
+            return lambda fwd, bwd: choose_recomputed(fwd, bwd, cheap, fused, regions,
+                                                      recompute_unfused_reads=ex.recompute_unfused_reads)
     return None
 
 

@@ -50,6 +50,13 @@ same moment is not protected from it. Inductor restores the random-number state 
 when it ends, which would rewind the training thread's draws made meanwhile: in the background thread it
 leaves the state alone (``_leave_rng_state_alone_in_background``).
 
+[Note: what the backward recomputes]
+The inductor executor asks for rematerialization (thunder/transforms/rematerialization.py): the backward recomputes
+cheap forward values that feed its fused work rather than saving them. Values its matmuls read (a norm's output,
+which a weight gradient multiplies) are saved, not written out again by a recomputing kernel: on a GPU those
+kernels cost more time than the memory they free is worth. ``InductorExecutor(recompute_unfused_reads=True)``
+recomputes them too, for the fewest saved bytes.
+
 [Note: random numbers in fused regions]
 A random torch operation (dropout's mask, ``torch.rand``, ``randint``) is not fused by default: it runs
 whole with its torch kernel, drawing exactly eager's numbers under a seed, and only its consumers are fused.
@@ -110,13 +117,26 @@ class InductorExecutor(FusionExecutor):
     reuses_inputs = True
 
     def __init__(self, name: str = "inductor", *, progress_after_s: float = 5.0, device_types=("cpu", "cuda"),
-                 fuse_random: bool = False, background: bool = False):
+                 fuse_random: bool = False, background: bool = False, recompute_unfused_reads: bool = False):
         super().__init__(name)
         self.fuse_random = fuse_random
+        self.recompute_unfused_reads = recompute_unfused_reads
         self.background = background
         self.progress_after_s = progress_after_s
         self.device_types = frozenset(device_types)
         self._compiled: dict = {}  # region signature -> _Compiled
+
+    def before_tracing(self, device_types: frozenset) -> None:
+        """Where this executor will compile CUDA regions, inductor's pool of compile workers starts now, as
+        torch.compile starts it: until the pool is ready, inductor builds each Triton kernel in this process, one
+        at a time, and the workers take seconds to start. Started before tracing, they are ready when the first
+        region compiles, and the kernels of all regions build side by side (see [Note: compiling regions])."""
+        if "cuda" in device_types and "cuda" in self.device_types:
+            try:
+                from torch._inductor.async_compile import maybe_warm_pool
+            except ImportError:  # a private function of inductor's that moved: the pool starts when first used
+                return
+            maybe_warm_pool()
 
     def can_fuse(self, bsym) -> bool:
         sym = bsym.sym

@@ -56,6 +56,11 @@ class Executor:
     def __repr__(self):
         return f"thunder.extend.{type(self).__name__}('{self.name}')"
 
+    def before_tracing(self, device_types: frozenset) -> None:
+        """Called when a call starts a compilation, before tracing, with the device types (``"cpu"``, ``"cuda"``) of
+        the tensors it was given (arguments, and a module's parameters and buffers). An executor may start slow
+        preparations here, which then go on while thunder traces (inductor starts its compile workers)."""
+
     def can_execute(self, bsym: BoundSymbol) -> bool:
         return False
 
@@ -114,6 +119,10 @@ class FusionExecutor(Executor):
     fusion_name = "Fusion"
     min_prims = 2  # a region of fewer primitives is left to the operator executors
     rematerialize = False  # recompute cheap forward values in the backward (thunder/transforms/rematerialization.py)
+    # With ``rematerialize``: recompute also values the backward reads outside the fused regions (a weight gradient's
+    # matmul reads a norm's output), each then written out again by a kernel of its own: fewer saved bytes for more
+    # kernels. Off, such values are saved (as torch.compile's partitioner does by default).
+    recompute_unfused_reads = False
     # Fuse random torch operations (dropout's mask, torch.rand) through their decompositions, which draw
     # other numbers than their torch kernels (eager's); otherwise they run whole and only their consumers fuse.
     fuse_random = False
