@@ -37,6 +37,18 @@ def has_tag(bsym, *tags: Tag) -> bool:
     return any(t in bsym.sym.tags for t in tags) or any(has_tag(s, *tags) for s in bsym.subsymbols)
 
 
+# primitives whose output is a view of their input (thunder/core/prims.py)
+VIEW_PRIMS = frozenset({"reshape", "transpose", "broadcast_in_dim", "squeeze", "slice_prim"})
+
+
+def is_view(bsym) -> bool:
+    """Whether ``bsym``'s output is (or may be: ``reshape``) a view of its first tensor argument: a symbol marked a view
+    (``sym.is_view``, set by the torch language), a reshape, or a view primitive."""
+    sym = bsym.sym
+    return getattr(sym, "is_view", False) is True or sym.name == "reshape" or (sym.module == "prims"
+                                                                               and sym.name in VIEW_PRIMS)
+
+
 class Symbol:
     """An operation. ``fn`` is its meta function (primitives) or its definition (composites)."""
 

@@ -30,7 +30,7 @@ from typing import Callable
 
 from thunder.core.prims import make_prim
 from thunder.core.statements import STATEMENTS, python_return
-from thunder.core.symbol import BoundSymbol, Symbol, Tag, has_tag
+from thunder.core.symbol import BoundSymbol, Symbol, Tag, has_tag, is_view
 from thunder.transforms.grad_rules import register_vjp
 
 _EXECUTORS: dict[str, "Executor"] = {}
@@ -206,7 +206,9 @@ class FusionExecutor(Executor):
                       and _dense(at, used_later, readers) & {o.name for o in region_interface(prims_, used_later[at])[1]}}
         out, regions = _lay_out(groups, worth)
         used_later, readers = _readers(trace, out, regions, self)
-        made_here = {o.name for b in bsyms if b.sym not in STATEMENTS for o in b.flat_outs}
+        # values this trace made in memory of their own: a view shares its base's (the run-time check of
+        # ``reuses_inputs`` would refuse it on every call, so a compilation reusing it would be wasted)
+        made_here = {o.name for b in bsyms if b.sym not in STATEMENTS and not is_view(b) for o in b.flat_outs}
         for n, (at, members, prims_, _) in enumerate(regions):
             # inputs that die here and that this trace made (or received released): their memory may be reused,
             # name -> whether they were received (reusable only once autograd has let them go)

@@ -42,7 +42,7 @@ from collections import deque
 from typing import Callable
 
 from thunder.core.proxies import TensorProxy
-from thunder.core.symbol import Tag, has_tag
+from thunder.core.symbol import Tag, has_tag, is_view
 
 _INF = 1 << 62
 _SOURCE, _SINK = ("source",), ("sink",)
@@ -115,20 +115,12 @@ def _materialized_in_backward(bwd, fused: Callable) -> set:
         for b in readers.get(name, ()):
             if not fused(b):
                 return True
-            if depth < 8 and _is_view(b) and any(materialized(o.name, depth + 1) for o in b.flat_outs
+            if depth < 8 and is_view(b) and any(materialized(o.name, depth + 1) for o in b.flat_outs
                                                   if isinstance(o, TensorProxy)):
                 return True
         return False
 
     return {name for name in readers if materialized(name)}
-
-
-_VIEW_PRIMS = frozenset({"reshape", "transpose", "broadcast_in_dim", "squeeze", "slice_prim"})
-
-
-def _is_view(b) -> bool:
-    return (getattr(b.sym, "is_view", False) is True or b.sym.name == "reshape"
-            or (b.sym.module == "prims" and b.sym.name in _VIEW_PRIMS))
 
 
 def _cut(fwd, bwd, cheap: Callable, written: set, materialized: frozenset = frozenset()) -> tuple[set, set]:
