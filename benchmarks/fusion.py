@@ -186,6 +186,7 @@ def prepare(base, batch, variant: str, device) -> Prepared:
     sync(device)
     first = time.perf_counter() - t0
     if variant.startswith("thunder"):
+        print(f"{variant}: first call {first:.2f} s, of which {first_call_passes(runner)}", file=sys.stderr, flush=True)
         # executors that compile in the background ("inductor_background") run fused from here on
         thunder.executors.inductorex.wait_for_compilation()
     peak = peak_bytes(step, model, opt, device) if device.type == "cuda" else None
@@ -193,6 +194,21 @@ def prepare(base, batch, variant: str, device) -> Prepared:
         step()
     saved = None if variant == "torch.compile" else saved_bytes(runner, model, batch)
     return Prepared(runner, step, losses, first, saved, peak)
+
+
+def first_call_passes(runner) -> str:
+    """The passes of a thunder variant's first call that took longest (its traces' provenance: the tracing, the
+    executors' transform of the forward and of the backward, where fused regions compile), in seconds; the rest
+    of the first call is the first run (kernels still compiling are waited for there)."""
+    import re
+
+    times = []
+    for kind, traces in (("forward", thunder.last_traces(runner)), ("backward", thunder.last_backward_traces(runner))):
+        for t in traces:
+            m = re.match(r"# Constructed by (.*) \(took (\d+) milliseconds\)", getattr(t, "provenance", None) or "")
+            if m and int(m.group(2)) >= 50:
+                times.append(f"{m.group(1)} ({kind}) {int(m.group(2)) / 1e3:.2f} s")
+    return ", ".join(times) or "no pass over 0.05 s"
 
 
 def timed(step, steps: int, device) -> float:
