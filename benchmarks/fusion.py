@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import collections
 import copy
 import os
 import platform
@@ -79,6 +80,7 @@ import torch  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 import thunder  # noqa: E402
 import thunder.executors.inductorex  # noqa: E402
+from thunder.executors.inductor_compile import COMPILATIONS  # noqa: E402
 from benchmarks.bench_models import WORKLOADS, Workload  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -176,6 +178,7 @@ def make_batch(workload: Workload, device):
 def prepare(base, batch, variant: str, device) -> Prepared:
     """A fresh copy of ``base`` under ``variant``: its first step timed, then its memory measured."""
     model = copy.deepcopy(base)
+    compiled_before = collections.Counter(COMPILATIONS)
     runner = runner_for(model, variant)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     losses = []
@@ -186,7 +189,9 @@ def prepare(base, batch, variant: str, device) -> Prepared:
     sync(device)
     first = time.perf_counter() - t0
     if variant.startswith("thunder"):
-        print(f"{variant}: first call {first:.2f} s, of which {first_call_passes(runner)}", file=sys.stderr, flush=True)
+        compiled = ", ".join(f"{n} {kind}" for kind, n in (COMPILATIONS - compiled_before).items())
+        print(f"{variant}: first call {first:.2f} s, of which {first_call_passes(runner)}; region compilations: "
+              f"{compiled or 'none'}", file=sys.stderr, flush=True)
         # executors that compile in the background ("inductor_background") run fused from here on
         thunder.executors.inductorex.wait_for_compilation()
     peak = peak_bytes(step, model, opt, device) if device.type == "cuda" else None

@@ -8,6 +8,7 @@ keep the whole file to about 60 distinct regions.
 """
 from __future__ import annotations
 
+import collections
 import copy
 import shutil
 
@@ -354,6 +355,11 @@ def _region_only(x):
 
 @requires_compiler
 def test_region_inputs_laid_out_otherwise_are_compiled_for_their_layout():
+    from thunder.executors.inductor_compile import COMPILATIONS
+    from thunder.executors.inductorex import wait_for_compilation
+
+    wait_for_compilation()  # no background compilation of an earlier test's counts here
+    before = collections.Counter(COMPILATIONS)
     ex = InductorExecutor("inductor_layouts")
     jf = thunder.jit(_after_transpose, executors=[ex, "torch"])
     x = torch.randn(4, 6)
@@ -368,6 +374,8 @@ def test_region_inputs_laid_out_otherwise_are_compiled_for_their_layout():
     assert set(by_donation) == {(), ((0, False),)}
     assert set(by_donation[()].by_layout) == {((4, 1),), ((1, 6),), ((8, 1),), ((1, 0),)}
     assert set(by_donation[((0, False),)].by_layout) == {((4, 1),), ((1, 6),)}
+    # counted by kind: each region's first (contiguous) compilation, then one per other layout
+    assert COMPILATIONS - before == collections.Counter({"contiguous": 2, "layout": 4})
 
 
 @requires_compiler

@@ -2,6 +2,7 @@
 (see [Note: compiling regions] in thunder/executors/inductorex.py)."""
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import queue
@@ -15,6 +16,9 @@ from thunder.core.proxies import Proxy, TensorProxy
 from thunder.executors.ownership import LONE_STORAGE_USES, vouched_uses
 
 _PENDING: list = []  # (the scope of a generated module whose kernels are compiling, the CompiledRegion)
+# compilations so far, by kind: "contiguous" (a region's first, for contiguous inputs), "layout" (again, for inputs laid
+# out otherwise), "no reuse" (for calls where an input whose memory the region would reuse is shared); a diagnostic
+COMPILATIONS: collections.Counter = collections.Counter()
 _LOCK = threading.RLock()  # one inductor compilation at a time: tracing and the deferred waits use global state
 
 
@@ -381,6 +385,7 @@ class CompiledRegion:
 
         if self.failed is not None:
             return self._torch_boxed
+        COMPILATIONS["no reuse" if not reuse else "contiguous" if strides == self.contiguous else "layout"] += 1
         try:
             with FakeTensorMode() as mode:
                 fakes = [torch.empty_strided(tuple(p.shape), st, dtype=p.dtype, device=p.device)
