@@ -133,6 +133,29 @@ class TensorProxy(torch.Tensor):
 _PLACEHOLDER = 8_191
 
 
+# [Note: layout hints]
+# A proxy knows its shape, dtype and device, not its strides: the layout of a value comes from the kernel that makes
+# it at run time. Where thunder can tell that layout while tracing (attention's output and gradients, from torch's
+# own meta kernels on fake tensors), it notes it on the proxy: a fusion executor then compiles a region reading the
+# value for that layout rather than for contiguous inputs (and again, at the first call, for the layout it gets).
+# A hint only spares a compilation: a proxy without one, or a wrong one, costs one more at the first call. A hint may
+# be given as a function computing it, called (once) only when a fusion executor asks for it: a prediction costs a
+# fake-tensor run, and the first one in a process a second of imports.
+def layout_hint(p: TensorProxy) -> tuple | None:
+    """The strides ``p`` is expected to have at run time, where known while tracing (see [Note: layout hints])."""
+    hint = getattr(p, "_thunder_layout", None)
+    if callable(hint):
+        strides = hint()
+        valid = strides is not None and len(strides) == p.ndim and all(type(s) is int for s in strides)
+        hint = p._thunder_layout = tuple(strides) if valid else None
+    return hint
+
+
+def set_layout_hint(p: TensorProxy, strides_or_fn) -> None:
+    """Notes the strides ``p`` will have at run time: a tuple, or a function returning one (or None)."""
+    p._thunder_layout = strides_or_fn
+
+
 class SymbolicSize(tuple):
     """The shape of a tensor with run-time extents: a tuple of ints and NumberProxies, used like ``torch.Size``."""
 

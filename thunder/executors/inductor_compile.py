@@ -16,7 +16,7 @@ from thunder.core.proxies import Proxy, TensorProxy
 from thunder.executors.ownership import LONE_STORAGE_USES, vouched_uses
 
 _PENDING: list = []  # (the scope of a generated module whose kernels are compiling, the CompiledRegion)
-# compilations so far, by kind: "contiguous" (a region's first, for contiguous inputs), "layout" (again, for inputs laid
+# compilations so far, by kind: "first" (a region's first, for the layout expected), "layout" (again, for inputs laid
 # out otherwise), "no reuse" (for calls where an input whose memory the region would reuse is shared); a diagnostic
 COMPILATIONS: collections.Counter = collections.Counter()
 _LOCK = threading.RLock()  # one inductor compilation at a time: tracing and the deferred waits use global state
@@ -333,7 +333,8 @@ def dense_views(region, dense: tuple):
 class CompiledRegion:
     """A region's inductor-compiled function, per input layout, with the torch executor's as the fallback."""
 
-    def __init__(self, region, executor, background: bool = False, dense: tuple = (), donate: tuple = ()):
+    def __init__(self, region, executor, background: bool = False, dense: tuple = (), donate: tuple = (),
+                 input_layouts: tuple | None = None):
         from thunder.executors.passes import transform_for_execution
         from thunder.executors.torchex import ex as torch_ex
 
@@ -346,16 +347,18 @@ class CompiledRegion:
         self.by_layout: dict = {}
         self.plain_by_layout: dict = {}  # compilations that reuse no input, for calls where one is shared
         self.failed = None
-        self.contiguous = tuple(_contiguous_strides(p.shape) for p in region.params)
+        # the layout compiled for first: contiguous, or what tracing expects (``input_layouts``)
+        self.expected = tuple(hint if hint is not None else _contiguous_strides(p.shape)
+                              for p, hint in zip(region.params, input_layouts or (None,) * len(region.params)))
         self.background = background
         self.layout_changes = 0  # calls whose inputs were laid out otherwise than the region's function expected
         if background:  # the torch executor runs the region until the compiled one is ready
             self.fn = self._torch_boxed
-            self._compile_in_background(self.contiguous, reuse=True, run_it=True)
+            self._compile_in_background(self.expected, reuse=True, run_it=True)
         else:
             self.fn = self._first_call
             with _LOCK:
-                self.by_layout[self.contiguous] = self._compile(self.contiguous)
+                self.by_layout[self.expected] = self._compile(self.expected)
 
     def _compile_in_background(self, strides, reuse: bool, run_it: bool = False):
         """Queues the compilation for the layout ``strides``; the torch executor stands in for it until then.
@@ -385,7 +388,7 @@ class CompiledRegion:
 
         if self.failed is not None:
             return self._torch_boxed
-        COMPILATIONS["no reuse" if not reuse else "contiguous" if strides == self.contiguous else "layout"] += 1
+        COMPILATIONS["no reuse" if not reuse else "first" if strides == self.expected else "layout"] += 1
         try:
             with FakeTensorMode() as mode:
                 fakes = [torch.empty_strided(tuple(p.shape), st, dtype=p.dtype, device=p.device)

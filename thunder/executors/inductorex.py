@@ -14,7 +14,9 @@ program already, and its regions are functional), so a call costs little more th
 - Kernels compile in inductor's worker pool while thunder goes on forming and compiling the next regions:
   the wait inductor's generated module does at import is deferred to the first call of any region, which
   waits for all pending kernels at once.
-- Regions are compiled for contiguous inputs. An input with other strides fails the check of the strides
+- Regions are compiled for contiguous inputs, or for the layout tracing expects (attention's outputs and gradients,
+  laid out as its kernels write them: [Note: layout hints] in thunder/core/proxies.py). An input with other strides
+  fails the check of the strides
   before each call (thunder's: inductor's own check of sizes and strides is off, the shapes being static);
   the region is then compiled again for those strides (once per layout), and calls that compilation
   directly from then on (an attention output is laid out as its kernel writes it on every call); a region
@@ -115,6 +117,7 @@ class InductorExecutor(FusionExecutor):
     fusion_name = "InductorFusion"
     rematerialize = True
     reuses_inputs = True
+    wants_input_layouts = True
 
     def __init__(self, name: str = "inductor", *, progress_after_s: float = 5.0, device_types=("cpu", "cuda"),
                  fuse_random: bool = False, background: bool = False, recompute_unfused_reads: bool = False):
@@ -157,7 +160,7 @@ class InductorExecutor(FusionExecutor):
         self._progress = _Progress(self.progress_after_s)
         return super().fusion_pass(trace, claimed_first)
 
-    def compile_region(self, region, dense_outputs=frozenset(), donatable=None):
+    def compile_region(self, region, dense_outputs=frozenset(), donatable=None, input_layouts=None):
         from thunder.executors.inductor_compile import CompiledRegion, dense_views, region_signature
 
         dense = tuple(i for i, o in enumerate(region.bound_symbols[-1].args[0]) if o.name in dense_outputs)
@@ -165,11 +168,11 @@ class InductorExecutor(FusionExecutor):
             return dense_views(region, dense)
         donatable = donatable or {}
         donate = tuple((i, donatable[p.name]) for i, p in enumerate(region.params) if p.name in donatable)
-        key = (region_signature(region), dense, donate)
+        key = (region_signature(region), dense, donate, input_layouts)
         compiled = self._compiled.get(key)
         if compiled is None:
             compiled = self._compiled[key] = CompiledRegion(region, self, background=self.background, dense=dense,
-                                                            donate=donate)
+                                                            donate=donate, input_layouts=input_layouts)
             self._progress.compiled(len(region.bound_symbols) - 1)
         else:
             self._progress.reused()

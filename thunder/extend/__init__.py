@@ -29,6 +29,7 @@ import dataclasses
 from typing import Callable
 
 from thunder.core.prims import make_prim
+from thunder.core.proxies import TensorProxy, layout_hint
 from thunder.core.statements import STATEMENTS, python_return
 from thunder.core.symbol import BoundSymbol, Symbol, Tag, has_tag, is_view
 from thunder.transforms.grad_rules import register_vjp
@@ -141,6 +142,9 @@ class FusionExecutor(Executor):
         raise NotImplementedError
 
     reuses_inputs = False  # whether ``compile_region`` is given ``donatable``
+    # whether ``compile_region`` is given ``input_layouts``: per input, the strides it is expected to have at run time
+    # where tracing could tell (``layout_hint``, see [Note: layout hints] in thunder/core/proxies.py), else None
+    wants_input_layouts = False
 
     def wants_dense_input(self, bsym: BoundSymbol) -> bool:
         """Whether ``bsym``, run outside the regions, would rather read a region's output contiguous (a matmul,
@@ -231,6 +235,8 @@ class FusionExecutor(Executor):
             hints["dense_outputs"] = dense_outputs
         if donatable := {a.name: donatable[a.name] for a in inputs if a.name in (donatable or {})}:
             hints["donatable"] = donatable
+        if self.wants_input_layouts and any(layout_hint(a) is not None for a in inputs if isinstance(a, TensorProxy)):
+            hints["input_layouts"] = tuple(layout_hint(a) if isinstance(a, TensorProxy) else None for a in inputs)
         fn = self.compile_region(region, **hints)
         op = self.register_operator(name, fn=fn)
         return BoundSymbol(op, tuple(inputs), {}, list(outputs), tuple(prims_))

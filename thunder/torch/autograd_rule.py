@@ -8,10 +8,13 @@ where the graph is that one node (``_one_node_grads``).
 """
 from __future__ import annotations
 
+import functools
+from typing import NamedTuple
+
 import torch
 
 from thunder.core.codeutils import flat_proxies
-from thunder.core.proxies import TensorProxy, Var
+from thunder.core.proxies import TensorProxy, Var, set_layout_hint
 from thunder.core.pytree import maybe_node, tree_flatten, tree_leaves, tree_unflatten
 from thunder.core.symbol import Symbol
 from thunder.core.trace import get_tracectx
@@ -175,13 +178,63 @@ _SYMBOLS["torch_autograd_forward"] = torch_autograd_forward_sym
 _SYMBOLS["torch_autograd_backward"] = torch_autograd_backward_sym
 
 
-def torch_autograd_rule(fn, out_meta=None, unreached=None):
+class _TensorMeta(NamedTuple):
+    shape: tuple
+    dtype: torch.dtype
+    device: torch.device
+
+
+def _predicted_layouts(fn, leaves, spec, groups):
+    """The strides of ``fn``'s tensor outputs and of its inputs' gradients (one per group, None where unreached), from
+    running it and its backward on fake tensors (contiguous inputs, output gradients laid out as the outputs); None
+    where that fails (a device this machine lacks, an operation without a fake kernel). See [Note: layout hints]."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    try:
+        with FakeTensorMode():
+            fakes = [torch.empty(a.shape, dtype=a.dtype, device=a.device) if isinstance(a, _TensorMeta) else a
+                     for a in leaves]
+            inputs = []
+            with torch.enable_grad():
+                for group in groups:
+                    leaf = fakes[group[0]].requires_grad_(True)
+                    inputs.append(leaf)
+                    for i in group:
+                        fakes[i] = leaf
+                args, kwargs = tree_unflatten(fakes, spec)
+                outs = [o for o in tree_leaves(fn(*args, **kwargs)) if isinstance(o, torch.Tensor)]
+            grads = torch.autograd.grad([o for o in outs if o.requires_grad],
+                                        inputs, [torch.empty_like(o) for o in outs if o.requires_grad],
+                                        allow_unused=True) if inputs else ()
+            return [o.stride() for o in outs], [None if g is None else g.stride() for g in grads]
+    except Exception:  # noqa: BLE001 - a hint only: without it, regions compile for contiguous inputs
+        return None
+
+
+def _layout_predictor(fn, leaves, spec, groups):
+    """``predict(0, i)``: the strides of output ``i``, ``predict(1, i)``: of gradient ``i`` (``_predicted_layouts``,
+    run once, at the first question; None where unknown). Holds the inputs' metadata, not the proxies."""
+    meta = [_TensorMeta(tuple(a.shape), a.dtype, a.device) if isinstance(a, TensorProxy) else a for a in leaves]
+    layouts = []
+
+    def predict(which: int, i: int):
+        if not layouts:
+            layouts.append(_predicted_layouts(fn, meta, spec, groups))
+        found = layouts[0]
+        return found[which][i] if found is not None and i < len(found[which]) else None
+
+    return predict
+
+
+def torch_autograd_rule(fn, out_meta=None, unreached=None, layout_hints=False):
     """A rule that differentiates ``fn`` (a torch callable) with torch's autograd
     (see [Note: differentiating with torch's autograd]).
 
     ``out_meta(*args, **kwargs)`` gives the outputs' (shape, dtype, device); without it torch's meta
     kernel is run. ``unreached(args, kwargs)``: the positions of the tensors requiring grad that get no gradient
-    (None, as in eager), which are then no inputs of the graph.
+    (None, as in eager), which are then no inputs of the graph. ``layout_hints``: note on the outputs and the
+    gradients the layouts ``fn``'s kernels give them (``_predicted_layouts``; attention's kernels write them
+    otherwise than contiguous, see [Note: layout hints]).
     """
 
     def rule(*args, **kwargs):
@@ -196,6 +249,10 @@ def torch_autograd_rule(fn, out_meta=None, unreached=None):
         out, graph = torch_autograd_forward_sym(fn, args, kwargs, tuple(tuple(g) for g in groups.values()), out_like)
         flat_out = flat_proxies(out)
         like = tuple((tuple(leaves[i].shape), leaves[i].dtype, leaves[i].device) for i in first.values())
+        predict = _layout_predictor(fn, leaves, spec, list(groups.values())) if layout_hints else None
+        if predict is not None:
+            for i, o in enumerate(flat_out):
+                set_layout_hint(o, functools.partial(predict, 0, i))
 
         def backward(*cotangents, sums=None):
             cts = [g for o, g in zip(flat_out, cotangents) if isinstance(o, TensorProxy)]
@@ -204,6 +261,9 @@ def torch_autograd_rule(fn, out_meta=None, unreached=None):
                 grads = torch_autograd_backward_sym(graph, *cts, like=like, sums=given)
             else:
                 grads = torch_autograd_backward_sym(graph, *cts, like=like)
+            if predict is not None:
+                for i, g in enumerate(grads):
+                    set_layout_hint(g, functools.partial(predict, 1, i))
             flat = [None] * len(leaves)
             for i, g in zip(first.values(), grads):
                 flat[i] = g

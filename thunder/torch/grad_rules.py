@@ -335,7 +335,8 @@ def _sdpa_meta(query, key, value, *args, **kwargs):
     return ((tuple(query.shape[:-1]) + (value.shape[-1],), query.dtype, query.device),)
 
 
-register_vjp(tnn.scaled_dot_product_attention)(torch_autograd_rule(F.scaled_dot_product_attention, _sdpa_meta))
+register_vjp(tnn.scaled_dot_product_attention)(torch_autograd_rule(F.scaled_dot_product_attention, _sdpa_meta,
+                                                                  layout_hints=True))
 
 
 # ---------------------------------------------------------------------------------------------
