@@ -892,3 +892,29 @@ def test_layout_predictions_that_fail_give_no_hint():
     assert _predicted_layouts(unsupported, [a], spec, [[0]]) is None
     assert _predicted_layouts(torch.sin, [a], spec, [[0]]) == ([(3, 1)], [(3, 1)])
     assert _predicted_layouts(lambda t: t.t().contiguous(), [a], spec, [[0]]) == ([(2, 1)], [(1, 2)])
+
+
+def _broadcast_read_by_two_regions(x, w, b):
+    bb = b.expand(x.shape)  # joins the first region that reads it, which hands it on to the second: a view of b
+    h = torch.sin(x * bb) @ w
+    return torch.cos(h * bb)
+
+
+@requires_compiler
+def test_a_region_reading_another_regions_output_compiles_for_its_layout_first():
+    """A region's outputs are laid out as its traced graph lays them out (a broadcast it hands on is a view with a zero
+    stride): the regions reading them compile for that layout first, not for contiguous inputs and again at the first
+    call."""
+    from thunder.executors.inductor_compile import COMPILATIONS
+    from thunder.executors.inductorex import wait_for_compilation
+
+    wait_for_compilation()
+    before = collections.Counter(COMPILATIONS)
+    x, w, b = torch.randn(8, 16), torch.randn(16, 16), torch.randn(16)
+    jf = thunder.jit(_broadcast_read_by_two_regions, executors=[InductorExecutor("inductor_out_layouts"), "torch"])
+    torch.testing.assert_close(jf(x, w, b), _broadcast_read_by_two_regions(x, w, b))
+    compiled = COMPILATIONS - before
+    assert compiled == collections.Counter({"first": 2}), compiled
+    regions = [bs for bs in thunder.last_traces(jf)[-1].bound_symbols if bs.sym.name.startswith("InductorFusion")]
+    assert len(regions) == 2  # the second reads the broadcast the first hands on
+    assert {o.name for o in regions[0].flat_outs} & {a.name for a in regions[1].flat_args}

@@ -136,8 +136,9 @@ _PLACEHOLDER = 8_191
 # [Note: layout hints]
 # A proxy knows its shape, dtype and device, not its strides: the layout of a value comes from the kernel that makes
 # it at run time. Where thunder can tell that layout while tracing (attention's output and gradients, from torch's
-# own meta kernels on fake tensors), it notes it on the proxy: a fusion executor then compiles a region reading the
-# value for that layout rather than for contiguous inputs (and again, at the first call, for the layout it gets).
+# own meta kernels on fake tensors; a fused region's outputs, as its compiler lays them out), it notes it on the
+# proxy: a fusion executor then compiles a region reading the value for that layout rather than for contiguous inputs
+# (and again, at the first call, for the layout it gets).
 # A hint only spares a compilation: a proxy without one, or a wrong one, costs one more at the first call. A hint may
 # be given as a function computing it, called (once) only when a fusion executor asks for it: a prediction costs a
 # fake-tensor run, and the first one in a process a second of imports.

@@ -216,6 +216,19 @@ def _cpu_isa_settings() -> dict:
     return {"cpp.vec_isa_ok": True} if trusted else {}
 
 
+def expected_layouts(region, hints=None) -> tuple:
+    """The strides a region's inputs are expected to have: each one's hint (``input_layouts``), else contiguous."""
+    return tuple(hint if hint is not None else _contiguous_strides(p.shape)
+                 for p, hint in zip(region.params, hints or (None,) * len(region.params)))
+
+
+def _output_strides(gm) -> tuple:
+    """The strides of a traced graph's outputs (None for an output that is not a tensor)."""
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    vals = [getattr(n, "meta", {}).get("val") for n in torch.fx.node.map_arg(output.args[0], lambda n: n)]
+    return tuple(v.stride() if isinstance(v, torch.Tensor) else None for v in vals)
+
+
 def _contiguous_strides(shape) -> tuple:
     strides, acc = [], 1
     for s in reversed(shape):
@@ -347,11 +360,12 @@ class CompiledRegion:
         self.by_layout: dict = {}
         self.plain_by_layout: dict = {}  # compilations that reuse no input, for calls where one is shared
         self.failed = None
-        # the layout compiled for first: contiguous, or what tracing expects (``input_layouts``)
-        self.expected = tuple(hint if hint is not None else _contiguous_strides(p.shape)
-                              for p, hint in zip(region.params, input_layouts or (None,) * len(region.params)))
+        self.expected = expected_layouts(region, input_layouts)  # the layout compiled for first
         self.background = background
         self.layout_changes = 0  # calls whose inputs were laid out otherwise than the region's function expected
+        # the strides of the outputs, for the inputs laid out as expected (inductor keeps the traced graph's): where a
+        # later region reads them, it compiles for them first ([Note: layout hints] in thunder/core/proxies.py)
+        self.output_layouts: tuple = ()
         if background:  # the torch executor runs the region until the compiled one is ready
             self.fn = self._torch_boxed
             self._compile_in_background(self.expected, reuse=True, run_it=True)
@@ -397,6 +411,8 @@ class CompiledRegion:
             with inductor_config.patch(fallback_random=True, size_asserts=False), _known_cpu_isa(self.region):
                 with mode:
                     gm = make_fx(self._traced_fn(), decomposition_table=_decompositions())(*fakes)
+                if strides == self.expected and reuse:
+                    self.output_layouts = _output_strides(gm)
                 donated = tuple(i for i, _ in self.donate) if reuse else ()
                 with _deferred_kernel_waits(self):
                     compiled = (self.executor.inductor_compile(gm, fakes, donated=donated) if donated

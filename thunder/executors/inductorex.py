@@ -78,7 +78,7 @@ import warnings
 import torch
 
 from thunder.core import dtypes, prims
-from thunder.core.proxies import NumberProxy, TensorProxy
+from thunder.core.proxies import NumberProxy, TensorProxy, set_layout_hint
 from thunder.extend import FusionExecutor, register_executor
 
 # The primitives a region may hold.
@@ -168,6 +168,9 @@ class InductorExecutor(FusionExecutor):
             return dense_views(region, dense)
         donatable = donatable or {}
         donate = tuple((i, donatable[p.name]) for i, p in enumerate(region.params) if p.name in donatable)
+        from thunder.executors.inductor_compile import expected_layouts
+
+        input_layouts = expected_layouts(region, input_layouts)
         key = (region_signature(region), dense, donate, input_layouts)
         compiled = self._compiled.get(key)
         if compiled is None:
@@ -176,6 +179,9 @@ class InductorExecutor(FusionExecutor):
             self._progress.compiled(len(region.bound_symbols) - 1)
         else:
             self._progress.reused()
+        for o, strides in zip(region.bound_symbols[-1].args[0], compiled.output_layouts):
+            if isinstance(o, TensorProxy) and strides is not None:  # for the regions that read them
+                set_layout_hint(o, strides)
         return compiled.callable()
 
     def inductor_compile(self, gm, example_inputs, donated=()):
