@@ -133,12 +133,14 @@ class FusionExecutor(Executor):
 
     def compile_region(self, region) -> Callable:
         """A callable running ``region`` (a trace: its parameters the region's inputs, its return the outputs).
-        Two hints come as keywords, only to executors that ask for them: ``dense_outputs`` (where
+        Three hints come as keywords, only to executors that ask for them: ``dense_outputs`` (where
         ``wants_dense_input`` names some consumers), the names of outputs only such consumers, other regions
         and a backward that does not care read, which may be written contiguous whatever layout the unfused
         program would give them; ``donatable`` (where ``reuses_inputs``), name -> received, the inputs that
         die in the region and that the trace made (received: a saved value autograd releases before the
-        backward runs), whose memory the region may reuse when, at the call, nothing else can see it."""
+        backward runs), whose memory the region may reuse when, at the call, nothing else can see it;
+        ``input_layouts`` (where ``wants_input_layouts`` and some input has a layout hint), per input the strides it is
+        expected to have at run time, or None (see [Note: layout hints] in thunder/core/proxies.py)."""
         raise NotImplementedError
 
     reuses_inputs = False  # whether ``compile_region`` is given ``donatable``
