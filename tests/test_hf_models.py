@@ -9,6 +9,7 @@ every ``.grad``, every buffer and every parameter, bitwise unless ``NOT_BITWISE`
 from __future__ import annotations
 
 import dataclasses
+import shutil
 
 import pytest
 import torch
@@ -491,3 +492,21 @@ def test_task_heads_training_parity(name, auto, problem):
         inputs = {k: v.unsqueeze(1).expand(BATCH, 3, SEQ).contiguous() for k, v in inputs.items()}
         inputs["labels"] = torch.tensor([0, 2])
     check_training_parity(model, inputs)
+
+
+# Fused by the inductor executor: the same training steps within float tolerance (inductor's kernels sum in other
+# orders than eager's), with the backward's recomputation and the regions' layouts chosen as on a GPU.
+_FUSED = ["llama", "gemma2", "qwen3", "gpt2", "bert"]
+
+
+@pytest.mark.parametrize("name", _FUSED)
+def test_training_parity_with_inductor_fusion(name):
+    pytest.importorskip("torch._inductor")
+    if shutil.which("g++") is None and shutil.which("c++") is None:
+        pytest.skip("inductor's CPU kernels need a C++ compiler")
+    case = CASES[name]
+    jm, _ = check_training_parity(
+        make_model(case), make_inputs(case, mask=name in _MASK_ONLY), executors=["inductor", "torch"],
+        not_bitwise=NotBitwise("inductor's fused kernels sum in other orders than eager's", atol=1e-5, rtol=1e-4,
+                               depends_on_machine=True))
+    assert "InductorFusion" in str(thunder.last_backward_traces(jm)[-1])
