@@ -89,3 +89,23 @@ def test_a_step_under_cpu_autocast_is_eagers(name):
     assert torch.equal(loss, j_loss)
     for n, g in grads.items():
         assert (g is None) == (j_grads[n] is None) and (g is None or torch.equal(g, j_grads[n])), n
+
+
+# Fused by the inductor executor: the same steps within float tolerance (inductor's kernels sum in other orders).
+@pytest.mark.parametrize("name", ["Llama-2-7b-hf", "pythia-14m", "gemma-2-2b", "Mixtral-8x7B-v0.1"])
+def test_training_parity_with_inductor_fusion(name):
+    import shutil
+
+    import thunder
+
+    if shutil.which("g++") is None and shutil.which("c++") is None:
+        pytest.skip("inductor's CPU kernels need a C++ compiler")
+    config = litgpt.Config.from_name(name, **SHRINK, **CONFIGS[name])
+    torch.manual_seed(0)
+    model = GPTWithLoss(config).train()
+    g = torch.Generator().manual_seed(1)
+    inputs = (torch.randint(0, VOCAB, (BATCH, SEQ), generator=g), torch.randint(0, VOCAB, (BATCH, SEQ), generator=g))
+    jm, _ = check_training_parity(model, inputs, loss_of=lambda loss: loss, executors=["inductor", "torch"],
+                                  not_bitwise=NotBitwise("inductor's fused kernels sum in other orders than eager's",
+                                                         atol=1e-5, rtol=1e-4, depends_on_machine=True))
+    assert "InductorFusion" in str(thunder.last_backward_traces(jm)[-1])

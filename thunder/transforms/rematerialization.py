@@ -155,6 +155,10 @@ def _cut(fwd, bwd, cheap: Callable, written: set, materialized: frozenset = froz
         if v.name in values:
             continue
         values[v.name] = v
+        if not all(type(d) is int for d in v.shape):
+            # a run-time extent (thunder/core/extents.py): its bytes are unknown while tracing, so the cut cannot
+            # weigh saving it against saving what it is computed from; the backward recomputes nothing then
+            return set(), set()
         b = producers.get(v.name)
         cheap_producer = b is not None and recomputable(b) and v.name not in materialized
         graph.add((v.name, "in"), (v.name, "out"),
