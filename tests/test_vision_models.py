@@ -121,14 +121,19 @@ LIBRARY_NOT_BITWISE = {}
 LIBRARY_COMPILATIONS = {"timm_convit_tiny": 2}
 
 
-@pytest.mark.parametrize("name,train", _params(LIBRARY_MODELS, LIBRARY_XFAIL))
-def test_library_training_parity(name, train):
+def _library_case(name: str):
+    """The library model ``name`` (skipping where its library does not import) and a batch for it."""
     library, make = LIBRARY_MODELS[name]
     module = import_library(library)
     torch.manual_seed(0)
     model = make(module)
     g = torch.Generator().manual_seed(1)
-    images, targets = torch.randn(2, 3, 64, 64, generator=g), torch.randint(0, 10, (2,), generator=g)
+    return model, torch.randn(2, 3, 64, 64, generator=g), torch.randint(0, 10, (2,), generator=g)
+
+
+@pytest.mark.parametrize("name,train", _params(LIBRARY_MODELS, LIBRARY_XFAIL))
+def test_library_training_parity(name, train):
+    model, images, targets = _library_case(name)
     # lr 0.01: in eval mode BatchNorm does not renormalize, and larger steps overflow some models
     check_training_parity(ClassifierWithLoss(model).train(train), (images, targets), loss_of=lambda loss: loss,
                           lr=0.01, not_bitwise=LIBRARY_NOT_BITWISE.get(name),
@@ -146,12 +151,7 @@ FUSED_LIBRARY_MODELS = ["torchvision_resnet18", "torchvision_mobilenet_v3_small"
 def test_library_training_parity_with_inductor_fusion(name):
     if shutil.which("g++") is None and shutil.which("c++") is None:
         pytest.skip("inductor's CPU kernels need a C++ compiler")
-    library, make = LIBRARY_MODELS[name]
-    module = import_library(library)
-    torch.manual_seed(0)
-    model = make(module)
-    g = torch.Generator().manual_seed(1)
-    images, targets = torch.randn(2, 3, 64, 64, generator=g), torch.randint(0, 10, (2,), generator=g)
+    model, images, targets = _library_case(name)
     jm, _ = check_training_parity(
         ClassifierWithLoss(model).train(True), (images, targets), loss_of=lambda loss: loss, lr=0.01,
         executors=["inductor", "torch"], compilations=LIBRARY_COMPILATIONS.get(name, 1),

@@ -15,7 +15,8 @@ program already, and its regions are functional), so a call costs little more th
   the wait inductor's generated module does at import is deferred to the first call of any region, which
   waits for all pending kernels at once.
 - Regions are compiled for contiguous inputs, or for the layout tracing expects (attention's outputs and gradients,
-  laid out as its kernels write them: [Note: layout hints] in thunder/core/proxies.py). An input with other strides
+  laid out as its kernels write them; other regions' outputs, as their compilations lay them out: [Note: layout
+  hints] in thunder/core/proxies.py). An input with other strides
   fails the check of the strides
   before each call (thunder's: inductor's own check of sizes and strides is off, the shapes being static);
   the region is then compiled again for those strides (once per layout), and calls that compilation
@@ -161,15 +162,13 @@ class InductorExecutor(FusionExecutor):
         return super().fusion_pass(trace, claimed_first)
 
     def compile_region(self, region, dense_outputs=frozenset(), donatable=None, input_layouts=None):
-        from thunder.executors.inductor_compile import CompiledRegion, dense_views, region_signature
+        from thunder.executors.inductor_compile import CompiledRegion, dense_views, expected_layouts, region_signature
 
         dense = tuple(i for i, o in enumerate(region.bound_symbols[-1].args[0]) if o.name in dense_outputs)
         if not self.worth_fusing(region.bound_symbols[:-1]):  # views kept for their layout: nothing to compile
             return dense_views(region, dense)
         donatable = donatable or {}
         donate = tuple((i, donatable[p.name]) for i, p in enumerate(region.params) if p.name in donatable)
-        from thunder.executors.inductor_compile import expected_layouts
-
         input_layouts = expected_layouts(region, input_layouts)
         key = (region_signature(region), dense, donate, input_layouts)
         compiled = self._compiled.get(key)
