@@ -251,6 +251,27 @@ def test_dropout_draws_as_unfused_and_the_backward_uses_the_forward_mask():
     assert _fused_ops(thunder.last_traces(jfused)[-1]) and _fused_ops(thunder.last_backward_traces(jfused)[-1])
 
 
+def _dropout_of_transposed_softmax(s, w, dims):
+    # eager's softmax writes its output contiguous; the region writes it in its input's (transposed) order
+    return F.dropout(torch.softmax(s.transpose(*dims) * w, -1), 0.3, training=True)
+
+
+@requires_compiler
+@pytest.mark.parametrize("dims", [(1, 2), (0, 2)])
+def test_dropout_of_a_value_a_region_lays_out_otherwise_draws_eagers_mask(dims):
+    """A region may lay a value out otherwise than eager (here: HF Longformer's attention probabilities); dropout's
+    mask is drawn in eager's layout of it (known while tracing), so each element gets eager's number."""
+    s, w = torch.randn(2, 4, 16, 9), torch.randn(9)
+    jf = thunder.jit(_dropout_of_transposed_softmax, executors=FUSED)
+    fused, eager = [], []
+    for fn, out in ((jf, fused), (_dropout_of_transposed_softmax, eager)):
+        torch.manual_seed(3)
+        out += _forward_backward(lambda s, w: fn(s, w, dims), [s, w])
+    torch.testing.assert_close(fused, eager, rtol=1e-5, atol=1e-5)
+    masks = [b for b in thunder.last_traces(jf)[-1].bound_symbols if b.sym.name == "dropout_mask"]
+    assert [b.kwargs["strides"] for b in masks] == [torch.softmax(s.transpose(*dims) * w, -1).stride()]
+
+
 @requires_compiler
 def test_fused_random_draws_deterministically_and_the_backward_uses_the_forward_mask():
     """``fuse_random=True``: dropout's mask is drawn inside the region (``prims.uniform`` and a comparison):
@@ -918,3 +939,45 @@ def test_a_region_reading_another_regions_output_compiles_for_its_layout_first()
     regions = [bs for bs in thunder.last_traces(jf)[-1].bound_symbols if bs.sym.name.startswith("InductorFusion")]
     assert len(regions) == 2  # the second reads the broadcast the first hands on
     assert {o.name for o in regions[0].flat_outs} & {a.name for a in regions[1].flat_args}
+
+
+# ---------------------------------------------------------------------------------------------
+# Inductor's known faults (thunder/executors/inductor_workarounds.py)
+# ---------------------------------------------------------------------------------------------
+
+
+def _padded_gelu_matmul(x):
+    # pytorch/pytorch#196681's program: inductor reduces the matmul (one output column) with a 2-D tiled kernel whose
+    # tiled axes have a loop level between them; the output axis (66) has a tail of 2 lanes
+    v = (x * 0.5) * (torch.erf(x * 0.7071067811865476) + 1)
+    p = F.pad(v.permute(3, 2, 1, 0), (0, 0, 0, 58), value=0.5)
+    q = F.pad(v, (0, 0, 0, 0, 0, 58), value=0.5)
+    return (torch.matmul(q, p),)
+
+
+@requires_compiler
+@pytest.mark.parametrize("tail_vectorized", [True, False])
+def test_a_2d_tiled_reductions_tail_is_stored_masked_or_the_region_is_refused(tail_vectorized):
+    """Left alone, inductor stores the reduction's tail at full vector width, past each row (heap corruption, or
+    wrong values in the next row). Within thunder's compilations the tail's masked store runs; where the tail kernel
+    is the scalar one, the compilation is refused (the region then runs unfused)."""
+    import torch._inductor.config as inductor_config
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from thunder.executors.inductor_compile import _decompositions
+    from thunder.executors.inductor_workarounds import _ACTIVE, inductor_workarounds
+
+    x = torch.randn(1, 8, 66, 66).contiguous(memory_format=torch.channels_last)
+    gm = make_fx(_padded_gelu_matmul, decomposition_table=_decompositions())(x)
+    custom_pass = inductor_config.post_grad_custom_post_pass
+    with inductor_config.patch({"cpp.enable_loop_tail_vec": tail_vectorized}):
+        with inductor_workarounds():
+            if tail_vectorized:
+                compiled = InductorExecutor("inductor_tail").inductor_compile(gm, [x])
+            else:
+                with pytest.raises(Exception, match="pytorch/pytorch#196681"):
+                    InductorExecutor("inductor_tail").inductor_compile(gm, [x])
+    assert not getattr(_ACTIVE, "on", False) and inductor_config.post_grad_custom_post_pass is custom_pass
+    if tail_vectorized:
+        for _ in range(3):
+            torch.testing.assert_close(compiled([x])[0], _padded_gelu_matmul(x)[0], rtol=1e-5, atol=1e-4)

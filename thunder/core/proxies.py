@@ -157,6 +157,30 @@ def set_layout_hint(p: TensorProxy, strides_or_fn) -> None:
     p._thunder_layout = strides_or_fn
 
 
+# [Note: random draws in eager's memory order]
+# A random draw "like" a tensor (dropout's mask) fills a new tensor laid out like it, in memory order: which element
+# gets which number depends on that layout. Run-time layouts are not eager's wherever a fusion executor lays a value
+# out otherwise (HF Longformer's attention probabilities: a region wrote them head-major, eager contiguous, and every
+# dropout mask differed from eager's). While tracing, the frontend knows the layout eager gives each tensor
+# (thunder/driver/layouts.py) and answers ``eager_new_strides``; dropout's mask is drawn into a tensor of those
+# strides, whatever layout its input has at run time. Without an answer (no tracer; a value only a decomposition made)
+# it is drawn like its input at run time. Draws run whole by their torch kernels (``rand_like``, ``bernoulli``,
+# dropout without autograd) follow their input's run-time layout: eager's, unless a fused region made that input.
+_eager_strides_provider = None
+
+
+def eager_new_strides(p: TensorProxy) -> tuple | None:
+    """The strides eager gives a new tensor like ``p`` (``torch.empty_like``), where the tracer knows them; None
+    otherwise (see [Note: random draws in eager's memory order])."""
+    return _eager_strides_provider(p) if _eager_strides_provider is not None else None
+
+
+def set_eager_strides_provider(fn) -> None:
+    """Installs the function answering ``eager_new_strides`` (the frontend's, at its import)."""
+    global _eager_strides_provider
+    _eager_strides_provider = fn
+
+
 class SymbolicSize(tuple):
     """The shape of a tensor with run-time extents: a tuple of ints and NumberProxies, used like ``torch.Size``."""
 

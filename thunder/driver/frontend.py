@@ -32,7 +32,7 @@ from thunder.driver.functionalization import Aliases, ViewStep, view_chain
 from thunder.driver.interpreter import InterpreterError
 from thunder.driver.layouts import Layouts, UnknownLayout, contiguous_strides
 from thunder.driver.outputs import flatten_output
-from thunder.core.proxies import TensorProxy, NumberProxy, SymbolicTensorProxy
+from thunder.core.proxies import TensorProxy, NumberProxy, SymbolicTensorProxy, set_eager_strides_provider
 from thunder.core.extents import same_shape
 from thunder.core.symbol import Symbol, Tag
 from thunder.driver.tensor_queries import TracedGradFn
@@ -207,6 +207,14 @@ _TRACERS = _TracerStack()
 def current_tracer() -> "Tracer | None":
     tracers = _TRACERS.tracers
     return tracers[-1] if tracers else None
+
+
+def _eager_new_strides(proxy) -> tuple | None:
+    tracer = current_tracer()
+    return tracer.layouts.empty_like_strides(proxy) if tracer is not None else None
+
+
+set_eager_strides_provider(_eager_new_strides)
 
 
 @contextlib.contextmanager

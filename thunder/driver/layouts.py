@@ -97,6 +97,18 @@ class Layouts:
         return self._empty(proxy, strides, offset)
 
     @_untraced
+    def empty_like_strides(self, proxy: TensorProxy) -> tuple | None:
+        """The strides ``torch.empty_like`` gives a tensor like ``proxy`` in eager; None where unknown. Marks no input
+        observed: a stale answer draws other random numbers than eager, still a valid draw (see [Note: random draws in
+        eager's memory order] in thunder/core/proxies.py)."""
+        if is_symbolic_shape(tuple(proxy.shape)):
+            return None
+        try:
+            return tuple(torch.empty_like(self.peek(proxy)).stride())
+        except Exception:  # noqa: BLE001 - UnknownLayout, or a value the tracer never saw made
+            return None
+
+    @_untraced
     def replayed(self, proxy: TensorProxy, fn, args, kwargs, index: int) -> torch.Tensor:
         """A meta tensor laid out as output ``index`` of ``fn(*args, **kwargs)`` (``proxy``'s shape) would be, without
         marking inputs observed: the layout an operation computing ``proxy`` gives it."""

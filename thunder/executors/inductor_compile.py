@@ -13,6 +13,7 @@ import time
 import torch
 
 from thunder.core.proxies import Proxy, TensorProxy
+from thunder.executors.inductor_workarounds import inductor_workarounds
 from thunder.executors.ownership import LONE_STORAGE_USES, vouched_uses
 
 _PENDING: list = []  # (the scope of a generated module whose kernels are compiling, the CompiledRegion)
@@ -408,7 +409,8 @@ class CompiledRegion:
                 fakes = [torch.empty_strided(tuple(p.shape), st, dtype=p.dtype, device=p.device)
                          for p, st in zip(self.region.params, strides)]
             # fallback_random: see [Note: random numbers in fused regions]; size_asserts: see _checking_layouts
-            with inductor_config.patch(fallback_random=True, size_asserts=False), _known_cpu_isa(self.region):
+            with inductor_config.patch(fallback_random=True, size_asserts=False), _known_cpu_isa(self.region), \
+                    inductor_workarounds():
                 with mode:
                     gm = make_fx(self._traced_fn(), decomposition_table=_decompositions())(*fakes)
                 if strides == self.expected and reuse:

@@ -307,21 +307,25 @@ for _prim, _impl in _ELEMENTWISE_IMPLS.items():
 # ---------------------------------------------------------------------------------------------
 
 
-def dropout_mask(a, p, for_inplace=False):
+def dropout_mask(a, p, for_inplace=False, *, strides=None):
     """The scaled keep-mask of dropout, drawn with the same RNG calls as eager's ``F.dropout``.
 
     On CPU eager draws ``bernoulli_(1 - p)`` into a tensor like the input and divides it by
     ``1 - p``; on CUDA it runs the fused ``native_dropout`` kernel, except for in-place dropout
     (``for_inplace``: ``F.dropout(inplace=True)``, ``torch.dropout_``), which draws as on CPU.
+    ``strides``: the layout eager's tensor "like the input" has (known while tracing), which decides which
+    element gets which number; the input's own where not given.
     A fusion executor that fuses random operations (``fuse_random``) draws the mask through dropout's
     decomposition instead: it then differs from eager's for the same seed, while the backward still uses
     exactly the forward's mask.
     """
+    like = torch.empty_like(a) if strides is None else torch.empty_strided(a.shape, strides, dtype=a.dtype,
+                                                                              device=a.device)
     if a.device.type == "cuda" and not for_inplace:
         if a.dtype in (torch.float16, torch.bfloat16):  # float32 (thunder/torch/nn.py, dropout_mask_dtype)
-            return torch.native_dropout(torch.ones_like(a), p, True)[1].to(torch.float32).mul_(1 / (1 - p))
-        return torch.native_dropout(torch.ones_like(a), p, True)[0]
-    return torch.empty_like(a).bernoulli_(1 - p).div_(1 - p)
+            return torch.native_dropout(like.fill_(1), p, True)[1].to(torch.float32).mul_(1 / (1 - p))
+        return torch.native_dropout(like.fill_(1), p, True)[0]
+    return like.bernoulli_(1 - p).div_(1 - p)
 
 
 def native_batch_norm(a, weight, bias, running_mean, running_var, training, momentum, eps):

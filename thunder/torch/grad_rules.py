@@ -324,8 +324,9 @@ def silu_rule(a, inplace=False):
 
 
 @register_vjp(tnn.dropout_mask)
-def dropout_mask_rule(a, p, for_inplace=False):
-    return tnn.dropout_mask(a, p, True) if for_inplace else tnn.dropout_mask(a, p), lambda g: (None,)
+def dropout_mask_rule(a, p, for_inplace=False, *, strides=None):
+    kwargs = {"strides": strides} if strides is not None else {}
+    return (tnn.dropout_mask(a, p, True, **kwargs) if for_inplace else tnn.dropout_mask(a, p, **kwargs)), lambda g: (None,)
 
 
 from thunder.torch.autograd_rule import torch_autograd_rule  # noqa: E402

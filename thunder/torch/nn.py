@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from thunder.core import prims
 from thunder.core.extents import is_runtime, is_zero, prod as extent_prod, same_shape
-from thunder.core.proxies import TensorProxy
+from thunder.core.proxies import TensorProxy, eager_new_strides
 from thunder.core.symbol import Tag
 from thunder.torch.registry import INPLACE_TO_SYMBOL, torchsymbol
 from thunder.torch.utils import broadcast, canonicalize_dim, check, convert, expand_to, promote
@@ -339,12 +339,14 @@ def dropout_mask_dtype(a, for_inplace: bool = False):
 
 
 @torchsymbol(name="dropout_mask", tags=(Tag.RANDOM,), torch_impl=None)
-def dropout_mask(a, p: float, for_inplace: bool = False):
+def dropout_mask(a, p: float, for_inplace: bool = False, *, strides=None):
     """The scaled keep-mask of dropout: 1/(1-p) where an element is kept, 0 where it is dropped, in
     ``dropout_mask_dtype``.
 
     ``for_inplace``: the mask of in-place dropout, which eager draws differently on CUDA (see the torch
-    executor's ``dropout_mask``)."""
+    executor's ``dropout_mask``). ``strides``: the layout eager draws the mask in (its input's, as
+    ``torch.empty_like`` lays it out), where the tracer knew it; else the input's at run time (see [Note: random
+    draws in eager's memory order] in thunder/core/proxies.py). The decomposition draws contiguous."""
     u = prims.uniform(tuple(a.shape), 0.0, 1.0, device=a.device, dtype=a.dtype)
     keep = prims.lt(u, 1 - p)
     return prims.mul(prims.convert_element_type(keep, dropout_mask_dtype(a, for_inplace)), 1 / (1 - p))
@@ -357,7 +359,8 @@ def dropout(a, p=0.5, training=True, inplace=False):
         return a
     if p == 1:
         return ew.mul(a, 0.0)
-    out = ew.mul(a, dropout_mask(a, p, inplace) if inplace else dropout_mask(a, p))
+    strides = {"strides": st} if (st := eager_new_strides(a)) is not None else {}
+    out = ew.mul(a, dropout_mask(a, p, inplace, **strides) if inplace else dropout_mask(a, p, **strides))
     return out if out.dtype == a.dtype else convert(out, a.dtype)
 
 
