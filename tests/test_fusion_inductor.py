@@ -981,3 +981,55 @@ def test_a_2d_tiled_reductions_tail_is_stored_masked_or_the_region_is_refused(ta
     if tail_vectorized:
         for _ in range(3):
             torch.testing.assert_close(compiled([x])[0], _padded_gelu_matmul(x)[0], rtol=1e-5, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory read by strides (as_strided): the layout eager gives the tensor, whatever a region gives it
+# ---------------------------------------------------------------------------------------------
+
+
+def _softmax_of_transposed(s):  # eager writes it contiguous, a region in its input's (transposed) order
+    return torch.softmax(s.transpose(0, 1) * 2, -1)
+
+
+def _as_strided_read(s):
+    return _softmax_of_transposed(s).as_strided((3, 4), (1, 3)) * torch.arange(12.0).view(3, 4)
+
+
+def _as_strided_function(s):
+    return torch.as_strided(_softmax_of_transposed(s), (4,), (2,), 1) * 2
+
+
+def _as_strided_write(s):
+    y = _softmax_of_transposed(s) + 0  # (softmax's backward reads its output: not that one)
+    y.as_strided((2, 2), (1, 2)).mul_(3)
+    return y + 1
+
+
+@requires_compiler
+@pytest.mark.parametrize("fn", [_as_strided_read, _as_strided_function, _as_strided_write], ids=lambda f: f.__name__)
+def test_as_strided_of_a_value_a_region_lays_out_otherwise_reads_eagers_layout(fn):
+    """``as_strided`` reads memory by strides: its input is laid out as eager lays it out (``prims.in_layout``, a
+    copy only where the run-time layout differs), forward and backward. A write through it: the gradient of the tensor
+    written is eager's (torch's ``as_strided_scatter`` gets it wrong; thunder's does not), fused or not."""
+    s = torch.randn(4, 3, 5)
+    expected = _forward_backward(fn, [s])
+    jf = thunder.jit(fn, executors=FUSED)
+    torch.testing.assert_close(_forward_backward(jf, [s]), expected, rtol=1e-5, atol=1e-5)
+    trace = thunder.last_traces(jf)[-1]
+    assert _fused_ops(trace) and any(b.sym.name == "in_layout" for b in trace.bound_symbols)
+    torch.testing.assert_close(_forward_backward(thunder.jit(fn), [s]), expected, rtol=0, atol=0)
+
+
+def _as_strided_beyond_its_input(s):
+    return _softmax_of_transposed(s)[1:].as_strided((2, 2), (1, 2), 0) + 1
+
+
+@requires_compiler
+def test_as_strided_beyond_its_input_laid_out_otherwise_is_an_error():
+    """Reaching memory beyond its input's elements, ``as_strided`` could not read a copy: a run-time layout other than
+    eager's is an error, never another tensor's values."""
+    s = torch.randn(4, 3, 5)
+    assert torch.equal(thunder.jit(_as_strided_beyond_its_input)(s), _as_strided_beyond_its_input(s))  # unfused
+    with pytest.raises(RuntimeError, match="as_strided reads memory outside its input"):
+        thunder.jit(_as_strided_beyond_its_input, executors=FUSED)(s)

@@ -398,6 +398,16 @@ def shallow_copy_meta(a):
 
 shallow_copy = make_prim("shallow_copy", shallow_copy_meta)
 
+
+def in_layout_meta(a, strides: tuple, offset: int, may_copy: bool):
+    """``a`` as an operation reading its memory needs it: with ``strides`` and storage ``offset`` (eager's layout
+    of it); ``a`` itself when laid out so at run time, else (``may_copy``) a copy laid out so."""
+    return new_tensor(a.shape, a.dtype, a.device, requires_grad(a))
+
+
+in_layout = make_prim("in_layout", in_layout_meta)
+in_layout.is_view = True  # it may return its input: an alias of it, as far as updates go
+
 # ---------------------------------------------------------------------------------------------
 # Shapes
 # ---------------------------------------------------------------------------------------------

@@ -604,7 +604,27 @@ class Tracer:
         if update is not None:
             sym, args, kwargs = update
             return self.inplace(first if first is not None else args[0], self.call(sym, args, kwargs))
+        if func in _READS_MEMORY and args and isinstance(args[0], TensorProxy):
+            args = (self._in_eager_layout(args[0], func, args[1:], kwargs), *args[1:])
         return self.call(fallback_symbol(func), args, kwargs, fn=func)
+
+    def _in_eager_layout(self, x: TensorProxy, func, args, kwargs) -> TensorProxy:
+        """``x`` as ``func`` (``as_strided``: it reads ``x``'s memory by strides) reads it in eager: laid out as eager
+        lays it out, whatever layout a fused region gives it at run time (``prims.in_layout``: ``x`` itself when laid
+        out so). Where ``func`` reaches beyond ``x``'s own elements, a copy could not stand in: a run-time layout
+        other than eager's is then an error. The inputs that layout depends on are checked at each call."""
+        try:
+            meta = self.layouts.meta(x)
+        except UnknownLayout as e:
+            raise NotImplementedError(f"{describe(func)} reads the memory of a tensor whose layout thunder cannot "
+                                      f"compute: {e}") from e
+        with torch._C.DisableTorchFunction():
+            try:
+                view = func(meta, *args, **kwargs)
+            except Exception:  # noqa: BLE001 - the call itself will raise eager's error
+                return x
+            within = _reaches_only(view, meta)
+        return self.call(prims.in_layout, (x, tuple(meta.stride()), meta.storage_offset(), within), {})
 
     # -- in-place updates (see [Note: in-place updates] in thunder/driver/functionalization.py) --------
     def _inplace_call(self, plan, func, first, args, kwargs):
@@ -1028,7 +1048,28 @@ for _name in ("shape", "size", "numel", "nelement", "__len__", "stride", "nbytes
 # and the dtype methods return the input when they change nothing).
 _MAYBE_VIEWS = frozenset({"reshape", "reshape_as", "flatten", "contiguous", "to", "float", "double", "half", "bfloat16",
                           "int", "long", "bool", "einsum"})  # einsum of one operand permuting it: a view
-_VIEW_PRIMS = frozenset({"reshape", "squeeze", "broadcast_in_dim", "transpose", "slice_prim", "shallow_copy"})
+_VIEW_PRIMS = frozenset({"reshape", "squeeze", "broadcast_in_dim", "transpose", "slice_prim", "shallow_copy",
+                         "in_layout"})
+
+
+# Callables that read a tensor's memory by strides: their input must be laid out as in eager (see _in_eager_layout)
+_READS_MEMORY = frozenset({torch.as_strided, torch.Tensor.as_strided, torch.as_strided_copy})
+
+
+def _reaches_only(view, t) -> bool:
+    """Whether the view ``view`` (a meta tensor on ``t``'s storage) reaches only elements of ``t``; up to 2**22
+    elements, beyond which the answer is no (not checked)."""
+    def extent(m):
+        return m.storage_offset() + sum((n - 1) * s for n, s in zip(m.shape, m.stride())) + 1 if m.numel() else 0
+
+    size = max(extent(view), extent(t))
+    if not view.numel():
+        return True
+    if size > 2 ** 22:
+        return False
+    offsets = torch.arange(size)
+    reached = [offsets.as_strided(m.shape, m.stride(), m.storage_offset()).flatten() for m in (view, t)]
+    return bool(torch.isin(reached[0], reached[1]).all())
 
 
 def _share_elements(a, b) -> bool:

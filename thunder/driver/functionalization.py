@@ -117,7 +117,7 @@ def _inverse(bsym, base, value):
     from thunder.torch import shapes
 
     name = bsym.sym.name
-    if name in ("reshape", "squeeze", "shallow_copy"):
+    if name in ("reshape", "squeeze", "shallow_copy", "in_layout"):
         return shapes.reshape(value, tuple(base.shape)) if tuple(value.shape) != tuple(base.shape) else value
     if name == "broadcast_in_dim":
         if value.numel() != base.numel():
@@ -147,10 +147,21 @@ def _inverse(bsym, base, value):
         "tensor it was taken from")
 
 
+def as_strided_scatter(base, src, size, stride, storage_offset=None):
+    """``torch.as_strided_scatter``'s values, with a correct gradient for ``base``: torch's (2.13) passes the gradient
+    through the elements written and stops it everywhere else, the reverse of what it should."""
+    with torch.no_grad():
+        written = torch.as_strided_scatter(torch.zeros_like(base, dtype=torch.bool),
+                                           torch.ones(size, dtype=torch.bool, device=base.device), size, stride,
+                                           storage_offset)
+    placed = torch.as_strided_scatter(torch.zeros_like(base), src, size, stride, storage_offset)
+    return torch.where(written, placed, base)
+
+
 _FALLBACK_SCATTERS = {operator.getitem: setitem_impl,  # basic indexing of run-time extents (``t[0]`` of ``f32[i0]``)
                       torch.diagonal: torch.diagonal_scatter, torch.Tensor.diagonal: torch.diagonal_scatter,
                       torch.select: torch.select_scatter, torch.Tensor.select: torch.select_scatter,
-                      torch.Tensor.as_strided: torch.as_strided_scatter, torch.as_strided: torch.as_strided_scatter}
+                      torch.Tensor.as_strided: as_strided_scatter, torch.as_strided: as_strided_scatter}
 
 
 def view_chain(bsym, base: TensorProxy, out: TensorProxy) -> tuple | None:

@@ -255,6 +255,20 @@ def shallow_copy(a):
     return a
 
 
+def in_layout(a, strides, offset, may_copy):
+    """See ``prims.in_layout``: what reads ``a``'s memory (``as_strided``) reads it as eager laid it out, whatever
+    layout a fused region gave it."""
+    if a.stride() == strides and a.storage_offset() == offset:
+        return a
+    if not may_copy:
+        raise RuntimeError(
+            f"thunder: as_strided reads memory outside its input (strides {a.stride()}, offset {a.storage_offset()}) "
+            f"which a fusion executor laid out otherwise than eager (strides {strides}, offset {offset}); run without "
+            "the fusion executor, or take as_strided of a tensor made contiguous")
+    extent = offset + sum((n - 1) * st for n, st in zip(a.shape, strides)) + 1 if a.numel() else offset
+    return torch.empty(extent, dtype=a.dtype, device=a.device).as_strided(a.shape, strides, offset).copy_(a)
+
+
 def device_put(a, device):
     return a.to(device)
 
@@ -278,7 +292,7 @@ _PRIM_IMPLS = {
     prims.argmax: argmax_prim, prims.argmin: argmin_prim, prims.cumsum: cumsum_prim, prims.full: full,
     prims.iota: iota, prims.uniform: uniform, prims.randn: randn, prims.matmul: torch.matmul, prims.linear: F.linear,
     prims.convolution: convolution_prim, prims.embedding: embedding_prim, prims.copy_: copy_,
-    prims.device_put: device_put, prims.shallow_copy: shallow_copy, prims.where: torch.where,
+    prims.device_put: device_put, prims.shallow_copy: shallow_copy, prims.in_layout: in_layout, prims.where: torch.where,
 }
 # The elementwise primitives (prims.UNARY and prims.BINARY) run as the torch function of the same name, but these.
 _ELEMENTWISE_IMPLS = {getattr(prims, name): getattr(torch, name) for name in (*prims.UNARY, *prims.BINARY)} | {

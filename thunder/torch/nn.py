@@ -346,8 +346,11 @@ def dropout_mask(a, p: float, for_inplace: bool = False, *, strides=None):
     ``for_inplace``: the mask of in-place dropout, which eager draws differently on CUDA (see the torch
     executor's ``dropout_mask``). ``strides``: the layout eager draws the mask in (its input's, as
     ``torch.empty_like`` lays it out), where the tracer knew it; else the input's at run time (see [Note: random
-    draws in eager's memory order] in thunder/core/proxies.py). The decomposition draws contiguous."""
-    u = prims.uniform(tuple(a.shape), 0.0, 1.0, device=a.device, dtype=a.dtype)
+    draws in eager's memory order] in thunder/core/proxies.py); the decomposition draws its numbers in that order too."""
+    order = tuple(range(a.ndim)) if strides is None else tuple(sorted(range(a.ndim), key=lambda d: (-strides[d], d)))
+    u = prims.uniform(tuple(a.shape[d] for d in order), 0.0, 1.0, device=a.device, dtype=a.dtype)
+    if order != tuple(range(a.ndim)):
+        u = prims.transpose(u, tuple(order.index(d) for d in range(a.ndim)))
     keep = prims.lt(u, 1 - p)
     return prims.mul(prims.convert_element_type(keep, dropout_mask_dtype(a, for_inplace)), 1 / (1 - p))
 

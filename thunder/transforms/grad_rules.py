@@ -260,6 +260,11 @@ def device_put_rule(a, device):
     return out, lambda g: (prims.device_put(g, a.device), None)
 
 
+@register_vjp(prims.in_layout)
+def in_layout_rule(a, strides, offset, may_copy):
+    return prims.in_layout(a, strides, offset, may_copy), lambda g: (g, None, None, None)
+
+
 # ---------------------------------------------------------------------------------------------
 # Shapes
 # ---------------------------------------------------------------------------------------------
