@@ -1,7 +1,9 @@
 """Memory layouts (strides) of traced tensors, computed only when the program asks.
 
-Traces are functional and the torch executor runs the program's own torch calls, so results never depend
-on strides; the *program* can, though: ``x.stride()``, ``x.is_contiguous()``, and which operations alias
+Traces are functional and the torch executor runs the program's own torch calls, so results do not depend
+on strides, except where an operation reads memory by strides (``as_strided``: see ``Tracer._in_eager_layout``) or
+draws random numbers into a tensor laid out like another (dropout's mask: ``empty_like_strides``); the *program* can,
+though: ``x.stride()``, ``x.is_contiguous()``, and which operations alias
 their input (``x.contiguous()`` returns ``x`` itself when ``x`` is contiguous, ``reshape`` gives a view when
 the strides allow one). Inputs carry their real strides. Any other tensor's strides are found by running
 the torch call that produced it on meta tensors laid out like its inputs (recursively, memoized), which is

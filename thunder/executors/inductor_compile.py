@@ -322,6 +322,15 @@ def _unshared_refs() -> int:
 _UNSHARED_REFS = _unshared_refs()
 
 
+def _lone_base_refs() -> int:
+    """References to the base of a view that only the view holds, as ``CompiledRegion._may_reuse`` counts them."""
+    v = torch.empty(4).view(2, 2)
+    return sys.getrefcount(v._base)
+
+
+_LONE_BASE_REFS = _lone_base_refs()
+
+
 def _with_dense_outputs(fn, dense: tuple):
     """``fn``, its outputs at ``dense`` made contiguous where a matmul could not read them in place."""
 
@@ -488,11 +497,13 @@ class CompiledRegion:
         has released its own (no ``retain_graph``; a CUDA graph replays a backward only where that holds too)."""
         keep_graph = None
         for i, received in self.donate:
-            if args[i]._base is not None:
+            # a view only of a tensor nothing else holds (F.linear of a 3-D input views its 2-D product): as if alone
+            lone_base = args[i]._base is not None and sys.getrefcount(args[i]._base) <= _LONE_BASE_REFS
+            if args[i]._base is not None and not lone_base:
                 return False
             shared = sys.getrefcount(args[i]) > _UNSHARED_REFS
-            # other tensors on its memory (``ownership.storage_uses`` inline: a hot path)
-            uses = torch._C._storage_Use_Count(args[i].untyped_storage()._cdata) - LONE_STORAGE_USES
+            # other tensors on its memory (``ownership.storage_uses`` inline: a hot path); a lone base is one
+            uses = torch._C._storage_Use_Count(args[i].untyped_storage()._cdata) - LONE_STORAGE_USES - lone_base
             if shared or uses > 0:  # unless a caller vouches for these (looked up only here: it costs)
                 own_uses = vouched_uses(args[i])
                 if own_uses is None or uses > own_uses:
