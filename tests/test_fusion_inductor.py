@@ -655,13 +655,42 @@ def _permuted(x):
     return (x * 2).sin().permute(2, 0, 1), (x + 1).transpose(0, 1)
 
 
+def _stacked(x):  # eager's stack writes contiguous; the region's (a broadcast and a cat) follows its input's layout
+    return torch.stack([x], 1), torch.stack([x], 1).sum(1)
+
+
+def _softmax_returned(x):  # eager's softmax writes contiguous; the region's follows its input's layout
+    return F.softmax(-x, dim=-1), torch.atan2(-x, x)
+
+
 @requires_compiler
-def test_outputs_the_program_sees_keep_eager_layouts():
-    x = torch.randn(3, 4, 5)
-    jf = thunder.jit(_permuted, executors=FUSED)
-    for out, expected in zip(jf(x), _permuted(x)):
+@pytest.mark.parametrize("fn", [_permuted, _stacked, _softmax_returned], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("grad", [False, True])
+def test_outputs_the_program_sees_keep_eager_layouts(fn, grad):
+    """A region writes an output the program sees as eager lays it out (known while tracing), forward alone or with
+    the backward (whose forward names its values anew)."""
+    x = torch.randn(3, 4, 5).transpose(1, 2).requires_grad_(grad)
+    jf = thunder.jit(fn, executors=FUSED)
+    for out, expected in zip(jf(x), fn(x)):
         torch.testing.assert_close(out, expected)
         assert out.stride() == expected.stride()
+    assert _fused_ops(thunder.last_traces(jf)[-1])
+
+
+def _detached_beside(x):
+    t = (x * 2).sin()
+    return t.detach(), t, t.detach() * 1
+
+
+@requires_compiler
+def test_an_output_returned_detached_beside_itself_keeps_the_others_gradient():
+    """The region writes one buffer for ``t`` and ``t.detach()``; the detached output, marked non-differentiable,
+    must not be the very tensor of ``t``, whose gradient would stop (found by generated programs)."""
+    x = torch.randn(3, 4, requires_grad=True)
+    outs = thunder.jit(_detached_beside, executors=FUSED)(x)
+    assert [o.requires_grad for o in outs] == [o.requires_grad for o in _detached_beside(x)] == [False, True, False]
+    (g,) = torch.autograd.grad(outs[1].sum(), x)
+    torch.testing.assert_close(g, 2 * (2 * x).cos())
 
 
 def _lm_loss(h, w, t):

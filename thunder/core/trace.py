@@ -72,6 +72,9 @@ class TraceCtx:
         # names of values this trace returns whose memory layout nothing outside it depends on (a forward's values
         # saved for its backward): a fusion executor may lay them out as it likes
         self.layout_free_outputs: frozenset = frozenset()
+        # the layouts eager gives the tensors the program sees returned, asked by name (``strides(name)``: a tuple, or
+        # None where unknown), where the frontend recorded them: a fusion executor writes such outputs so
+        self.eager_layouts = None
 
     # -- names -----------------------------------------------------------------------------
     def make_name(self, prefix: str = "t") -> str:
@@ -141,6 +144,7 @@ class TraceCtx:
         t.counted = dict(self.counted)
         t.released_inputs = self.released_inputs
         t.layout_free_outputs = self.layout_free_outputs
+        t.eager_layouts = self.eager_layouts
         t.bound_symbols = list(bound_symbols) if bound_symbols is not None else []
         t._scopes = [t.bound_symbols]
         return t

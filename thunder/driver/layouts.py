@@ -52,6 +52,35 @@ def contiguous_strides(shape) -> tuple:
     return tuple(reversed(strides))
 
 
+class EagerOutputLayouts:
+    """The strides eager gives the tensors a program returns, computed only when a fusion executor asks about one of
+    them (a meta replay of their producers, without marking inputs observed: a stale answer is only a layout); the
+    tracer's layouts are let go once the compilation is done (``release``)."""
+
+    def __init__(self, layouts: "Layouts", outputs, holder: list | None = None):
+        self._holder = holder if holder is not None else [layouts]  # shared with the renamed copies
+        self._outputs = {p.name: p for p in outputs if isinstance(p, TensorProxy) and not is_symbolic_shape(p.shape)}
+
+    def renamed(self, names: dict) -> "EagerOutputLayouts":
+        """The same layouts for a trace that calls the outputs otherwise (``names``: old name -> new name; a forward
+        trace's outputs, which autodiff named anew)."""
+        copy = EagerOutputLayouts(None, (), self._holder)
+        copy._outputs = {names[n]: p for n, p in self._outputs.items() if n in names}
+        return copy
+
+    def strides(self, name: str) -> tuple | None:
+        proxy, layouts = self._outputs.get(name), self._holder[0]
+        if proxy is None or layouts is None or proxy.name in layouts.inputs:
+            return None
+        try:
+            return tuple(layouts.peek(proxy).stride())
+        except Exception:  # noqa: BLE001 - UnknownLayout: the executor's own layout
+            return None
+
+    def release(self) -> None:
+        self._holder[0] = None
+
+
 class Layouts:
     def __init__(self):
         self.inputs: dict[str, tuple] = {}  # input name -> (strides, storage offset)

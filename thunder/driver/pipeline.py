@@ -9,6 +9,7 @@ import time
 import torch
 
 from thunder.driver import checkpointing, frontend, python_state, random_state, side_effects, torchscript
+from thunder.driver.layouts import EagerOutputLayouts
 from thunder.driver.compile_data import CacheEntry, CompileData
 from thunder.driver.interpreter import InstructionRecorder
 from thunder.driver.outputs import flatten_output, is_printable_structure
@@ -17,6 +18,7 @@ from thunder.driver.prologue import PrologueBuilder
 from thunder.driver.value_guards import ValueGuards
 from thunder.core import prims
 from thunder.core.proxies import Proxy, TensorProxy
+from thunder.core.pytree import tree_leaves
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.executors import pythonex as px
 from thunder.executors.passes import transform_for_execution
@@ -192,6 +194,7 @@ def trace_program(cd: CompileData, args, kwargs, compilation: "Compilation") -> 
         ret = tuple(leaves)
     with tracectx(comp):
         px.python_return(ret)
+    comp.eager_layouts = EagerOutputLayouts(tracer.layouts, leaves)
     return TraceResult(comp, prologue, out, rebuild, recorder, tracer, tuple(writes))
 
 
@@ -321,6 +324,13 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
         ex.before_tracing(devices)
     compilation = Compilation(cd)
     result = trace_program(cd, args, kwargs, compilation)
+    try:
+        return _compile_traced(cd, result, compilation, start)
+    finally:
+        result.computation.eager_layouts.release()
+
+
+def _compile_traced(cd: CompileData, result: TraceResult, compilation: Compilation, start: int) -> CacheEntry:
     compilation.sources = {p.name: src for p, src in result.prologue.inputs if hasattr(p, "name")}
     comp = result.computation
     comp.set_provenance("Trace", start)
@@ -353,6 +363,11 @@ def compile_entry(cd: CompileData, args, kwargs) -> CacheEntry:
     for transform in cd.transforms:
         fwd, bwd = transform.transform_forward_backward(fwd, bwd, compilation)
     fwd, bwd = save_for_backward(fb, fwd, bwd, recompute=_recompute_policy(cd.executors))
+    returned = tree_leaves(trace.bound_symbols[-1].args)
+    if len(returned) == len(fb.flat_outputs):  # the program's outputs, by the forward's names
+        fwd.eager_layouts = comp.eager_layouts.renamed(
+            {a.name: b.name for a, b in zip(returned, fb.flat_outputs) if isinstance(a, TensorProxy)
+             and isinstance(b, TensorProxy)})
     traces.append(fwd)
     bwd_traces = [bwd]
     traces += _executable(fwd, cd, compilation, "forward")

@@ -89,6 +89,21 @@ def output_rebuild(result):
     return rebuild
 
 
+def _apart_from_differentiable(flat, nondiff: tuple):
+    """``flat`` with each non-differentiable output that is the very tensor of a differentiable one (``x.detach()``
+    returned beside ``x``, one buffer to a fused region) replaced by a detached alias: marked non-differentiable, the
+    tensor itself would stop the other's gradient."""
+    skip = set(nondiff)
+    differentiable = {id(t) for i, t in enumerate(flat) if i not in skip and isinstance(t, torch.Tensor)}
+    if not any(id(flat[i]) in differentiable for i in nondiff):
+        return flat
+    flat = list(flat)
+    for i in nondiff:
+        if id(flat[i]) in differentiable:
+            flat[i] = flat[i].detach()
+    return tuple(flat)
+
+
 class ThunderFunction(torch.autograd.Function):
     """Connects a forward/backward trace pair to torch.autograd."""
 
@@ -108,6 +123,7 @@ class ThunderFunction(torch.autograd.Function):
             ctx.shapes = [t.shape if isinstance(t, torch.Tensor) else None
                           for t in tuple(flat) + tuple(inputs[i] for i in info.dirty_inputs)]
         if info.nondiff_outputs:
+            flat = _apart_from_differentiable(flat, info.nondiff_outputs)
             ctx.mark_non_differentiable(*(flat[i] for i in info.nondiff_outputs if isinstance(flat[i], torch.Tensor)))
         if info.dirty_inputs:  # see [Note: dirty inputs]
             dirty = tuple(inputs[i] for i in info.dirty_inputs)

@@ -344,6 +344,21 @@ def _with_dense_outputs(fn, dense: tuple):
     return with_dense
 
 
+def _with_eager_layouts(fn, eager: tuple):
+    """``fn``, its outputs at the positions ``eager`` names written with the strides given there where laid out
+    otherwise (sizes of one aside); traced, the copy joins the region's kernels."""
+
+    def laid_out(*args):
+        outs = list(fn(*args))
+        for i, strides in eager:
+            o = outs[i]
+            if any(n > 1 and a != b for n, a, b in zip(o.shape, o.stride(), strides)):
+                outs[i] = torch.empty_strided(o.shape, strides, dtype=o.dtype, device=o.device).copy_(o)
+        return tuple(outs)
+
+    return laid_out
+
+
 def dense_views(region, dense: tuple):
     """A region of views alone (``worth_fusing_for_layout``), run by the torch executor, its outputs at ``dense``
     copied contiguous where a matmul could not read them in place. Nothing to compile."""
@@ -357,13 +372,15 @@ class CompiledRegion:
     """A region's inductor-compiled function, per input layout, with the torch executor's as the fallback."""
 
     def __init__(self, region, executor, background: bool = False, dense: tuple = (), donate: tuple = (),
-                 input_layouts: tuple | None = None):
+                 input_layouts: tuple | None = None, eager: tuple = ()):
         from thunder.executors.passes import transform_for_execution
         from thunder.executors.torchex import ex as torch_ex
 
         self.region = region
         self.executor = executor
         self.torch_fn = transform_for_execution(region, (torch_ex,)).python_callable()
+        if eager:  # (position, strides) of outputs the program sees: written as eager lays them out
+            self.torch_fn = _with_eager_layouts(self.torch_fn, eager)
         self.dense = dense  # positions of outputs only matmuls read: written contiguous unless read in place
         # (position, received) of the inputs whose memory the compiled function reuses: see _may_reuse
         self.donate = donate

@@ -119,6 +119,7 @@ class InductorExecutor(FusionExecutor):
     rematerialize = True
     reuses_inputs = True
     wants_input_layouts = True
+    keeps_eager_output_layouts = True
 
     def __init__(self, name: str = "inductor", *, progress_after_s: float = 5.0, device_types=("cpu", "cuda"),
                  fuse_random: bool = False, background: bool = False, recompute_unfused_reads: bool = False):
@@ -161,20 +162,21 @@ class InductorExecutor(FusionExecutor):
         self._progress = _Progress(self.progress_after_s)
         return super().fusion_pass(trace, claimed_first)
 
-    def compile_region(self, region, dense_outputs=frozenset(), donatable=None, input_layouts=None):
+    def compile_region(self, region, dense_outputs=frozenset(), donatable=None, input_layouts=None, output_layouts=None):
         from thunder.executors.inductor_compile import CompiledRegion, dense_views, expected_layouts, region_signature
 
         dense = tuple(i for i, o in enumerate(region.bound_symbols[-1].args[0]) if o.name in dense_outputs)
+        eager = tuple((i, st) for i, st in enumerate(output_layouts or ()) if st is not None)
         if not self.worth_fusing(region.bound_symbols[:-1]):  # views kept for their layout: nothing to compile
             return dense_views(region, dense)
         donatable = donatable or {}
         donate = tuple((i, donatable[p.name]) for i, p in enumerate(region.params) if p.name in donatable)
         input_layouts = expected_layouts(region, input_layouts)
-        key = (region_signature(region), dense, donate, input_layouts)
+        key = (region_signature(region), dense, donate, input_layouts, eager)
         compiled = self._compiled.get(key)
         if compiled is None:
             compiled = self._compiled[key] = CompiledRegion(region, self, background=self.background, dense=dense,
-                                                            donate=donate, input_layouts=input_layouts)
+                                                            donate=donate, input_layouts=input_layouts, eager=eager)
             self._progress.compiled(len(region.bound_symbols) - 1)
         else:
             self._progress.reused()

@@ -140,13 +140,18 @@ class FusionExecutor(Executor):
         die in the region and that the trace made (received: a saved value autograd releases before the
         backward runs), whose memory the region may reuse when, at the call, nothing else can see it;
         ``input_layouts`` (where ``wants_input_layouts`` and some input has a layout hint), per input the strides it is
-        expected to have at run time, or None (see [Note: layout hints] in thunder/core/proxies.py)."""
+        expected to have at run time, or None (see [Note: layout hints] in thunder/core/proxies.py);
+        ``output_layouts`` (where ``keeps_eager_output_layouts``), per output the strides eager gives it where the
+        program sees it returned, or None: the program can read strides, so such outputs keep eager's."""
         raise NotImplementedError
 
     reuses_inputs = False  # whether ``compile_region`` is given ``donatable``
     # whether ``compile_region`` is given ``input_layouts``: per input, the strides it is expected to have at run time
     # where tracing could tell (``layout_hint``, see [Note: layout hints] in thunder/core/proxies.py), else None
     wants_input_layouts = False
+    # whether ``compile_region`` is given ``output_layouts``: per output the program sees returned, the strides eager
+    # gives it (else None), which the region is to write it in
+    keeps_eager_output_layouts = False
 
     def wants_dense_input(self, bsym: BoundSymbol) -> bool:
         """Whether ``bsym``, run outside the regions, would rather read a region's output contiguous (a matmul,
@@ -221,11 +226,11 @@ class FusionExecutor(Executor):
             donatable = {a.name: a.name not in made_here for p in prims_ for a in p.flat_args
                          if a.name not in used_later[at] and (a.name in made_here or a.name in trace.released_inputs)}
             out[at] = self._fuse(prims_, used_later[at], f"{self.fusion_name}{n}", _dense(at, used_later, readers),
-                                 donatable if self.reuses_inputs else {})
+                                 donatable if self.reuses_inputs else {}, trace.eager_layouts)
         new = trace.from_trace(out)
         return new.set_provenance(f"Fusion ({self.name})", start)
 
-    def _fuse(self, prims_, used_later, name, dense=frozenset(), donatable=None):
+    def _fuse(self, prims_, used_later, name, dense=frozenset(), donatable=None, eager_layouts=None):
         from thunder.core.trace import TraceCtx
         from thunder.executors.regions import region_interface
 
@@ -239,6 +244,10 @@ class FusionExecutor(Executor):
             hints["donatable"] = donatable
         if self.wants_input_layouts and any(layout_hint(a) is not None for a in inputs if isinstance(a, TensorProxy)):
             hints["input_layouts"] = tuple(layout_hint(a) if isinstance(a, TensorProxy) else None for a in inputs)
+        if self.keeps_eager_output_layouts and eager_layouts is not None:
+            eager = tuple(eager_layouts.strides(o.name) if isinstance(o, TensorProxy) else None for o in outputs)
+            if any(st is not None for st in eager):
+                hints["output_layouts"] = eager
         fn = self.compile_region(region, **hints)
         op = self.register_operator(name, fn=fn)
         return BoundSymbol(op, tuple(inputs), {}, list(outputs), tuple(prims_))
