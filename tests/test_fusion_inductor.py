@@ -693,6 +693,38 @@ def test_an_output_returned_detached_beside_itself_keeps_the_others_gradient():
     torch.testing.assert_close(g, 2 * (2 * x).cos())
 
 
+@requires_compiler
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_round_trip_through_a_lower_precision_rounds_as_in_eager(dtype):
+    """Inside a region, ``x.half().float()`` rounds as eager's two casts do (inductor would drop the rounding: found by
+    generated programs)."""
+    def fn(x):
+        return ((x * 3).to(dtype).float() * 2).sin(), torch.atan2(x.to(dtype), x)
+
+    x = torch.randn(64)
+    for out, expected in zip(thunder.jit(fn, executors=FUSED)(x), fn(x)):
+        torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)
+
+
+@requires_compiler
+@pytest.mark.parametrize("make", [lambda: torch.arange(-1, 1, 0.07, dtype=torch.float32),
+                                  lambda: torch.linspace(-1.3, 2.1, 29), lambda: torch.linspace(-1, 1, 29)],
+                         ids=["arange", "linspace", "linspace_with_zero"])
+def test_float_ranges_are_eagers_values_bitwise(make):
+    """ATen's arange and linspace kernels compute ``start + step * i`` with fused multiply-adds, which their
+    decompositions in a region round otherwise (``torch.all`` of a linspace with its zero came out otherwise: found
+    by generated programs): a fusion executor runs them whole."""
+    def fn(x):
+        r = make()
+        return r * x[: r.numel()], torch.all(r.view(-1, 1) * x[:3], dim=1)
+
+    x = torch.randn(64)
+    jf = thunder.jit(fn, executors=FUSED)
+    for out, expected in zip(jf(x), fn(x)):
+        assert torch.equal(out, expected)
+    assert _fused_ops(thunder.last_traces(jf)[-1])
+
+
 def _lm_loss(h, w, t):
     return F.cross_entropy(h @ w.t(), t)
 

@@ -30,6 +30,9 @@ class Tag(enum.Enum):
     # copies Python data from host memory onto the tensor's device (``torch.tensor([...], device="cuda")``): a
     # CUDA graph cannot capture such a copy (its source is pageable memory, read once at capture)
     HOST_DATA = enum.auto()
+    # its values are its torch kernel's roundings, which its decomposition does not reproduce (arange and linspace:
+    # ATen's kernels compute ``start + step * i`` with fused multiply-adds): a fusion executor runs it whole
+    KERNEL_ROUNDING = enum.auto()
 
 
 def has_tag(bsym, *tags: Tag) -> bool:

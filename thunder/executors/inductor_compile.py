@@ -434,8 +434,11 @@ class CompiledRegion:
             with FakeTensorMode() as mode:
                 fakes = [torch.empty_strided(tuple(p.shape), st, dtype=p.dtype, device=p.device)
                          for p, st in zip(self.region.params, strides)]
-            # fallback_random: see [Note: random numbers in fused regions]; size_asserts: see _checking_layouts
-            with inductor_config.patch(fallback_random=True, size_asserts=False), _known_cpu_isa(self.region), \
+            # fallback_random: see [Note: random numbers in fused regions]; size_asserts: see _checking_layouts;
+            # emulate_precision_casts: a cast to a lower precision rounds as in eager, also where the kernel goes on
+            # computing in float32 (inductor would otherwise drop the rounding of x.half().float(): another value)
+            with inductor_config.patch(fallback_random=True, size_asserts=False, emulate_precision_casts=True), \
+                    _known_cpu_isa(self.region), \
                     inductor_workarounds():
                 with mode:
                     gm = make_fx(self._traced_fn(), decomposition_table=_decompositions())(*fakes)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
+from thunder.core import dtypes
 from thunder.core.prims import make_prim
 from thunder.core.proxies import TensorProxy, layout_hint
 from thunder.core.statements import STATEMENTS, python_return
@@ -187,6 +188,9 @@ class FusionExecutor(Executor):
             return self.can_fuse(bsym)
         if Tag.RANDOM in bsym.sym.tags and not self.fuse_random:  # its torch kernel (torch.randint, bernoulli_)
             return False  # draws other numbers than its decomposition: run whole, it draws as eager does
+        if Tag.KERNEL_ROUNDING in bsym.sym.tags and any(  # its kernel rounds otherwise than its decomposition
+                isinstance(o, TensorProxy) and not dtypes.is_integer(o.dtype) for o in bsym.flat_outs):
+            return False  # (arange of floats; of integers nothing rounds)
         return all(self._fusible(s) for s in bsym.subsymbols)
 
     def worth_fusing_for_layout(self, prims_: list) -> bool:

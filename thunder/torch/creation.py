@@ -134,7 +134,7 @@ def new_full(a, size, fill_value, *, dtype=None, layout=None, device=None, pin_m
     return prims.full(_size((size,)), convert(fill_value, dtype), device=_device(device) if device else a.device, dtype=dtype)
 
 
-@torchsymbol(torch.arange)
+@torchsymbol(torch.arange, tags=(Tag.KERNEL_ROUNDING,))
 @_plain_tensor
 def arange(start, end=None, step=1, *, out=None, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False):
     if end is None:
@@ -151,7 +151,7 @@ def arange(start, end=None, step=1, *, out=None, dtype=None, layout=None, device
     return prims.iota(length, start=start, step=step, device=_device(device), dtype=dtype)
 
 
-@torchsymbol(torch.linspace)
+@torchsymbol(torch.linspace, tags=(Tag.KERNEL_ROUNDING,))
 @_plain_tensor
 def linspace(start, end, steps, *, out=None, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False):
     """torch's formula: ``start + step * i`` in the first half, ``end - step * (steps - 1 - i)`` in the second."""
