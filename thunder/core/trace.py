@@ -72,7 +72,7 @@ class TraceCtx:
         # names of values this trace returns whose memory layout nothing outside it depends on (a forward's values
         # saved for its backward): a fusion executor may lay them out as it likes
         self.layout_free_outputs: frozenset = frozenset()
-        # the layouts eager gives the tensors the program sees returned, asked by name (``strides(name)``: a tuple, or
+        # the layouts eager gives the tensors the program sees returned (``strides(proxy)``: a tuple, or
         # None where unknown), where the frontend recorded them: a fusion executor writes such outputs so
         self.eager_layouts = None
 

@@ -68,9 +68,10 @@ class EagerOutputLayouts:
         copy._outputs = {names[n]: p for n, p in self._outputs.items() if n in names}
         return copy
 
-    def strides(self, name: str) -> tuple | None:
-        proxy, layouts = self._outputs.get(name), self._holder[0]
-        if proxy is None or layouts is None or proxy.name in layouts.inputs:
+    def strides(self, value: TensorProxy) -> tuple | None:
+        """Eager's strides of ``value`` where it is a returned tensor (by its name in this trace), else None."""
+        proxy, layouts = self._outputs.get(value.name), self._holder[0]
+        if proxy is None or layouts is None or proxy.name in layouts.inputs or tuple(proxy.shape) != tuple(value.shape):
             return None
         try:
             return tuple(layouts.peek(proxy).stride())

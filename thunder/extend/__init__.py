@@ -249,7 +249,7 @@ class FusionExecutor(Executor):
         if self.wants_input_layouts and any(layout_hint(a) is not None for a in inputs if isinstance(a, TensorProxy)):
             hints["input_layouts"] = tuple(layout_hint(a) if isinstance(a, TensorProxy) else None for a in inputs)
         if self.keeps_eager_output_layouts and eager_layouts is not None:
-            eager = tuple(eager_layouts.strides(o.name) if isinstance(o, TensorProxy) else None for o in outputs)
+            eager = tuple(eager_layouts.strides(o) if isinstance(o, TensorProxy) else None for o in outputs)
             if any(st is not None for st in eager):
                 hints["output_layouts"] = eager
         fn = self.compile_region(region, **hints)
