@@ -725,6 +725,19 @@ def test_float_ranges_are_eagers_values_bitwise(make):
     assert _fused_ops(thunder.last_traces(jf)[-1])
 
 
+@requires_compiler
+def test_the_variance_of_a_single_nan_is_nan():
+    """Inductor gives 0 for the variance over one element whatever it is; eager's NaN (a diverging run's signal) stays:
+    such a reduction runs with torch's kernel (found by generated programs)."""
+    def fn(x):
+        return torch.std_mean(torch.rsqrt(x), -1, unbiased=False)[0], torch.var(x.float().sqrt() * 2, 0, unbiased=False)
+
+    x = torch.tensor([-2])
+    for out, expected in zip(thunder.jit(fn, executors=FUSED)(x), fn(x)):
+        torch.testing.assert_close(out, expected, equal_nan=True)
+        assert out.isnan().all()
+
+
 def _lm_loss(h, w, t):
     return F.cross_entropy(h @ w.t(), t)
 

@@ -114,6 +114,12 @@ def _fusible_tensors(bsym, device_types) -> bool:
     return True
 
 
+def _reduces_one_element(bsym) -> bool:
+    """Whether a ``var``/``var_mean`` reduces single elements (a 0-dim tensor's, or dimensions of size one)."""
+    a, dims = bsym.args[0], bsym.args[1]
+    return isinstance(a, TensorProxy) and all(a.shape[d] == 1 for d in dims)
+
+
 class InductorExecutor(FusionExecutor):
     fusion_name = "InductorFusion"
     rematerialize = True
@@ -145,6 +151,8 @@ class InductorExecutor(FusionExecutor):
 
     def can_fuse(self, bsym) -> bool:
         sym = bsym.sym
+        if sym.module == "prims" and sym.name in ("var", "var_mean") and _reduces_one_element(bsym):
+            return False  # inductor gives 0 for the variance of one NaN (eager: NaN); torch's kernel runs it
         if (sym.module == "prims" and sym.name in FUSIBLE) or (sym.module == "ltorch" and sym.name in FUSIBLE_KERNELS):
             return _fusible_tensors(bsym, self.device_types)
         return False
