@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import thunder
+from thunder.core.trace_checker import check_trace
 from tests.metadata_check import CheckMetadata
 from tests.opinfos import OPINFOS, OpInfo
 from tests.test_ops import primary_op
@@ -85,6 +86,8 @@ def test_grad(info: OpInfo, dtype):
         jop = thunder.jit(lambda *a, **k: op(*a, **k), transforms=[CheckMetadata()])  # tensors as their proxies say
         args2, kwargs2 = _with_grad(sample.args), _with_grad(sample.kwargs)
         actual = _grads(jop, args2, kwargs2, i)
+        for trace in (thunder.last_traces(jop)[-1], thunder.last_backward_traces(jop)[-1]):
+            check_trace(trace)  # decompositions included: fusion executors run those
         for a, e in zip(actual, expected):
             torch.testing.assert_close(a, e, atol=0, rtol=0, equal_nan=True,
                                        msg=lambda m: f"{info.name} gradient on {sample}: {m}")

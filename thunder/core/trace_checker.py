@@ -1,7 +1,8 @@
 """A consistency check for traces, run by the tests on the traces they produce.
 
-Checks that every value is defined once (SSA) before it is used, is not used after it is deleted,
-and that the printed program compiles.
+Checks that every value is defined once (SSA) before it is used, is not used after it is deleted, that each
+bound symbol's decomposition (what fusion executors run) reads only values defined before it or within it, and that
+the printed program compiles.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ def check_trace(trace) -> None:
                 raise TraceCheckError(f"{trace.name}: {a.name} is used by {bsym.sym.id} (line {i}) after it was deleted")
             if a.name not in defined:
                 raise TraceCheckError(f"{trace.name}: {a.name} is used by {bsym.sym.id} (line {i}) before it is defined")
+        _check_decomposition(trace, bsym, defined | constants, i)
         if bsym.sym is python_del:
             deleted.update(a.name for a in bsym.args)
             continue
@@ -35,3 +37,14 @@ def check_trace(trace) -> None:
                 raise TraceCheckError(f"{trace.name}: {o.name} is defined twice (second time by {bsym.sym.id}, line {i})")
             defined.add(o.name)
     compile(trace.python(), f"<{trace.name}>", "exec")
+
+
+def _check_decomposition(trace, bsym, defined: set, line: int) -> None:
+    inner = set(defined)
+    for sub in bsym.subsymbols:
+        for a in sub.flat_args:
+            if a.name not in inner:
+                raise TraceCheckError(f"{trace.name}: {a.name} is read by {sub.sym.id} in the decomposition of "
+                                      f"{bsym.sym.id} (line {line}) and defined neither before nor within it")
+        _check_decomposition(trace, sub, inner, line)
+        inner.update(o.name for o in sub.flat_outs)

@@ -55,28 +55,37 @@ def contiguous_strides(shape) -> tuple:
 class EagerOutputLayouts:
     """The strides eager gives the tensors a program returns, computed only when a fusion executor asks about one of
     them (a meta replay of their producers, without marking inputs observed: a stale answer is only a layout); the
-    tracer's layouts are let go once the compilation is done (``release``)."""
+    tracer's layouts are let go once the compilation is done (``release``).
 
-    def __init__(self, layouts: "Layouts", outputs, holder: list | None = None):
+    In the traced program's own trace (not ``renamed``) it also answers for the intermediate values the tracer
+    computed, by name: a value a region hands to unfused operations gives them eager's layout to follow (an output
+    updated in place through an alias of such a value is laid out as the value)."""
+
+    def __init__(self, layouts: "Layouts", outputs, holder: list | None = None, intermediates: bool = True):
         self._holder = holder if holder is not None else [layouts]  # shared with the renamed copies
         self._outputs = {p.name: p for p in outputs if isinstance(p, TensorProxy) and not is_symbolic_shape(p.shape)}
+        self._intermediates = intermediates
 
     def renamed(self, names: dict) -> "EagerOutputLayouts":
         """The same layouts for a trace that calls the outputs otherwise (``names``: old name -> new name; a forward
-        trace's outputs, which autodiff named anew)."""
-        copy = EagerOutputLayouts(None, (), self._holder)
+        trace's outputs, which autodiff named anew), for those alone."""
+        copy = EagerOutputLayouts(None, (), self._holder, intermediates=False)
         copy._outputs = {names[n]: p for n, p in self._outputs.items() if n in names}
         return copy
 
     def strides(self, value: TensorProxy) -> tuple | None:
-        """Eager's strides of ``value`` where it is a returned tensor (by its name in this trace), else None."""
+        """Eager's strides of ``value`` where it is a returned tensor (by its name in this trace) or, in the traced
+        program's trace, a value the tracer computed; else None."""
         proxy, layouts = self._outputs.get(value.name), self._holder[0]
+        if proxy is None and self._intermediates and not is_symbolic_shape(value.shape):
+            proxy = value
         if proxy is None or layouts is None or proxy.name in layouts.inputs or tuple(proxy.shape) != tuple(value.shape):
             return None
         try:
-            return tuple(layouts.peek(proxy).stride())
+            strides = tuple(layouts.peek(proxy).stride())
         except Exception:  # noqa: BLE001 - UnknownLayout: the executor's own layout
             return None
+        return strides if len(strides) == len(value.shape) else None
 
     def release(self) -> None:
         self._holder[0] = None

@@ -24,7 +24,7 @@ from thunder.core.trace import TraceCtx, tracectx
 from thunder.executors import pythonex as px
 from thunder.transforms.dce import dce, has_effects
 from thunder.transforms.grad_rules import ArgGrads, get_vjp, is_cheap_rule
-from thunder.transforms.rename import substitute
+from thunder.transforms.rename import substitute, substitute_inputs
 
 
 @dataclasses.dataclass
@@ -215,7 +215,7 @@ def _decomposition_backward(bsym, inputs):
         if to_forward:
             for i in range(start, len(scope)):
                 b = scope[i]
-                scope[i] = b.replace(args=substitute(b.args, to_forward), kwargs=substitute(b.kwargs, to_forward))
+                scope[i] = substitute_inputs(b, to_forward)
             for k, g in list(grads.items()):
                 if isinstance(g, _Parts):  # a returned input's, appended to in place
                     g[:] = [substitute(p, to_forward) for p in g]

@@ -23,6 +23,14 @@ def substitute_bsym(bsym, mapping: dict):
                         subsymbols=tuple(substitute_bsym(s, mapping) for s in bsym.subsymbols))
 
 
+def substitute_inputs(bsym, mapping: dict):
+    """``bsym`` reading the proxies of ``mapping`` in place of those named by its keys, its decomposition's too."""
+    if not mapping:
+        return bsym
+    return bsym.replace(args=substitute(bsym.args, mapping), kwargs=substitute(bsym.kwargs, mapping),
+                        subsymbols=tuple(substitute_inputs(s, mapping) for s in bsym.subsymbols))
+
+
 def rename_outputs(bsyms: list, produced, wanted) -> list:
     """Renames the values ``bsyms`` produce as ``produced`` to the proxies of ``wanted``.
 
