@@ -1085,8 +1085,17 @@ def _as_strided_write(s):
     return y + 1
 
 
+def _as_strided_scatter(s):  # writes the elements as_strided reaches in eager's layout of its input
+    return torch.as_strided_scatter(_softmax_of_transposed(s), torch.arange(4.0), (4,), (2,), 1) * 2
+
+
+def _as_strided_scatter_method(s):
+    return _softmax_of_transposed(s).as_strided_scatter(torch.arange(6.0).view(2, 3), (2, 3), (1, 3), storage_offset=2)
+
+
 @requires_compiler
-@pytest.mark.parametrize("fn", [_as_strided_read, _as_strided_function, _as_strided_write], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("fn", [_as_strided_read, _as_strided_function, _as_strided_write, _as_strided_scatter,
+                                _as_strided_scatter_method], ids=lambda f: f.__name__)
 def test_as_strided_of_a_value_a_region_lays_out_otherwise_reads_eagers_layout(fn):
     """``as_strided`` reads memory by strides: its input is laid out as eager lays it out (``prims.in_layout``, a
     copy only where the run-time layout differs), forward and backward. A write through it: the gradient of the tensor

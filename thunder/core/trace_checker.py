@@ -40,7 +40,9 @@ def check_trace(trace) -> None:
 
 
 def _check_decomposition(trace, bsym, defined: set, line: int) -> None:
-    inner = set(defined)
+    # a run-time extent in the shape of a tensor the operation reads or writes can be read off that tensor
+    inner = set(defined) | {d.name for t in (*bsym.flat_args, *bsym.flat_outs) if isinstance(t, TensorProxy)
+                            for d in t.shape if isinstance(d, NumberProxy)}
     for sub in bsym.subsymbols:
         for a in sub.flat_args:
             if a.name not in inner:

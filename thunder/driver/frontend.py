@@ -609,7 +609,7 @@ class Tracer:
         return self.call(fallback_symbol(func), args, kwargs, fn=func)
 
     def _in_eager_layout(self, x: TensorProxy, func, args, kwargs) -> TensorProxy:
-        """``x`` as ``func`` (``as_strided``: it reads ``x``'s memory by strides) reads it in eager: laid out as eager
+        """``x`` as ``func`` (``as_strided``, ``as_strided_scatter``: it reads ``x``'s memory by strides) reads it in eager: laid out as eager
         lays it out, whatever layout a fused region gives it at run time (``prims.in_layout``: ``x`` itself when laid
         out so). Where ``func`` reaches beyond ``x``'s own elements, a copy could not stand in: a run-time layout
         other than eager's is then an error. The inputs that layout depends on are checked at each call."""
@@ -620,7 +620,10 @@ class Tracer:
                                       f"compute: {e}") from e
         with torch._C.DisableTorchFunction():
             try:
-                view = func(meta, *args, **kwargs)
+                if func in _WRITES_MEMORY:  # as_strided_scatter(x, src, size, stride, offset): x's elements it writes
+                    view = torch.as_strided(meta, *args[1:], **kwargs)
+                else:
+                    view = func(meta, *args, **kwargs)
             except Exception:  # noqa: BLE001 - the call itself will raise eager's error
                 return x
             within = _reaches_only(view, meta)
@@ -1053,7 +1056,8 @@ _VIEW_PRIMS = frozenset({"reshape", "squeeze", "broadcast_in_dim", "transpose", 
 
 
 # Callables that read a tensor's memory by strides: their input must be laid out as in eager (see _in_eager_layout)
-_READS_MEMORY = frozenset({torch.as_strided, torch.Tensor.as_strided, torch.as_strided_copy})
+_WRITES_MEMORY = frozenset({torch.as_strided_scatter, torch.Tensor.as_strided_scatter})
+_READS_MEMORY = frozenset({torch.as_strided, torch.Tensor.as_strided, torch.as_strided_copy}) | _WRITES_MEMORY
 
 
 def _reaches_only(view, t) -> bool:

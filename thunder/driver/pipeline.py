@@ -17,8 +17,8 @@ from thunder.driver.runtime import GradInfo, output_rebuild
 from thunder.driver.prologue import PrologueBuilder
 from thunder.driver.value_guards import ValueGuards
 from thunder.core import prims
+from thunder.core.codeutils import flat_proxies
 from thunder.core.proxies import Proxy, TensorProxy
-from thunder.core.pytree import tree_leaves
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.executors import pythonex as px
 from thunder.executors.passes import transform_for_execution
@@ -363,7 +363,7 @@ def _compile_traced(cd: CompileData, result: TraceResult, compilation: Compilati
     for transform in cd.transforms:
         fwd, bwd = transform.transform_forward_backward(fwd, bwd, compilation)
     fwd, bwd = save_for_backward(fb, fwd, bwd, recompute=_recompute_policy(cd.executors))
-    returned = tree_leaves(trace.bound_symbols[-1].args)
+    returned = flat_proxies(trace.bound_symbols[-1].args)  # as fb.flat_outputs: the proxies (no constants)
     if len(returned) == len(fb.flat_outputs):  # the program's outputs, by the forward's names
         fwd.eager_layouts = comp.eager_layouts.renamed(
             {a.name: b.name for a, b in zip(returned, fb.flat_outputs) if isinstance(a, TensorProxy)
