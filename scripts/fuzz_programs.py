@@ -1,6 +1,7 @@
 """Differential fuzzing of thunder against eager PyTorch with generated programs.
 
     python scripts/fuzz_programs.py --start 0 -n 1000 --out /tmp/fuzz/out
+    python scripts/fuzz_programs.py --start 0 -n 200 --nn --fused --out /tmp/fuzz/fused
 
 Runs seeds start..start+n-1 of tests/program_generator.py, prints a summary (results by kind, op usage) and writes
 each failure's standalone repro and its error or difference to the output folder (``<kind>_<seed>.py``).
@@ -31,9 +32,18 @@ def main():
     ap.add_argument("--perturb", action="store_true", help="spoil thunder's first output (checks the comparison)")
     ap.add_argument("--nn", action="store_true", help="neural-network ops (convolutions, pooling, norms, losses) too")
     ap.add_argument("--autocast", action="store_true", help="the forwards under CPU bfloat16 autocast")
+    ap.add_argument("--fused", action="store_true", help="thunder with executors inductor and torch: values within "
+                    "float tolerance of eager's, or no farther from float64's than eager's (referee64)")
     args = ap.parse_args()
     if args.autocast:
         pg.AUTOCAST = torch.bfloat16
+    if args.fused:
+        import functools
+
+        import thunder
+
+        thunder.jit = functools.partial(thunder.jit, executors=["inductor", "torch"])
+        pg._same_values = pg.close_values
     torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
     kinds = collections.Counter()
@@ -50,7 +60,7 @@ def main():
         tags.update({'input_' + str(spec.dtype).split('.')[-1] for spec in prog.inputs})
         grad_programs += prog.grad
         try:
-            res = pg.run_program(prog, perturb=args.perturb)
+            res = pg.run_program(prog, perturb=args.perturb, referee64=args.fused)
         except Exception as e:  # noqa: BLE001 - the runner itself must not stop the campaign
             res = pg.Result(seed, "CRASH", f"runner: {type(e).__name__}: {e}", prog)
         kinds[res.kind] += 1

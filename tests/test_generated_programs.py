@@ -121,13 +121,6 @@ _FUSED_KNOWN_FAILURES = {
 }
 
 
-def _close_values(a, b):
-    if a.dtype.is_floating_point or a.dtype.is_complex:
-        tol = dict(rtol=1e-4, atol=1e-5) if a.dtype in (torch.float32, torch.float64) else dict(rtol=2e-2, atol=2e-2)
-        return torch.allclose(a, b, equal_nan=True, **tol)
-    return torch.equal(a, b)
-
-
 @pytest.mark.parametrize(
     "nn,seed",
     _FUSED_SEEDS + [pytest.param(*k, marks=pytest.mark.xfail(strict=True, reason=r)) for k, r in _FUSED_KNOWN_FAILURES.items()],
@@ -141,7 +134,7 @@ def test_generated_program_fused_by_inductor_matches_eager(monkeypatch, nn, seed
     if not (shutil.which("g++") or shutil.which("c++")):
         pytest.skip("inductor needs a C++ compiler")
     monkeypatch.setattr(thunder, "jit", functools.partial(thunder.jit, executors=["inductor", "torch"]))
-    monkeypatch.setattr(pg, "_same_values", _close_values)
+    monkeypatch.setattr(pg, "_same_values", pg.close_values)
     prog = pg.generate(seed, nn=nn)
     res = pg.run_program(prog, referee64=True)
     assert res.kind in ("OK", "REFUSED"), f"{res.kind}: {res.detail}\n\nrepro:\n{prog.repro()}"
