@@ -16,6 +16,7 @@ from typing import Any, Callable
 import torch
 
 import thunder
+from thunder.core.trace_checker import check_trace
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,6 +148,8 @@ def _training_parity(model, inputs, loss_of, steps, not_bitwise, lr, executors=N
         _check_bitwise(mismatches)
     expected = compilations if isinstance(compilations, range) else (compilations,)
     assert thunder.cache_misses(jmodel) in expected, "every step after the first compilations must hit the cache"
+    for trace in (thunder.last_traces(jmodel)[-1], *thunder.last_backward_traces(jmodel)[-1:]):
+        check_trace(trace)  # each value defined before it is read, in the decompositions too
     if not_bitwise is not None and not not_bitwise.depends_on_machine:
         assert mismatches.tolerated, f"bitwise equal to eager after all: remove the NotBitwise entry ({not_bitwise.reason})"
     return jmodel, mismatches

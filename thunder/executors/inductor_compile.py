@@ -352,11 +352,22 @@ def _with_eager_layouts(fn, eager: tuple):
         outs = list(fn(*args))
         for i, strides in eager:
             o = outs[i]
-            if any(n > 1 and a != b for n, a, b in zip(o.shape, o.stride(), strides)):
+            # a layout with gaps (a slice's): inductor keeps only the order of its strides, so the copy always
+            if _has_gaps(o.shape, strides) or any(n > 1 and a != b for n, a, b in zip(o.shape, o.stride(), strides)):
                 outs[i] = torch.empty_strided(o.shape, strides, dtype=o.dtype, device=o.device).copy_(o)
         return tuple(outs)
 
     return laid_out
+
+
+def _has_gaps(shape, strides) -> bool:
+    """Whether ``strides`` lay ``shape`` out with gaps between its elements and none shared (a slice's layout)."""
+    gaps, inner = False, 1
+    for n, st in sorted(((n, st) for n, st in zip(shape, strides) if n != 1), key=lambda d: d[1]):
+        if st < inner:  # overlapping (an expanded dimension's stride 0)
+            return False
+        gaps, inner = gaps or st > inner, st * n
+    return gaps
 
 
 def dense_views(region, dense: tuple):
