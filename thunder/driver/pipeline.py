@@ -363,8 +363,11 @@ def _compile_traced(cd: CompileData, result: TraceResult, compilation: Compilati
     for transform in cd.transforms:
         fwd, bwd = transform.transform_forward_backward(fwd, bwd, compilation)
     fwd, bwd = save_for_backward(fb, fwd, bwd, recompute=_recompute_policy(cd.executors))
+    # The tracer's layouts by the forward's names of the program's outputs; none for the backward, whose names
+    # are not the tracer's (a gradient named as one of the program's values is not laid out as that value)
     returned = flat_proxies(trace.bound_symbols[-1].args)  # as fb.flat_outputs: the proxies (no constants)
-    if len(returned) == len(fb.flat_outputs):  # the program's outputs, by the forward's names
+    fwd.eager_layouts = bwd.eager_layouts = None
+    if len(returned) == len(fb.flat_outputs) and comp.eager_layouts is not None:
         fwd.eager_layouts = comp.eager_layouts.renamed(
             {a.name: b.name for a, b in zip(returned, fb.flat_outputs) if isinstance(a, TensorProxy)
              and isinstance(b, TensorProxy)})
