@@ -750,6 +750,74 @@ def test_the_variance_of_a_single_nan_is_nan():
         assert out.isnan().all()
 
 
+def _clone_then_update(x, b):
+    y = x.clone()
+    x.mul_(b).add_(1).sin_()
+    return y
+
+
+def _clone_of_transposed_then_copy(x, b):
+    y = x.t().clone()
+    x.copy_(b.exp() + 1)
+    return y + 0, y
+
+
+def _running_average(x, b):  # a buffer's old value kept, then the buffer updated (an EMA, running statistics)
+    old = b.clone()
+    b.mul_(0.9).add_(x * 0.1)
+    return old, b * 1
+
+
+def _clone_of_detached_then_setitem(x, b):
+    y = x.detach().clone()
+    x[0] = 5
+    return y, x.sum() + b.sum()
+
+
+@requires_compiler
+@pytest.mark.parametrize("fn", [_clone_then_update, _clone_of_transposed_then_copy, _running_average,
+                                _clone_of_detached_then_setitem], ids=lambda f: f.__name__)
+def test_a_copy_of_memory_written_later_keeps_the_old_values(fn):
+    """``clone`` decomposes to a reshape to its own shape, which a region runs as a view: of an input the program
+    then updates in place, the region's output would change with it. Such copies run whole, unfused (found by
+    generated programs)."""
+    x, b = torch.randn(3, 3), torch.randn(3, 3)
+    ex, eb, tx, tb = x.clone(), b.clone(), x.clone(), b.clone()
+    expected = fn(ex, eb)
+    jf = thunder.jit(fn, executors=FUSED)
+    torch.testing.assert_close(jf(tx, tb), expected)  # (the updates round as inductor's kernels do)
+    torch.testing.assert_close((tx, tb), (ex, eb))
+    assert _fused_ops(thunder.last_traces(jf)[-1])
+
+
+def _remainders(a, b):
+    return (torch.remainder(a, b), torch.remainder(a * 2, -1.5), a.remainder(b).exp(), torch.remainder(a, 1.0).abs(),
+            -0.0 % (a > 0), 2.5 % b)
+
+
+@requires_compiler
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
+def test_remainder_is_eagers_at_infinities_and_zeros(dtype):
+    """Inductor's remainder (``a - floor(a / b) * b``) gives NaN by an infinite divisor and +0.0 where eager gives
+    -0.0; thunder has it compute eager's (``fmod``, then ``b`` added where the signs differ). Found by generated
+    programs (``remainder(t, exp(...))`` where the exponential overflows)."""
+    inf = float("inf")
+    a = torch.tensor([-3.0, -0.0, 0.0, 3.0, -2.5, 2.5, 1e-8, -1e-8, inf, -inf, 7.0, -4.0])
+    b = torch.tensor([inf, inf, -inf, -inf, 2.0, -2.0, 1.0, 1.0, 2.0, inf, 0.0, 2.0])
+    if not dtype.is_floating_point:
+        a, b = torch.tensor([-3, 4, -7, 0, 5, -6]), torch.tensor([2, -3, 3, 5, 5, -3])
+    a, b = a.to(dtype), b.to(dtype)
+    jf = thunder.jit(_remainders, executors=FUSED)
+    for out, expected in zip(jf(a, b), _remainders(a, b)):
+        assert out.dtype == expected.dtype
+        assert torch.equal(out.isnan(), expected.isnan())
+        numbers = ~expected.isnan()
+        assert torch.equal(out[numbers], expected[numbers]), (out, expected)
+        if out.is_floating_point():  # zeros' signs too (NaN's sign is no number's)
+            assert torch.equal(out[numbers].signbit(), expected[numbers].signbit()), (out, expected)
+    assert _fused_ops(thunder.last_traces(jf)[-1])
+
+
 def _lm_loss(h, w, t):
     return F.cross_entropy(h @ w.t(), t)
 

@@ -115,15 +115,17 @@ def test_generator_exercises_aliasing_broadcasting_layouts_and_grads():
 
 
 # Run fused by the inductor executor (within float tolerance, or as close to the values in float64 as eager's: its
-# kernels round otherwise), the seeds whose fused runs found bugs, as regressions tests; those still failing are strict xfails.
-_FUSED_SEEDS = [(False, s) for s in (1, 53, 54, 141, 165, 190, 228, 253, 258, 644, 780, 1196)] + [(True, s) for s in (5, 39, 100, 184, 274, 276)]
-_FUSED_KNOWN_FAILURES = {
-}
+# kernels round otherwise), the seeds whose fused runs found bugs, as regressions tests; those still failing go in
+# _FUSED_KNOWN_FAILURES as strict xfails (none today).
+_FUSED_SEEDS = ([(False, s) for s in (1, 53, 54, 141, 165, 190, 228, 253, 258, 644, 780, 1196, 1856, 1981)]
+                + [(True, s) for s in (5, 39, 100, 184, 274, 276, 805, 977, 981)])
+_FUSED_KNOWN_FAILURES: dict = {}
 
 
 @pytest.mark.parametrize(
     "nn,seed",
-    _FUSED_SEEDS + [pytest.param(*k, marks=pytest.mark.xfail(strict=True, reason=r)) for k, r in _FUSED_KNOWN_FAILURES.items()],
+    _FUSED_SEEDS + [pytest.param(*k, marks=pytest.mark.xfail(strict=True, reason=r))
+                    for k, r in _FUSED_KNOWN_FAILURES.items()],
 )
 def test_generated_program_fused_by_inductor_matches_eager(monkeypatch, nn, seed):
     import functools

@@ -287,7 +287,19 @@ def _decompositions() -> dict:
 
     table = dict(select_decomp_table())
     table[torch.ops.aten.nll_loss_backward.default] = _nll_loss_backward
+    for overload in (torch.ops.aten.remainder.Tensor, torch.ops.aten.remainder.Scalar,
+                     torch.ops.aten.remainder.Scalar_Tensor):
+        table[overload] = _remainder
     return table
+
+
+def _remainder(a, b):
+    """``torch.remainder`` as ATen computes it, from ``fmod``: inductor's ``a - floor(a / b) * b`` gives NaN where
+    ``b`` is infinite (eager: ``a``, or ``b`` where the signs differ) and +0.0 for eager's -0.0."""
+    if not isinstance(a, torch.Tensor):  # remainder(number, tensor)
+        a = torch.full((), a, dtype=torch.result_type(a, b), device=b.device)
+    mod = torch.fmod(a, b)
+    return torch.where((mod != 0) & ((b < 0) != (mod < 0)), mod + b, mod)
 
 
 def _check_layouts(args, strides):
@@ -475,7 +487,8 @@ class CompiledRegion:
         def first(args):
             _check_layouts(args, strides)
             out = compiled(args)
-            direct = _checking_layouts(compiled.current_callable, strides)
+            # (a graph that only returns its inputs compiles to a boxed call of the graph, without current_callable)
+            direct = _checking_layouts(getattr(compiled, "current_callable", compiled), strides)
             if table.get(strides) is first:
                 table[strides] = direct
             if self.fn is first:

@@ -208,7 +208,8 @@ class FusionExecutor(Executor):
         start = time.perf_counter_ns()
         bsyms = trace.bound_symbols
         claimed_first = tuple(ex for ex in claimed_first if isinstance(ex, OperatorExecutor))
-        order = partition(bsyms, lambda b: self._fusible(b, claimed_first), self.is_barrier)
+        snapshots = _snapshots_of_written_memory(bsyms, self)
+        order = partition(bsyms, lambda b: id(b) not in snapshots and self._fusible(b, claimed_first), self.is_barrier)
         groups = [bsyms[item] if isinstance(item, int) else
                   ([bsyms[i] for i in item], [p for i in item for p in _leaf_prims(bsyms[i], self)]) for item in order]
         worth = {g for g, item in enumerate(groups) if isinstance(item, tuple) and self.worth_fusing(item[1])}
@@ -298,6 +299,33 @@ def _dense(at, used_later, readers) -> frozenset:
 
 
 _REDUCTIONS = frozenset({"sum", "prod", "amax", "amin", "var", "var_mean", "argmax", "argmin", "cumsum"})
+
+
+def _snapshots_of_written_memory(bsyms, ex) -> set:
+    """The ids of the bound symbols (``clone``) that copy a tensor whose memory a ``copy_`` writes (an input updated in
+    place), by primitives that are views (``reshape`` to its own shape): a region would return a view of that
+    memory, which the write then changes (``y = x.clone(); x.mul_(2); return y``); run whole, they copy."""
+    from thunder.core import prims
+
+    def by_views(b):  # a view, or run as views by a region (clone, detach)
+        return is_view(b) or (b.sym not in STATEMENTS and bool(b.subsymbols)
+                              and all(is_view(p) for p in _leaf_prims(b, ex)))
+
+    root: dict = {}  # name -> the name of the tensor whose memory it is or may be (through views)
+    written: set = set()
+    candidates = []
+    for b in bsyms:
+        first = next((a for a in b.flat_args if isinstance(a, TensorProxy)), None)
+        if b.sym is prims.copy_:  # copy_(src, dst): its output is dst's memory
+            dst = root.get(b.args[1].name, b.args[1].name)
+            written.add(dst)
+            root[b.output.name] = dst
+        elif first is not None and by_views(b):
+            for o in b.flat_outs:
+                root[o.name] = root.get(first.name, first.name)
+            if not is_view(b):
+                candidates.append((b, root[first.name] if first.name in root else first.name))
+    return {id(b) for b, r in candidates if r in written}
 
 
 def _leaf_prims(bsym, ex) -> list:
