@@ -774,13 +774,28 @@ def _clone_of_detached_then_setitem(x, b):
     return y, x.sum() + b.sum()
 
 
+def _copying_to_then_update(x, b):  # a shallow_copy in the region, which inductor returns as its input
+    y = x.to(torch.float32, copy=True)
+    x.mul_(b).add_(1).sin_()
+    return y
+
+
+def _copy_into_new_then_update(x, b):  # empty_like + copy_: a reshape of x in the region, beside a full
+    y = torch.empty_like(x)
+    y.copy_(x)
+    x.mul_(b).add_(1).sin_()
+    return y
+
+
 @requires_compiler
 @pytest.mark.parametrize("fn", [_clone_then_update, _clone_of_transposed_then_copy, _running_average,
-                                _clone_of_detached_then_setitem], ids=lambda f: f.__name__)
+                                _clone_of_detached_then_setitem, _copying_to_then_update,
+                                _copy_into_new_then_update], ids=lambda f: f.__name__)
 def test_a_copy_of_memory_written_later_keeps_the_old_values(fn):
     """``clone`` decomposes to a reshape to its own shape, which a region runs as a view: of an input the program
-    then updates in place, the region's output would change with it. Such copies run whole, unfused (found by
-    generated programs)."""
+    then updates in place, the region's output would change with it. Such copies run whole, unfused; a region whose
+    output may still be its input (``x.to(copy=True)``, ``empty_like(x).copy_(x)``: identities in the region) copies
+    it where it is (found by generated programs)."""
     x, b = torch.randn(3, 3), torch.randn(3, 3)
     ex, eb, tx, tb = x.clone(), b.clone(), x.clone(), b.clone()
     expected = fn(ex, eb)

@@ -32,7 +32,8 @@ def check_trace(trace) -> None:
         if bsym.sym is python_del:
             deleted.update(a.name for a in bsym.args)
             continue
-        for o in bsym.flat_outs:
+        # (one value may stand twice among an operation's outputs: batch norm's empty statistics in eval mode)
+        for o in {o.name: o for o in bsym.flat_outs}.values():
             if o.name in defined:
                 raise TraceCheckError(f"{trace.name}: {o.name} is defined twice (second time by {bsym.sym.id}, line {i})")
             defined.add(o.name)

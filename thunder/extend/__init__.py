@@ -208,7 +208,7 @@ class FusionExecutor(Executor):
         start = time.perf_counter_ns()
         bsyms = trace.bound_symbols
         claimed_first = tuple(ex for ex in claimed_first if isinstance(ex, OperatorExecutor))
-        snapshots = _snapshots_of_written_memory(bsyms, self)
+        snapshots, written = _snapshots_of_written_memory(bsyms, self)
         order = partition(bsyms, lambda b: id(b) not in snapshots and self._fusible(b, claimed_first), self.is_barrier)
         groups = [bsyms[item] if isinstance(item, int) else
                   ([bsyms[i] for i in item], [p for i in item for p in _leaf_prims(bsyms[i], self)]) for item in order]
@@ -231,11 +231,12 @@ class FusionExecutor(Executor):
             donatable = {a.name: a.name not in made_here for p in prims_ for a in p.flat_args
                          if a.name not in used_later[at] and (a.name in made_here or a.name in trace.released_inputs)}
             out[at] = self._fuse(prims_, used_later[at], f"{self.fusion_name}{n}", _dense(at, used_later, readers),
-                                 donatable if self.reuses_inputs else {}, trace.eager_layouts)
+                                 donatable if self.reuses_inputs else {}, trace.eager_layouts, written)
         new = trace.from_trace(out)
         return new.set_provenance(f"Fusion ({self.name})", start)
 
-    def _fuse(self, prims_, used_later, name, dense=frozenset(), donatable=None, eager_layouts=None):
+    def _fuse(self, prims_, used_later, name, dense=frozenset(), donatable=None, eager_layouts=None,
+              written=frozenset()):
         from thunder.core.trace import TraceCtx
         from thunder.executors.regions import region_interface
 
@@ -254,6 +255,8 @@ class FusionExecutor(Executor):
             if any(st is not None for st in eager):
                 hints["output_layouts"] = eager
         fn = self.compile_region(region, **hints)
+        if fresh := _may_return_written_memory(prims_, inputs, outputs, written):
+            fn = _copying_aliases(fn, fresh, [i for i, a in enumerate(inputs) if a.name in written])
         op = self.register_operator(name, fn=fn)
         return BoundSymbol(op, tuple(inputs), {}, list(outputs), tuple(prims_))
 
@@ -301,10 +304,11 @@ def _dense(at, used_later, readers) -> frozenset:
 _REDUCTIONS = frozenset({"sum", "prod", "amax", "amin", "var", "var_mean", "argmax", "argmin", "cumsum"})
 
 
-def _snapshots_of_written_memory(bsyms, ex) -> set:
+def _snapshots_of_written_memory(bsyms, ex) -> tuple[set, frozenset]:
     """The ids of the bound symbols (``clone``) that copy a tensor whose memory a ``copy_`` writes (an input updated in
     place), by primitives that are views (``reshape`` to its own shape): a region would return a view of that
-    memory, which the write then changes (``y = x.clone(); x.mul_(2); return y``); run whole, they copy."""
+    memory, which the write then changes (``y = x.clone(); x.mul_(2); return y``); run whole, they copy. And the
+    names of the tensors whose memory (through views) a ``copy_`` writes."""
     from thunder.core import prims
 
     def by_views(b):  # a view, or run as views by a region (clone, detach)
@@ -325,7 +329,39 @@ def _snapshots_of_written_memory(bsyms, ex) -> set:
                 root[o.name] = root.get(first.name, first.name)
             if not is_view(b):
                 candidates.append((b, root[first.name] if first.name in root else first.name))
-    return {id(b) for b, r in candidates if r in written}
+    snapshots = {id(b) for b, r in candidates if r in written}
+    return snapshots, frozenset(n for n, r in root.items() if r in written) | written
+
+
+def _may_return_written_memory(prims_, inputs, outputs, written) -> tuple:
+    """The positions of the outputs a region may return as views of its inputs whose memory a later ``copy_``
+    writes (through views, a ``shallow_copy``, a cast to the same dtype: kernels return such outputs as their
+    input itself), where the value the program reads is the one before the write."""
+    aliases = {a.name for a in inputs if isinstance(a, TensorProxy) and a.name in written}
+    if not aliases:
+        return ()
+    for p in prims_:
+        first = next((a for a in p.flat_args if isinstance(a, TensorProxy)), None)
+        same = p.sym.name == "shallow_copy" or (p.sym.name == "convert_element_type" and first is not None
+                                                and p.args[1] == first.dtype)
+        if first is not None and first.name in aliases and (is_view(p) or same):
+            aliases.update(o.name for o in p.flat_outs)
+    return tuple(i for i, o in enumerate(outputs) if isinstance(o, TensorProxy) and o.name in aliases)
+
+
+def _copying_aliases(fn, positions: tuple, written_inputs: list):
+    """``fn`` (a region's), its outputs at ``positions`` copied where they share memory with one of the inputs at
+    ``written_inputs``: a later write to that input must not change them (see ``_may_return_written_memory``)."""
+
+    def call(*args):
+        outs = fn(*args)
+        memory = {args[j].untyped_storage().data_ptr() for j in written_inputs}
+        if not any(outs[i].untyped_storage().data_ptr() in memory for i in positions):
+            return outs
+        return type(outs)(o.clone() if i in positions and o.untyped_storage().data_ptr() in memory else o
+                          for i, o in enumerate(outs))
+
+    return call
 
 
 def _leaf_prims(bsym, ex) -> list:
