@@ -793,9 +793,9 @@ def _copy_into_new_then_update(x, b):  # empty_like + copy_: a reshape of x in t
                                 _copy_into_new_then_update], ids=lambda f: f.__name__)
 def test_a_copy_of_memory_written_later_keeps_the_old_values(fn):
     """``clone`` decomposes to a reshape to its own shape, which a region runs as a view: of an input the program
-    then updates in place, the region's output would change with it. Such copies run whole, unfused; a region whose
-    output may still be its input (``x.to(copy=True)``, ``empty_like(x).copy_(x)``: identities in the region) copies
-    it where it is (found by generated programs)."""
+    then updates in place, the region's output would change with it. A region output that may be such an input
+    (through views, or identities: ``x.to(copy=True)``, ``empty_like(x).copy_(x)``) is copied where the region
+    returns the input's memory (found by generated programs)."""
     x, b = torch.randn(3, 3), torch.randn(3, 3)
     ex, eb, tx, tb = x.clone(), b.clone(), x.clone(), b.clone()
     expected = fn(ex, eb)

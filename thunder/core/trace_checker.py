@@ -28,7 +28,7 @@ def check_trace(trace) -> None:
                 raise TraceCheckError(f"{trace.name}: {a.name} is used by {bsym.sym.id} (line {i}) after it was deleted")
             if a.name not in defined:
                 raise TraceCheckError(f"{trace.name}: {a.name} is used by {bsym.sym.id} (line {i}) before it is defined")
-        _check_decomposition(trace, bsym, defined | constants, i)
+        _check_decomposition(trace, bsym, defined, i, frozenset(constants))
         if bsym.sym is python_del:
             deleted.update(a.name for a in bsym.args)
             continue
@@ -40,14 +40,16 @@ def check_trace(trace) -> None:
     compile(trace.python(), f"<{trace.name}>", "exec")
 
 
-def _check_decomposition(trace, bsym, defined: set, line: int) -> None:
+def _check_decomposition(trace, bsym, defined, line: int, within: frozenset = frozenset()) -> None:
+    if not bsym.subsymbols:
+        return
     # a run-time extent in the shape of a tensor the operation reads or writes can be read off that tensor
-    inner = set(defined) | {d.name for t in (*bsym.flat_args, *bsym.flat_outs) if isinstance(t, TensorProxy)
-                            for d in t.shape if isinstance(d, NumberProxy)}
+    inner = set(within) | {d.name for t in (*bsym.flat_args, *bsym.flat_outs) if isinstance(t, TensorProxy)
+                           for d in t.shape if isinstance(d, NumberProxy)}
     for sub in bsym.subsymbols:
         for a in sub.flat_args:
-            if a.name not in inner:
+            if a.name not in inner and a.name not in defined:
                 raise TraceCheckError(f"{trace.name}: {a.name} is read by {sub.sym.id} in the decomposition of "
                                       f"{bsym.sym.id} (line {line}) and defined neither before nor within it")
-        _check_decomposition(trace, sub, inner, line)
+        _check_decomposition(trace, sub, defined, line, inner)
         inner.update(o.name for o in sub.flat_outs)

@@ -609,9 +609,9 @@ class Tracer:
         return self.call(fallback_symbol(func), args, kwargs, fn=func)
 
     def _in_eager_layout(self, x: TensorProxy, func, args, kwargs) -> TensorProxy:
-        """``x`` as ``func`` (``as_strided``, ``as_strided_scatter``: it reads ``x``'s memory by strides) reads it in eager: laid out as eager
-        lays it out, whatever layout a fused region gives it at run time (``prims.in_layout``: ``x`` itself when laid
-        out so). Where ``func`` reaches beyond ``x``'s own elements, a copy could not stand in: a run-time layout
+        """``x`` as ``func`` (``as_strided``, ``as_strided_scatter``: it reads ``x``'s memory by strides) reads it in
+        eager: laid out as eager lays it out, whatever layout a fused region gives it at run time (``prims.in_layout``:
+        ``x`` itself when laid out so). Where ``func`` reaches beyond ``x``'s own elements, a copy could not stand in: a run-time layout
         other than eager's is then an error. The inputs that layout depends on are checked at each call."""
         try:
             meta = self.layouts.meta(x)

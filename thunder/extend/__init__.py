@@ -208,8 +208,8 @@ class FusionExecutor(Executor):
         start = time.perf_counter_ns()
         bsyms = trace.bound_symbols
         claimed_first = tuple(ex for ex in claimed_first if isinstance(ex, OperatorExecutor))
-        snapshots, written = _snapshots_of_written_memory(bsyms, self)
-        order = partition(bsyms, lambda b: id(b) not in snapshots and self._fusible(b, claimed_first), self.is_barrier)
+        written = _written_memory(bsyms, self)
+        order = partition(bsyms, lambda b: self._fusible(b, claimed_first), self.is_barrier)
         groups = [bsyms[item] if isinstance(item, int) else
                   ([bsyms[i] for i in item], [p for i in item for p in _leaf_prims(bsyms[i], self)]) for item in order]
         worth = {g for g, item in enumerate(groups) if isinstance(item, tuple) and self.worth_fusing(item[1])}
@@ -304,39 +304,32 @@ def _dense(at, used_later, readers) -> frozenset:
 _REDUCTIONS = frozenset({"sum", "prod", "amax", "amin", "var", "var_mean", "argmax", "argmin", "cumsum"})
 
 
-def _snapshots_of_written_memory(bsyms, ex) -> tuple[set, frozenset]:
-    """The ids of the bound symbols (``clone``) that copy a tensor whose memory a ``copy_`` writes (an input updated in
-    place), by primitives that are views (``reshape`` to its own shape): a region would return a view of that
-    memory, which the write then changes (``y = x.clone(); x.mul_(2); return y``); run whole, they copy. And the
-    names of the tensors whose memory (through views) a ``copy_`` writes."""
+def _written_memory(bsyms, ex) -> frozenset:
+    """The names of the tensors whose memory a ``copy_`` (an input updated in place) writes: that tensor and what
+    may be views of it, through views and what a region runs as views (``clone`` and ``detach`` decompose to a
+    reshape to their own shape)."""
     from thunder.core import prims
 
-    def by_views(b):  # a view, or run as views by a region (clone, detach)
-        return is_view(b) or (b.sym not in STATEMENTS and bool(b.subsymbols)
-                              and all(is_view(p) for p in _leaf_prims(b, ex)))
-
-    root: dict = {}  # name -> the name of the tensor whose memory it is or may be (through views)
+    root: dict = {}  # name -> the name of the tensor whose memory it is or may be
     written: set = set()
-    candidates = []
     for b in bsyms:
         first = next((a for a in b.flat_args if isinstance(a, TensorProxy)), None)
         if b.sym is prims.copy_:  # copy_(src, dst): its output is dst's memory
             dst = root.get(b.args[1].name, b.args[1].name)
             written.add(dst)
             root[b.output.name] = dst
-        elif first is not None and by_views(b):
+        elif first is not None and (is_view(b) or (b.sym not in STATEMENTS and b.subsymbols
+                                                   and all(is_view(p) for p in _leaf_prims(b, ex)))):
             for o in b.flat_outs:
                 root[o.name] = root.get(first.name, first.name)
-            if not is_view(b):
-                candidates.append((b, root[first.name] if first.name in root else first.name))
-    snapshots = {id(b) for b, r in candidates if r in written}
-    return snapshots, frozenset(n for n, r in root.items() if r in written) | written
+    return frozenset(n for n, r in root.items() if r in written) | written
 
 
 def _may_return_written_memory(prims_, inputs, outputs, written) -> tuple:
     """The positions of the outputs a region may return as views of its inputs whose memory a later ``copy_``
-    writes (through views, a ``shallow_copy``, a cast to the same dtype: kernels return such outputs as their
-    input itself), where the value the program reads is the one before the write."""
+    writes (through views, a reshape to its own shape (``clone``), a ``shallow_copy``, a cast to the same dtype:
+    kernels return such outputs as their input itself), where the value the program reads is the one before the
+    write (``y = x.clone(); x.mul_(2); return y``)."""
     aliases = {a.name for a in inputs if isinstance(a, TensorProxy) and a.name in written}
     if not aliases:
         return ()
