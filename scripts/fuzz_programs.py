@@ -4,12 +4,14 @@
     python scripts/fuzz_programs.py --start 0 -n 200 --nn --fused --out /tmp/fuzz/fused
 
 Runs seeds start..start+n-1 of tests/program_generator.py, prints a summary (results by kind, op usage) and writes
-each failure's standalone repro and its error or difference to the output folder (``<kind>_<seed>.py``).
+each failure's standalone repro and its error or difference to the output folder (``<kind>_<seed>.py``). Should
+the process itself crash (a segfault in a compiled kernel), ``CRASH.txt`` there names the seed and holds the stack.
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import faulthandler
 import os
 import sys
 import time
@@ -46,6 +48,9 @@ def main():
         pg._same_values = pg.close_values
     torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
+    # a crash of the process itself (a segfault in a compiled kernel) leaves the seed it ran and the Python stack
+    crash_log = open(os.path.join(args.out, "CRASH.txt"), "w")
+    faulthandler.enable(crash_log)
     kinds = collections.Counter()
     tags = collections.Counter()
     grad_programs = 0
@@ -59,6 +64,10 @@ def main():
         tags.update({'input_' + spec.layout for spec in prog.inputs})
         tags.update({'input_' + str(spec.dtype).split('.')[-1] for spec in prog.inputs})
         grad_programs += prog.grad
+        crash_log.seek(0)
+        crash_log.truncate()
+        crash_log.write(f"seed {seed} (nn={args.nn}) was running\n")
+        crash_log.flush()
         try:
             res = pg.run_program(prog, perturb=args.perturb, referee64=args.fused)
         except Exception as e:  # noqa: BLE001 - the runner itself must not stop the campaign
@@ -72,6 +81,9 @@ def main():
                 f.write(prog.repro())
                 f.write('\n"""\n' + res.kind + "\n" + res.detail.replace('"""', "'''") + '\n"""\n')
     dt = time.time() - t0
+    faulthandler.disable()
+    crash_log.close()
+    os.remove(crash_log.name)
     print(f"\n{args.n} seeds in {dt:.1f}s: " + ", ".join(f"{k}={v}" for k, v in sorted(kinds.items())))
     print(f"programs with gradients: {grad_programs}")
     print("op usage (programs using each rule):")

@@ -155,6 +155,21 @@ def test_fallback_gradient_of_one_tensor_under_two_names():
 _SPARSE = torch.sparse_coo_tensor(torch.tensor([[0, 1, 2], [1, 2, 0]]), torch.ones(3), (3, 3))
 
 
+def _zero_tensor():
+    """The gradient torch's autograd gives for ``sgn``: a ZeroTensor, without memory."""
+    leaf = torch.randn(3, requires_grad=True)
+    zero = torch.autograd.grad(torch.sgn(leaf).sum(), leaf)[0]
+    assert zero._is_zerotensor()
+    return zero
+
+
+def test_a_zero_tensor_input_is_refused_when_tracing():
+    """A ZeroTensor has no memory, which the prologue's aliasing checks read: tracing with one fails clearly (once
+    traced, a call with one runs: tests/test_fusion_inductor.py)."""
+    with pytest.raises(NotImplementedError, match="thunder does not take ZeroTensors"):
+        thunder.jit(lambda x: x * 2)(_zero_tensor())
+
+
 @pytest.mark.parametrize("fn,args,match", [
     (lambda x: x.to_sparse().values(), (torch.eye(3),), "cannot trace torch.Tensor.to_sparse"),
     (lambda a, x: a @ x, (_SPARSE, torch.randn(3, 4)), "tensors of layout torch.sparse_coo"),

@@ -218,6 +218,44 @@ def _random_draws(jf, toy) -> list:
     return out
 
 
+class _ReadsMemory(ToyFusion):
+    """A toy whose regions, like compiled kernels, would read their inputs' memory: it records whether any input
+    reached a region lazily negated or without memory (a ZeroTensor)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lazy_seen = []
+
+    def compile_region(self, region):
+        run = super().compile_region(region)
+
+        def reading(*args):
+            self.lazy_seen.append(any(a.is_neg() or a._is_zerotensor() for a in args if isinstance(a, torch.Tensor)))
+            return run(*args)
+
+        return reading
+
+
+def _sgn_zero(shape):
+    leaf = torch.randn(shape, requires_grad=True)
+    return torch.autograd.grad(torch.sgn(leaf).sum(), leaf)[0]  # a ZeroTensor
+
+
+@pytest.mark.parametrize("kind", ["negative-view", "zero-tensor"])
+def test_a_fusion_executor_gets_inputs_whose_memory_holds_their_values(kind):
+    """A fusion executor that does not resolve them itself (``resolves_lazy_inputs``) gets its regions' inputs
+    resolved: a lazily negated view (``x.conj().imag``) as its values, a ZeroTensor as zeros ([Note: tensors whose
+    memory is not their values] in thunder/extend)."""
+    ex = _ReadsMemory()
+    fn = lambda x, y: (x * 2 + y).exp()  # noqa: E731
+    y = torch.randn(3, 4)
+    jf = thunder.jit(fn, executors=[ex, "torch"])
+    jf(torch.randn(3, 4), y)  # traced with a plain tensor (tracing refuses a ZeroTensor argument)
+    x = torch.randn(3, 4, dtype=torch.complex64).conj().imag if kind == "negative-view" else _sgn_zero((3, 4))
+    torch.testing.assert_close(jf(x, y), fn(x, y))
+    assert ex.lazy_seen == [False, False]
+
+
 def test_random_draws_keep_their_order():
     x = torch.randn(4, 4)
     toy, jf = _run_both(_random_order, [x])  # bitwise eager: the same draws in the same order

@@ -833,6 +833,99 @@ def test_remainder_is_eagers_at_infinities_and_zeros(dtype):
     assert _fused_ops(thunder.last_traces(jf)[-1])
 
 
+def _floor_divisions(a, b):
+    return ((a // b) + 1, (a.to(torch.int64) * 1) // (b * 1), torch.div(a * 1, b, rounding_mode="floor") - 0,
+            torch.div(a * 1, 0.2, rounding_mode="floor") * 1, (a * 1) // 0.2 + 0, (a.to(torch.int64) * 3) // 2 + 0,
+            torch.div(a * 1, b, rounding_mode="trunc") * 1)
+
+
+@requires_compiler
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_floor_division_is_eagers(dtype):
+    """Inductor computes a float ``a // b`` as ``floor(a / b)``, one more than eager where the quotient rounds up to an
+    integer (``5.0 // 0.2``: 24 in eager, 0.2 being a little over a fifth); thunder has it compute eager's (from
+    ``fmod``), at zeros and infinities too. Found by a generated program (seed 2611: ``t2 // (x / t2)``)."""
+    inf = float("inf")
+    a = torch.tensor([5.0, -15.0, 5.0, 7.0, -7.0, 1e-30, 1.0, 3.0, 0.0, -0.0, inf, 5.0, -3.0, 1.0, 0.3, -0.7], dtype=dtype)
+    b = torch.tensor([0.2, 0.2, -0.2, 0.1, 0.1, 3.0, 0.1, 0.3, 2.0, 2.0, 2.0, inf, 0.0, -inf, 0.1, 0.1], dtype=dtype)
+    jf = thunder.jit(_floor_divisions, executors=FUSED)
+    for out, expected in zip(jf(a, b), _floor_divisions(a, b)):
+        assert out.dtype == expected.dtype
+        assert torch.equal(out.nan_to_num(1.5), expected.nan_to_num(1.5)), (out, expected)
+        if out.is_floating_point():
+            assert torch.equal(out.signbit(), expected.signbit()), (out, expected)
+    assert _fused_ops(thunder.last_traces(jf)[-1])
+
+
+def _reads_conj_imag(x, y):
+    return x.conj().imag * 2 + y, (x.mH * 2).real.exp()
+
+
+def _reads_inputs(x, y):
+    return x * 2 + y, (x * y).exp().sum(0)
+
+
+def _lazy_inputs(kind: str):
+    g = torch.Generator().manual_seed(0)
+    c = torch.randn(3, 4, dtype=torch.complex64, generator=g)
+    y = torch.randn(3, 4, generator=g)
+    if kind == "negative-view":  # x.conj().imag: the negation bit
+        return c.conj().imag, y
+    leaf = torch.randn(3, 4, requires_grad=True)
+    zero = torch.autograd.grad(torch.sgn(leaf).sum(), leaf)[0]  # sgn's gradient: a ZeroTensor, without memory
+    assert zero._is_zerotensor()
+    return zero, y
+
+
+@requires_compiler
+@pytest.mark.parametrize("kind", ["negative-view", "zero-tensor"])
+def test_inputs_whose_memory_is_not_their_values(kind):
+    """Inputs whose memory does not hold their values (a lazily negated view, a ZeroTensor): a fused region reads them
+    resolved, as eager's kernels do (read raw, the signs were wrong, and a ZeroTensor's null pointer crashed the
+    process). (Lazily conjugated views are complex, which regions do not take.)"""
+    x, y = _lazy_inputs(kind)
+    jf = thunder.jit(_reads_inputs, executors=FUSED)
+    if kind == "zero-tensor":  # traced for a tensor with memory; then called with the ZeroTensor (a cache hit)
+        torch.testing.assert_close(jf(torch.ones_like(x), y), _reads_inputs(torch.ones_like(x), y))
+    torch.testing.assert_close(jf(x, y), _reads_inputs(x, y))
+    assert _fused_ops(thunder.last_traces(jf)[-1])
+    assert x.is_neg() or x._is_zerotensor()  # the caller's tensor left as it was
+
+
+@requires_compiler
+def test_a_lazily_negated_view_the_program_makes():
+    """``x.conj().imag`` (the imaginary part of a lazy conjugation: a lazily negated view) read by a fused region."""
+    x, y = torch.randn(4, 3, dtype=torch.complex64), torch.randn(4, 3)
+    jf = thunder.jit(_reads_conj_imag, executors=FUSED)
+    torch.testing.assert_close(jf(x, y), _reads_conj_imag(x, y))
+    assert _fused_ops(thunder.last_traces(jf)[-1])
+
+
+def _sgn_branch(x, w):  # sgn's gradient flows on through fused work: 2 * it, added to tanh's
+    h = x * w
+    return (torch.sgn(h * 2 - 1) * 3 + h.tanh()).sum()
+
+
+@requires_compiler
+@pytest.mark.parametrize("downstream_sgn", [False, True], ids=["in-program", "after-the-program"])
+def test_zero_tensor_gradients_in_a_fused_backward(downstream_sgn):
+    """``sgn``'s gradient (torch's autograd runs it) is a ZeroTensor, as is the cotangent of an output that only
+    ``sgn`` reads after the program: a fused backward region reads it as zeros (it crashed the process reading a
+    null pointer; found by a generated program, seed 2591)."""
+    x, w = torch.randn(5, dtype=torch.float64, requires_grad=True), torch.randn(5, dtype=torch.float64,
+                                                                               requires_grad=True)
+    fn = (lambda x, w: ((x * w).exp() * 2, (x + w).tanh())) if downstream_sgn else _sgn_branch
+    jx, jw = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    jf = thunder.jit(fn, executors=FUSED)
+    out, jout = fn(x, w), jf(jx, jw)
+    if downstream_sgn:  # the first output's cotangent: sgn's gradient, a ZeroTensor
+        out, jout = (torch.sgn(out[0]) + out[1]).sum(), (torch.sgn(jout[0]) + jout[1]).sum()
+    out.backward()
+    jout.backward()
+    torch.testing.assert_close((jout, jx.grad, jw.grad), (out, x.grad, w.grad))
+    assert _fused_ops(thunder.last_backward_traces(jf)[-1])
+
+
 def _lm_loss(h, w, t):
     return F.cross_entropy(h @ w.t(), t)
 

@@ -227,6 +227,23 @@ def test_autograd_hooks_inside_refused(fn, what):
         thunder.jit(fn)(torch.randn(3, requires_grad=True))
 
 
+class _BuildsALayerInForward(torch.nn.Module):
+    """As Hugging Face's BigBird when it switches attention kinds: a new layer (its parameters) made in forward."""
+
+    def forward(self, x):
+        return torch.nn.Linear(3, 3)(x)
+
+
+@pytest.mark.parametrize("fn", [lambda x: torch.zeros_like(x).requires_grad_() * x, _BuildsALayerInForward()],
+                         ids=["requires_grad_", "layer-built-in-forward"])
+def test_making_a_tensor_require_grad_inside_refused(fn):
+    """A tensor the program makes require grad would be a leaf whose gradient no one sees: refused, with a message
+    that names the usual cause."""
+    with pytest.raises(NotImplementedError, match=r"Tensor.requires_grad_\(\) inside a jitted function is not "
+                                                  r"supported \(nn.Parameter calls it"):
+        thunder.jit(fn)(torch.randn(3, requires_grad=True))
+
+
 # ---------------------------------------------------------------------------------------------
 # clamp with tensor bounds: values and gradients of the input and of both bounds
 # ---------------------------------------------------------------------------------------------

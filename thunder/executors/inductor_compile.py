@@ -290,6 +290,9 @@ def _decompositions() -> dict:
     for overload in (torch.ops.aten.remainder.Tensor, torch.ops.aten.remainder.Scalar,
                      torch.ops.aten.remainder.Scalar_Tensor):
         table[overload] = _remainder
+    for overload in (torch.ops.aten.floor_divide.default, torch.ops.aten.floor_divide.Scalar,
+                     torch.ops.aten.div.Tensor_mode, torch.ops.aten.div.Scalar_mode):
+        table[overload] = _floor_divide
     return table
 
 
@@ -300,6 +303,28 @@ def _remainder(a, b):
         a = torch.full((), a, dtype=torch.result_type(a, b), device=b.device)
     mod = torch.fmod(a, b)
     return torch.where((mod != 0) & ((b < 0) != (mod < 0)), mod + b, mod)
+
+
+def _floor_divide(a, b, rounding_mode="floor"):
+    """Floating-point ``a // b`` (``floor_divide``, ``div(rounding_mode="floor")``) as ATen computes it: from ``fmod``,
+    the quotient of ``a - fmod(a, b)``, corrected by one where the signs differ and rounded to the nearest integer where
+    it lies within rounding of one. Inductor's ``floor(a / b)`` is one more where ``a / b`` rounds up to an integer
+    (``5.0 // 0.2`` is 24.0 in eager, 0.2 being a little over a fifth in floating point). Integers, and the other
+    rounding modes, are inductor's own (NotImplemented: its lowering)."""
+    dtype = torch.result_type(a, b)
+    if rounding_mode != "floor" or not dtype.is_floating_point:
+        return NotImplemented
+    device = (a if isinstance(a, torch.Tensor) else b).device
+    a, b = (torch.as_tensor(x, dtype=dtype, device=device) if not isinstance(x, torch.Tensor) else x.to(dtype)
+            for x in (a, b))
+    mod = torch.fmod(a, b)
+    div = (a - mod) / b
+    div = torch.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
+    floor = torch.floor(div)
+    floor = torch.where(div - floor > 0.5, floor + 1, floor)
+    quotient = a / b
+    floor = torch.where(div != 0, floor, torch.copysign(torch.zeros_like(div), quotient))
+    return torch.where(b != 0, floor, quotient)
 
 
 def _check_layouts(args, strides):
@@ -587,8 +612,17 @@ class CompiledRegion:
                 self.fn = compiled  # still compiling, or failed)
             return out
 
-    def callable(self):
+    def callable(self, lazy_inputs: tuple = ()):
+        """The region's function; ``lazy_inputs``: the positions of the inputs it resolves first where their memory
+        does not hold their values (thunder/extend: ``resolve_lazy_inputs``)."""
         call = self.call
+        if lazy_inputs:
+            from thunder.extend import resolve_lazy_inputs
+
+            def run_resolved(*args):
+                return call(resolve_lazy_inputs(args, lazy_inputs))
+
+            return run_resolved
 
         def run(*args):
             return call(args)

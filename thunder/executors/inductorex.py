@@ -124,6 +124,7 @@ class InductorExecutor(FusionExecutor):
     fusion_name = "InductorFusion"
     rematerialize = True
     reuses_inputs = True
+    resolves_lazy_inputs = True  # (its run-time check of references to reuse memory counts exactly one call's)
     wants_input_layouts = True
     keeps_eager_output_layouts = True
 
@@ -170,13 +171,14 @@ class InductorExecutor(FusionExecutor):
         self._progress = _Progress(self.progress_after_s)
         return super().fusion_pass(trace, claimed_first)
 
-    def compile_region(self, region, dense_outputs=frozenset(), donatable=None, input_layouts=None, output_layouts=None):
+    def compile_region(self, region, dense_outputs=frozenset(), donatable=None, input_layouts=None, output_layouts=None,
+                       lazy_inputs=()):
         from thunder.executors.inductor_compile import CompiledRegion, dense_views, expected_layouts, region_signature
 
         dense = tuple(i for i, o in enumerate(region.bound_symbols[-1].args[0]) if o.name in dense_outputs)
         eager = tuple((i, st) for i, st in enumerate(output_layouts or ()) if st is not None)
         if not self.worth_fusing(region.bound_symbols[:-1]):  # views kept for their layout: nothing to compile
-            return dense_views(region, dense)
+            return dense_views(region, dense)  # (the torch executor's views: lazy inputs stay lazy, as in eager)
         donatable = donatable or {}
         donate = tuple((i, donatable[p.name]) for i, p in enumerate(region.params) if p.name in donatable)
         input_layouts = expected_layouts(region, input_layouts)
@@ -191,7 +193,7 @@ class InductorExecutor(FusionExecutor):
         for o, strides in zip(region.bound_symbols[-1].args[0], compiled.output_layouts):
             if isinstance(o, TensorProxy) and strides is not None:  # for the regions that read them
                 set_layout_hint(o, strides)
-        return compiled.callable()
+        return compiled.callable(lazy_inputs)
 
     def inductor_compile(self, gm, example_inputs, donated=()):
         """Compiles ``gm``, an FX graph of aten operations decomposed as inductor wants them, to inductor's

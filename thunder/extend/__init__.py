@@ -28,6 +28,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
+import torch
+
 from thunder.core import dtypes
 from thunder.core.prims import make_prim
 from thunder.core.proxies import TensorProxy, layout_hint
@@ -147,6 +149,11 @@ class FusionExecutor(Executor):
         raise NotImplementedError
 
     reuses_inputs = False  # whether ``compile_region`` is given ``donatable``
+    # whether ``compile_region`` is given ``lazy_inputs``: the positions of the inputs that may be tensors whose memory
+    # does not hold their values, which the region's callable is to resolve (``resolve_lazy_inputs``) before its
+    # kernels read them; otherwise the callable is wrapped in a function that does (one more reference to each input
+    # while it runs: an executor that counts references, to reuse memory, resolves them itself)
+    resolves_lazy_inputs = False
     # whether ``compile_region`` is given ``input_layouts``: per input, the strides it is expected to have at run time
     # where tracing could tell (``layout_hint``, see [Note: layout hints] in thunder/core/proxies.py), else None
     wants_input_layouts = False
@@ -225,18 +232,19 @@ class FusionExecutor(Executor):
         # values this trace made in memory of their own: a view shares its base's (the run-time check of
         # ``reuses_inputs`` would refuse it on every call, so a compilation reusing it would be wasted)
         made_here = {o.name for b in bsyms if b.sym not in STATEMENTS and not is_view(b) for o in b.flat_outs}
+        lazy = _may_be_lazy(bsyms)
         for n, (at, members, prims_, _) in enumerate(regions):
             # inputs that die here and that this trace made (or received released): their memory may be reused,
             # name -> whether they were received (reusable only once autograd has let them go)
             donatable = {a.name: a.name not in made_here for p in prims_ for a in p.flat_args
                          if a.name not in used_later[at] and (a.name in made_here or a.name in trace.released_inputs)}
             out[at] = self._fuse(prims_, used_later[at], f"{self.fusion_name}{n}", _dense(at, used_later, readers),
-                                 donatable if self.reuses_inputs else {}, trace.eager_layouts, written)
+                                 donatable if self.reuses_inputs else {}, trace.eager_layouts, written, lazy)
         new = trace.from_trace(out)
         return new.set_provenance(f"Fusion ({self.name})", start)
 
     def _fuse(self, prims_, used_later, name, dense=frozenset(), donatable=None, eager_layouts=None,
-              written=frozenset()):
+              written=frozenset(), lazy=frozenset()):
         from thunder.core.trace import TraceCtx
         from thunder.executors.regions import region_interface
 
@@ -254,7 +262,12 @@ class FusionExecutor(Executor):
             eager = tuple(eager_layouts.strides(o) if isinstance(o, TensorProxy) else None for o in outputs)
             if any(st is not None for st in eager):
                 hints["output_layouts"] = eager
+        maybe_lazy = tuple(i for i, a in enumerate(inputs) if isinstance(a, TensorProxy) and a.name in lazy)
+        if maybe_lazy and self.resolves_lazy_inputs:
+            hints["lazy_inputs"] = maybe_lazy
         fn = self.compile_region(region, **hints)
+        if maybe_lazy and not self.resolves_lazy_inputs:
+            fn = _resolving_lazy_inputs(fn, maybe_lazy)
         if fresh := _may_return_written_memory(prims_, inputs, outputs, written):
             fn = _copying_aliases(fn, fresh, [i for i, a in enumerate(inputs) if a.name in written])
         op = self.register_operator(name, fn=fn)
@@ -353,6 +366,57 @@ def _copying_aliases(fn, positions: tuple, written_inputs: list):
             return outs
         return type(outs)(o.clone() if i in positions and o.untyped_storage().data_ptr() in memory else o
                           for i, o in enumerate(outs))
+
+    return call
+
+
+# [Note: tensors whose memory is not their values]
+# A fused region's kernels read their inputs' memory. Three kinds of tensor hold other values than their memory, which
+# torch's dispatcher resolves for eager kernels: a lazily conjugated view (``x.conj()``, ``x.mH``: the conjugation
+# bit), a lazily negated one (``x.conj().imag``: the negation bit), and a ZeroTensor, which has no memory at all (the
+# gradient torch's autograd gives for ``sgn``, and so the cotangent of an output only ``sgn`` reads). Raw, a kernel
+# would read the unconjugated values, or dereference a null pointer. Thunder's operations write values into memory
+# of their own, so only the trace's inputs (arguments, saved values, cotangents), views of them, and the outputs of
+# torch operations run whole (the fallback, torch's autograd) may be such tensors: the regions reading those resolve
+# them first, on the calls where they are (a copy, as ``resolve_conj``/``resolve_neg`` make one; zeros). Regions
+# never write their inputs (a ``copy_`` runs outside them), so reading a copy changes nothing else.
+def _may_be_lazy(bsyms) -> frozenset:
+    """The names of the values of ``bsyms`` that may be lazily conjugated or negated or ZeroTensors at run time:
+    those no operation of the trace made (inputs, unpacked saved values and cotangents), outputs of operations torch
+    runs whole (module ``torch``: the fallback; torch's autograd), and views of such values."""
+    made: set = set()  # values in memory holding their values
+    for b in bsyms:
+        if b.sym in STATEMENTS or b.sym.module == "torch" or b.sym.name.startswith("torch_autograd"):
+            continue
+        first = next((a for a in b.flat_args if isinstance(a, TensorProxy)), None)
+        if is_view(b) and first is not None and first.name not in made:
+            continue
+        made.update(o.name for o in b.flat_outs if isinstance(o, TensorProxy))
+    names = {a.name for b in bsyms for a in (*b.flat_args, *b.flat_outs) if isinstance(a, TensorProxy)}
+    return frozenset(names - made)
+
+
+def _resolve(t):
+    if t._is_zerotensor():
+        return torch.zeros_like(t)
+    return t.resolve_conj().resolve_neg()
+
+
+def resolve_lazy_inputs(args: tuple, positions: tuple) -> tuple:
+    """``args`` (a region's inputs) with those at ``positions`` resolved where their memory does not hold their values
+    (see [Note: tensors whose memory is not their values]); ``args`` itself where none is such a tensor."""
+    for i in positions:
+        a = args[i]
+        if a.is_neg() or a.is_conj() or a._is_zerotensor():
+            return tuple(_resolve(x) if j in positions else x for j, x in enumerate(args))
+    return args
+
+
+def _resolving_lazy_inputs(fn, positions: tuple):
+    """``fn`` (a region's), its inputs at ``positions`` resolved first (see ``resolve_lazy_inputs``)."""
+
+    def call(*args):
+        return fn(*resolve_lazy_inputs(args, positions))
 
     return call
 

@@ -768,8 +768,9 @@ def data(a):
 
 @torchsymbol(methods=("requires_grad_",), torch_impl=torch.Tensor.requires_grad_)
 def requires_grad_(a, requires_grad=True):
-    check(not requires_grad or a.requires_grad, "Tensor.requires_grad_() inside a jitted function is not supported",
-          NotImplementedError)
+    check(not requires_grad or a.requires_grad,
+          "Tensor.requires_grad_() inside a jitted function is not supported (nn.Parameter calls it: a module whose "
+          "forward builds layers, or parameters, must build them before the jitted call)", NotImplementedError)
     return a
 
 
