@@ -215,7 +215,6 @@ class FusionExecutor(Executor):
         start = time.perf_counter_ns()
         bsyms = trace.bound_symbols
         claimed_first = tuple(ex for ex in claimed_first if isinstance(ex, OperatorExecutor))
-        written = _written_memory(bsyms, self)
         order = partition(bsyms, lambda b: self._fusible(b, claimed_first), self.is_barrier)
         groups = [bsyms[item] if isinstance(item, int) else
                   ([bsyms[i] for i in item], [p for i in item for p in _leaf_prims(bsyms[i], self)]) for item in order]
@@ -239,12 +238,12 @@ class FusionExecutor(Executor):
             donatable = {a.name: a.name not in made_here for p in prims_ for a in p.flat_args
                          if a.name not in used_later[at] and (a.name in made_here or a.name in trace.released_inputs)}
             out[at] = self._fuse(prims_, used_later[at], f"{self.fusion_name}{n}", _dense(at, used_later, readers),
-                                 donatable if self.reuses_inputs else {}, trace.eager_layouts, written, lazy)
+                                 donatable if self.reuses_inputs else {}, trace.eager_layouts, members, lazy)
         new = trace.from_trace(out)
         return new.set_provenance(f"Fusion ({self.name})", start)
 
     def _fuse(self, prims_, used_later, name, dense=frozenset(), donatable=None, eager_layouts=None,
-              written=frozenset(), lazy=frozenset()):
+              members=(), lazy=frozenset()):
         from thunder.core.trace import TraceCtx
         from thunder.executors.regions import region_interface
 
@@ -268,8 +267,8 @@ class FusionExecutor(Executor):
         fn = self.compile_region(region, **hints)
         if maybe_lazy and not self.resolves_lazy_inputs:
             fn = _resolving_lazy_inputs(fn, maybe_lazy)
-        if fresh := _may_return_written_memory(prims_, inputs, outputs, written):
-            fn = _copying_aliases(fn, fresh, [i for i, a in enumerate(inputs) if a.name in written])
+        if shared := _fresh_outputs_on_shared_memory(members, prims_, inputs, outputs):
+            fn = _copying_shared_memory(fn, shared)
         op = self.register_operator(name, fn=fn)
         return BoundSymbol(op, tuple(inputs), {}, list(outputs), tuple(prims_))
 
@@ -317,55 +316,44 @@ def _dense(at, used_later, readers) -> frozenset:
 _REDUCTIONS = frozenset({"sum", "prod", "amax", "amin", "var", "var_mean", "argmax", "argmin", "cumsum"})
 
 
-def _written_memory(bsyms, ex) -> frozenset:
-    """The names of the tensors whose memory a ``copy_`` (an input updated in place) writes: that tensor and what
-    may be views of it, through views and what a region runs as views (``clone`` and ``detach`` decompose to a
-    reshape to their own shape)."""
-    from thunder.core import prims
-
-    root: dict = {}  # name -> the name of the tensor whose memory it is or may be
-    written: set = set()
-    for b in bsyms:
-        first = next((a for a in b.flat_args if isinstance(a, TensorProxy)), None)
-        if b.sym is prims.copy_:  # copy_(src, dst): its output is dst's memory
-            dst = root.get(b.args[1].name, b.args[1].name)
-            written.add(dst)
-            root[b.output.name] = dst
-        elif first is not None and (is_view(b) or (b.sym not in STATEMENTS and b.subsymbols
-                                                   and all(is_view(p) for p in _leaf_prims(b, ex)))):
-            for o in b.flat_outs:
-                root[o.name] = root.get(first.name, first.name)
-    return frozenset(n for n, r in root.items() if r in written) | written
-
-
-def _may_return_written_memory(prims_, inputs, outputs, written) -> tuple:
-    """The positions of the outputs a region may return as views of its inputs whose memory a later ``copy_``
-    writes (through views, a reshape to its own shape (``clone``), a ``shallow_copy``, a cast to the same dtype:
-    kernels return such outputs as their input itself), where the value the program reads is the one before the
-    write (``y = x.clone(); x.mul_(2); return y``)."""
-    aliases = {a.name for a in inputs if isinstance(a, TensorProxy) and a.name in written}
-    if not aliases:
-        return ()
+def _fresh_outputs_on_shared_memory(members, prims_, inputs, outputs) -> tuple:
+    """The positions of the outputs the program makes in memory of their own (an operation that is no view: ``clone``,
+    ``x.to(copy=True)``, ``empty_like(x).copy_(x)``) that the region may nevertheless return on the memory of one of
+    its inputs or of another output: it runs ``clone`` as a reshape to its input's own shape, and kernels return such
+    a reshape (as a ``shallow_copy`` or a cast to the same dtype) as their input itself. The program could then
+    update one and see the other change (``y = x.clone(); x.mul_(2); return y``, or ``c = t.clone(); return t, c``)."""
+    root: dict = {}  # name -> the name of the value whose memory it may be, through views and identities
     for p in prims_:
         first = next((a for a in p.flat_args if isinstance(a, TensorProxy)), None)
         same = p.sym.name == "shallow_copy" or (p.sym.name == "convert_element_type" and first is not None
                                                 and p.args[1] == first.dtype)
-        if first is not None and first.name in aliases and (is_view(p) or same):
-            aliases.update(o.name for o in p.flat_outs)
-    return tuple(i for i, o in enumerate(outputs) if isinstance(o, TensorProxy) and o.name in aliases)
+        if first is not None and (is_view(p) or same):
+            for o in p.flat_outs:
+                root[o.name] = root.get(first.name, first.name)
+    fresh = {o.name for m in members if not is_view(m) and Tag.RETURNS_INPUT not in m.tags for o in m.flat_outs
+             if isinstance(o, TensorProxy)}
+    roots = [root.get(o.name, o.name) if isinstance(o, TensorProxy) else None for o in outputs]
+    inputs = {a.name for a in inputs if isinstance(a, TensorProxy)}
+    return tuple(i for i, (o, r) in enumerate(zip(outputs, roots)) if isinstance(o, TensorProxy) and o.name in fresh
+                 and r != o.name and (r in inputs or roots.count(r) > 1))
 
 
-def _copying_aliases(fn, positions: tuple, written_inputs: list):
-    """``fn`` (a region's), its outputs at ``positions`` copied where they share memory with one of the inputs at
-    ``written_inputs``: a later write to that input must not change them (see ``_may_return_written_memory``)."""
+def _copying_shared_memory(fn, positions: tuple):
+    """``fn`` (a region's), its outputs at ``positions`` copied where they share memory with an input or with another
+    output (see ``_fresh_outputs_on_shared_memory``)."""
 
     def call(*args):
         outs = fn(*args)
-        memory = {args[j].untyped_storage().data_ptr() for j in written_inputs}
-        if not any(outs[i].untyped_storage().data_ptr() in memory for i in positions):
-            return outs
-        return type(outs)(o.clone() if i in positions and o.untyped_storage().data_ptr() in memory else o
-                          for i, o in enumerate(outs))
+        taken = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
+        taken.update(o.untyped_storage().data_ptr() for i, o in enumerate(outs)
+                     if i not in positions and isinstance(o, torch.Tensor))
+        copied = list(outs)
+        for i in positions:
+            memory = copied[i].untyped_storage()
+            if memory.data_ptr() in taken and memory.nbytes():
+                copied[i] = copied[i].clone()
+            taken.add(copied[i].untyped_storage().data_ptr())
+        return type(outs)(copied)
 
     return call
 
