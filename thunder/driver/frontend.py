@@ -1203,14 +1203,14 @@ def check_tensor_type(t: torch.Tensor):
         raise NotImplementedError(
             f"thunder does not support tensors of layout {t.layout} (sparse or other non-strided tensors) as inputs; "
             "convert with to_dense() first, or call the sparse operations outside the jitted function")
-    if isinstance(t, torch.Tensor) and t._is_zerotensor():
-        raise NotImplementedError(
-            "thunder does not take ZeroTensors (tensors of zeros without memory, such as the gradient torch's autograd "
-            "gives for sgn) as inputs when it traces; pass torch.zeros_like(t) or t.clone() instead")
     if isinstance(t, torch.nn.parameter.UninitializedTensorMixin):
         raise NotImplementedError(
             "thunder cannot trace a module with uninitialized (lazy) parameters or buffers, whose shapes are only "
             "known after a first call: run the module once on an example input before thunder.jit")
+    if isinstance(t, torch.Tensor) and t._is_zerotensor():
+        raise NotImplementedError(
+            "thunder does not take ZeroTensors (tensors of zeros without memory, such as the gradient torch's autograd "
+            "gives for sgn) as inputs when it traces; pass torch.zeros_like(t) or t.clone() instead")
     if type(t) not in (torch.Tensor, torch.nn.Parameter) and not isinstance(t, TensorProxy):
         if not (isinstance(t, torch.nn.Parameter) or type(t).__torch_function__ is torch.Tensor.__torch_function__):
             raise NotImplementedError(
