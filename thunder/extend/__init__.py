@@ -330,12 +330,26 @@ def _fresh_outputs_on_shared_memory(members, prims_, inputs, outputs) -> tuple:
         if first is not None and (is_view(p) or same):
             for o in p.flat_outs:
                 root[o.name] = root.get(first.name, first.name)
-    fresh = {o.name for m in members if not is_view(m) and Tag.RETURNS_INPUT not in m.tags for o in m.flat_outs
-             if isinstance(o, TensorProxy)}
+    fresh = {o.name for m in members if not _a_view_in_eager(m) for o in m.flat_outs if isinstance(o, TensorProxy)}
     roots = [root.get(o.name, o.name) if isinstance(o, TensorProxy) else None for o in outputs]
     inputs = {a.name for a in inputs if isinstance(a, TensorProxy)}
     return tuple(i for i, (o, r) in enumerate(zip(outputs, roots)) if isinstance(o, TensorProxy) and o.name in fresh
                  and r != o.name and (r in inputs or roots.count(r) > 1))
+
+
+def _a_view_in_eager(bsym) -> bool:
+    """Whether eager's operation returns (or may return) a view of its input, or the input itself: a view symbol,
+    indexing by basic indices (``sym.is_view`` decides from the arguments), ``detach``, an operation tagged
+    ``RETURNS_INPUT``."""
+    if is_view(bsym) or bsym.sym.name in ("detach", "data") or Tag.RETURNS_INPUT in bsym.tags:
+        return True
+    decide = getattr(bsym.sym, "is_view", False)
+    if callable(decide):
+        try:
+            return bool(decide(*bsym.args, **bsym.kwargs))
+        except Exception:  # noqa: BLE001 - undecidable here: as a view (the region's output is left as it is)
+            return True
+    return False
 
 
 def _copying_shared_memory(fn, positions: tuple):
