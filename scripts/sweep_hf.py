@@ -104,7 +104,7 @@ def _build_and_run(model_type: str, auto: str, tiny: dict):
     return model, inputs, _run(model, inputs, jit=False)
 
 
-def _rounding_only_in_float64(model, inputs, eager, jitted) -> bool:
+def _as_close_to_float64_as_eager(model, inputs, eager, jitted) -> bool:
     """Whether thunder's results are within a few times eager's distance from eager's results in float64 (fused
     kernels round otherwise: a model whose gradients amplify rounding differs from float32 eager by more than the
     sweep's tolerance, yet no more than eager does from exact values)."""
@@ -144,7 +144,7 @@ def sweep_one(model_type: str, auto: str) -> tuple[str, str]:
     close = torch.allclose(loss, j_loss, rtol=1e-4, atol=1e-5) and torch.allclose(logits, j_logits, rtol=1e-4, atol=1e-5) \
         and all(torch.allclose(grads[n], j_grads[n], rtol=1e-3, atol=1e-5) for n in grads)
     diff = max([(grads[n] - j_grads[n]).abs().max().item() for n in differ] + [(logits - j_logits).abs().max().item()])
-    if not close and EXECUTORS and _rounding_only_in_float64(model, inputs, (loss, logits, grads), (j_loss, j_logits, j_grads)):
+    if not close and EXECUTORS and _as_close_to_float64_as_eager(model, inputs, (loss, logits, grads), (j_loss, j_logits, j_grads)):
         return "CLOSE64", (f"as close to float64 as eager: loss {loss.item():.6g} vs {j_loss.item():.6g}, max diff {diff:.3g}, "
                            f"{len(differ)} gradients differ")
     return ("CLOSE" if close else "WRONG"), (f"loss {loss.item():.6g} vs {j_loss.item():.6g}, max diff {diff:.3g}, "

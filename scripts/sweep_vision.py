@@ -66,7 +66,7 @@ def _pairs(run) -> list:
     return [(f"out{i}", a) for i, a in enumerate(outs)] + [(n, grads[n]) for n in grads] + [(n, buffers[n]) for n in buffers]
 
 
-def _rounding_only_in_float64(model, inputs, train: bool, eager, jitted) -> bool:
+def _as_close_to_float64_as_eager(model, inputs, train: bool, eager, jitted) -> bool:
     """Whether every value of thunder's run is eager's or within a few times eager's distance from eager's run in
     float64 (fused kernels round otherwise; a model that amplifies rounding differs from float32 eager by more than
     the sweep's tolerance, yet no more than eager does from exact values)."""
@@ -114,7 +114,7 @@ def sweep_one(builds) -> tuple[str, str]:
     for train in (True, False):
         jitted = _run(model, inputs, jit=True, train=train)
         verdict, detail = _compare(eager[train], jitted)
-        if verdict == "WRONG" and EXECUTORS and _rounding_only_in_float64(model, inputs, train, eager[train], jitted):
+        if verdict == "WRONG" and EXECUTORS and _as_close_to_float64_as_eager(model, inputs, train, eager[train], jitted):
             verdict, detail = "CLOSE", f"as close to float64 as eager: {detail}"
         verdicts.append((train, verdict, detail))
     order = ["WRONG", "CLOSE", "BITWISE"]

@@ -942,6 +942,16 @@ def test_inputs_whose_memory_is_not_their_values(kind):
 
 
 @requires_compiler
+def test_a_clone_of_a_zero_tensor_input():
+    """A region that copies its outputs where they share an input's memory looks at no ZeroTensor's memory (it has
+    none: reading it raised)."""
+    x, y = _lazy_inputs("zero-tensor")
+    jf = thunder.jit(_clone_of_input_returned, executors=FUSED)
+    jf(torch.ones_like(x))  # traced with a tensor with memory (tracing refuses a ZeroTensor argument)
+    torch.testing.assert_close(jf(x), _clone_of_input_returned(x))
+
+
+@requires_compiler
 def test_a_lazily_negated_view_the_program_makes():
     """``x.conj().imag`` (the imaginary part of a lazy conjugation: a lazily negated view) read by a fused region."""
     x, y = torch.randn(4, 3, dtype=torch.complex64), torch.randn(4, 3)

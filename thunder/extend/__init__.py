@@ -358,7 +358,8 @@ def _copying_shared_memory(fn, positions: tuple):
 
     def call(*args):
         outs = fn(*args)
-        taken = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
+        # (a ZeroTensor has no memory to share: the region reads it resolved, see resolve_lazy_inputs)
+        taken = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor) and not a._is_zerotensor()}
         taken.update(o.untyped_storage().data_ptr() for i, o in enumerate(outs)
                      if i not in positions and isinstance(o, torch.Tensor))
         copied = list(outs)
