@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -115,13 +116,27 @@ def one_thread():
         torch.set_num_threads(threads)
 
 
+@contextlib.contextmanager
+def regions_compile():
+    """Fails when a fused region inductor could not compile ran with the torch executor instead (it warns): a test of
+    fused numerics would then pass without fusing that region."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    fallbacks = [str(w.message) for w in caught if "could not compile a fused region" in str(w.message)]
+    for w in caught:  # the others, as they would have been shown
+        if "could not compile a fused region" not in str(w.message):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    assert not fallbacks, fallbacks
+
+
 def check_training_parity(model: torch.nn.Module, inputs: Any, *, loss_of: Callable = lambda out: out.loss,
                           steps: int = 3, not_bitwise: NotBitwise | None = None, lr: float = 0.1, executors=None,
                           transforms=(), compilations: int = 1):
     """One forward+backward, then ``steps`` SGD steps, of ``thunder.jit(model, executors=executors,
     transforms=transforms)`` against an eager deep copy; ``compilations``: the cache misses expected (a model whose
     first call replaces a buffer by one of another shape compiles again for it), or a range of them."""
-    with one_thread():
+    with one_thread(), regions_compile():
         return _training_parity(model, inputs, loss_of, steps, not_bitwise, lr, executors, transforms, compilations)
 
 

@@ -1086,6 +1086,24 @@ def _run_eager(prog, input_seed):
     return out, grads, inputs
 
 
+def _memory_sharing(out, inputs) -> set:
+    """The pairs (output, output or input), by their positions among the tensors, that share memory: eager's views
+    are views in thunder and its copies are copies (a later in-place update of one would show in the other, or not)."""
+    tensors = [t for t in _leaves(out) if isinstance(t, torch.Tensor)]
+    n_out = len(tensors)
+    tensors += [t for t in _leaves(inputs) if isinstance(t, torch.Tensor)]
+
+    def memory(t):
+        try:
+            storage = t.untyped_storage()
+        except Exception:  # noqa: BLE001 - a tensor without memory (ZeroTensor)
+            return None
+        return storage.data_ptr() if storage.nbytes() and t.numel() else None
+
+    ptrs = [memory(t) for t in tensors]
+    return {(i, j) for i in range(n_out) for j in range(i + 1, len(tensors)) if ptrs[i] is not None and ptrs[i] == ptrs[j]}
+
+
 def _layout(t):
     return () if t.numel() == 0 else tuple((st, n) for st, n in zip(t.stride(), t.shape) if n != 1)
 
@@ -1261,6 +1279,10 @@ def run_program(prog: Program | None, perturb: bool = False, referee64: bool = F
                 first = [o for o in _leaves(out) if isinstance(o, torch.Tensor)][0]
                 with torch.no_grad():
                     first.view(-1)[0:1].add_(1) if first.numel() and first.dtype != torch.bool else first.logical_not_()
+            shared, eager_shared = _memory_sharing(out, inputs), _memory_sharing(e[0], e[2])
+            if shared != eager_shared:
+                return Result(prog.seed, "WRONG", f"call {call}: outputs sharing memory (with outputs and inputs, by "
+                              f"position): eager {sorted(eager_shared)}, thunder {sorted(shared)}", prog)
             grads = None
             if prog.grad and not eager_grad_failed:
                 stage = "backward"

@@ -25,10 +25,19 @@ from thunder.executors.inductorex import InductorExecutor
 from thunder.extend import OperatorExecutor
 
 from models import CNN, GPT, MLP, GPTBlock, GPTConfig, Llama, LlamaConfig
+from parity import regions_compile
 
 requires_compiler = pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++")),
                                        reason="inductor needs a C++ compiler (g++ or c++) on the CPU")
 FUSED = ["inductor", "torch"]
+
+
+@pytest.fixture(autouse=True)
+def _regions_compile():
+    """Every test here runs its regions compiled (the test of the fallback expects its warning with ``pytest.warns``,
+    which takes it first)."""
+    with regions_compile():
+        yield
 
 
 def _fused_ops(trace) -> list:
@@ -422,10 +431,14 @@ def _returns_a_view_of_an_input(x, y):
 
 
 @requires_compiler
-def test_an_input_the_region_only_views_is_checked_for_its_layout():
+def test_an_input_the_region_only_views_is_checked_for_its_layout(monkeypatch):
     """An input the compiled graph only returns a view of is read by no kernel: its layout is checked all the
     same, and another layout gets its own compilation instead of a view computed for the wrong strides (a
-    silently wrong result)."""
+    silently wrong result). (Views the program sees returned run after the region, where the fusion pass can tell:
+    here it is made to leave them in.)"""
+    import thunder.extend
+
+    monkeypatch.setattr(thunder.extend, "_returned_views_taken_out", lambda members, *_: (members, []))
     ex = InductorExecutor("inductor_view_layouts")
     jf = thunder.jit(_returns_a_view_of_an_input, executors=[ex, "torch"])
     y = torch.randn(4, 6)
@@ -667,12 +680,17 @@ def _slice_returned(x):  # a layout with gaps: inductor keeps only the order of 
     return (x * 2).double()[..., 1:2], x + 1
 
 
+def _softmax_of_a_masked_row(x):  # eager's layout of the row depends on extents known only at run time: the same for all
+    return F.softmax((x * 2)[x.sum((1, 2)) > -1e9][0], dim=-1), x.sum()
+
+
 def _returned_beside_a_number(x):  # the forward's outputs are the program's proxies: the number is none of them
     return 4, -x, torch.remainder(x, -x), x.shape[0]
 
 
 @requires_compiler
-@pytest.mark.parametrize("fn", [_permuted, _stacked, _softmax_returned, _slice_returned, _returned_beside_a_number],
+@pytest.mark.parametrize("fn", [_permuted, _stacked, _softmax_returned, _slice_returned, _softmax_of_a_masked_row,
+                                _returned_beside_a_number],
                          ids=lambda f: f.__name__)
 @pytest.mark.parametrize("grad", [False, True])
 def test_outputs_the_program_sees_keep_eager_layouts(fn, grad):
@@ -686,6 +704,57 @@ def test_outputs_the_program_sees_keep_eager_layouts(fn, grad):
             continue
         torch.testing.assert_close(out, expected)
         assert out.stride() == expected.stride()
+    assert _fused_ops(thunder.last_traces(jf)[-1])
+
+
+def _views_of_a_returned_value(x):  # a slice with gaps and a flatten were written apart from their base
+    y = x * 2
+    return y, y[..., ::2], y.flatten(), y.t()[0]
+
+
+def _views_of_an_input_through_views(x):  # seed nn 805
+    return x.reshape(x.shape[0], -1).t()[0], x.sum()
+
+
+def _two_views_of_one_value(x):  # their base is no output: it becomes one (seed nn 320)
+    t = x.clamp(-1, 2)
+    return t.flatten(), t.transpose(0, -1)
+
+
+def _one_of_split_returned(x):  # seed 175
+    y = x.sin()
+    return y, y.split([1, x.shape[1] - 1], 1)[-1]
+
+
+def _a_view_of_a_copy(x):  # nan_to_num of integers copies in eager: its view is no view of x (seed 500)
+    return x.nan_to_num().view(-1), x * 2
+
+
+def _a_reduction_over_nothing(x):  # a region may return it as its input itself (seed nn 278)
+    return torch.amin(x[0, 0], -1, keepdim=True), x.sum(), x[:, :1].sum(1, keepdim=True)
+
+
+@requires_compiler
+@pytest.mark.parametrize("fn,integers,grad", [
+    (fn, False, grad) for fn in (_views_of_a_returned_value, _views_of_an_input_through_views, _two_views_of_one_value,
+                                 _one_of_split_returned, _a_reduction_over_nothing) for grad in (False, True)]
+    + [(_a_view_of_a_copy, True, False)], ids=lambda v: getattr(v, "__name__", str(v)))
+def test_outputs_share_memory_as_in_eager(fn, integers, grad):
+    """The tensors a fused program returns share memory with each other and with its inputs exactly as eager's do:
+    a later in-place update of one shows in the others, or not (found by generated programs)."""
+    x = torch.randint(-4, 5, (3, 4)) if integers else torch.randn(3, 4, requires_grad=grad)
+    jf = thunder.jit(fn, executors=FUSED)
+    expected, actual = fn(x), jf(x)
+
+    def sharing(outs):
+        tensors = [*outs, x]
+        ptrs = [t.untyped_storage().data_ptr() for t in tensors]
+        return [[a == b for b in ptrs] for a in ptrs]
+
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e)
+        assert a.stride() == e.stride() and a.requires_grad == e.requires_grad
+    assert sharing(actual) == sharing(expected)
     assert _fused_ops(thunder.last_traces(jf)[-1])
 
 

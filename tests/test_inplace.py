@@ -1028,6 +1028,45 @@ def test_a_view_of_a_detached_tensor_follows_its_updates_gradient(view, x_requir
         assert torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
 
 
+def _detached_row_updated(x):
+    t = x * 2
+    d = t.detach()[0]
+    d.clamp_(min=-0.5)
+    return d, t
+
+
+def _detached_slice_updated(x):
+    t = x.sin()
+    d = t[1:].detach()
+    d.mul_(-2.0)
+    return t, d, d[0]
+
+
+def _detached_updated(x):
+    d = x.detach()
+    d.add_(1.5)
+    return d.unsqueeze(0), d
+
+
+@pytest.mark.parametrize("fn", [_detached_row_updated, _detached_slice_updated, _detached_updated],
+                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_an_updated_view_through_detach_is_returned_on_its_roots_memory(fn, requires_grad):
+    """A view taken through ``detach()`` and updated in place is, as in eager, a view of the memory it was taken
+    of: the tensors returned share memory as eager's (it once was the update's own output, a copy: a generated
+    program, seed 641)."""
+    x = torch.randn(3, 4)
+    xe, xt = x.clone().requires_grad_(requires_grad), x.clone().requires_grad_(requires_grad)
+    if requires_grad and fn is _detached_updated:  # eager allows it only on a tensor that is no leaf
+        xe, xt = xe * 1, xt * 1
+    expected, actual = fn(xe), thunder.jit(fn)(xt)
+    ptr = lambda t: t.untyped_storage().data_ptr()  # noqa: E731
+    for a, e in zip(actual, expected):
+        assert torch.equal(a, e) and a.stride() == e.stride() and a.requires_grad == e.requires_grad
+    assert [ptr(a) == ptr(b) for a in (*actual, xt) for b in (*actual, xt)] == \
+        [ptr(a) == ptr(b) for a in (*expected, xe) for b in (*expected, xe)]
+
+
 @pytest.mark.parametrize("program,refused", [
     (lambda x: (lambda t: (t.sub_(t[0]), t)[1])(x * 1), True),  # eager's result depends on its kernel's order
     (lambda x: (lambda t: (t[1:].add_(t[:-1]), t)[1])(x * 1), True),

@@ -1047,10 +1047,7 @@ for _name in ("shape", "size", "numel", "nelement", "__len__", "stride", "nbytes
     for _obj in (torch._C.TensorBase.__dict__.get(_name), torch.Tensor.__dict__.get(_name)):
         if _obj is not None:
             _SYMBOLIC_QUERIES[_obj] = _attr.fget if isinstance(_attr, property) else _attr
-# Operations whose result is their input itself, or a view of it, only when its strides allow (or their arguments: ``to``
-# and the dtype methods return the input when they change nothing).
-_MAYBE_VIEWS = frozenset({"reshape", "reshape_as", "flatten", "contiguous", "to", "float", "double", "half", "bfloat16",
-                          "int", "long", "bool", "einsum"})  # einsum of one operand permuting it: a view
+_MAYBE_VIEWS = ltorch_shapes.MAYBE_VIEWS
 _VIEW_PRIMS = frozenset({"reshape", "squeeze", "broadcast_in_dim", "transpose", "slice_prim", "shallow_copy",
                          "in_layout"})
 

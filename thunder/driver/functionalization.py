@@ -342,8 +342,11 @@ class Aliases:
         self.current[view.root] = new
         self.key_of[new.name] = view.root
         self.on_new_value(view.root, new)
-        if view.read_back:
-            value = self.regenerate_from(view, new)  # the view of the new root: eager's strides, not the op's output
+        if view.read_back or (not value.requires_grad and all(step.kind in ("view", "detach") for step in view.steps)):
+            # the view of the new root: eager's strides and memory (a view the program returns is a view of the root
+            # it returns, ``t.detach()[0]`` too), not the op's output. A detached view updated with a value that
+            # requires grad has a gradient history of its own (``d = x.detach(); d.add_(w)``): it keeps the value.
+            value = self.regenerate_from(view, new)
         self._set_view_value(key, new, value)
 
     def _scattered(self, view: ViewOf, value: TensorProxy) -> TensorProxy:

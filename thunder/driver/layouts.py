@@ -65,12 +65,15 @@ class EagerOutputLayouts:
         self._holder = holder if holder is not None else [layouts]  # shared with the renamed copies
         self._outputs = {p.name: p for p in outputs if isinstance(p, TensorProxy) and not is_symbolic_shape(p.shape)}
         self._intermediates = intermediates
+        # the names of the tensors the program sees returned (by this trace's names)
+        self.returned = frozenset(p.name for p in outputs if isinstance(p, TensorProxy))
 
     def renamed(self, names: dict) -> "EagerOutputLayouts":
         """The same layouts for a trace that calls the outputs otherwise (``names``: old name -> new name; a forward
         trace's outputs, which autodiff named anew), for those alone."""
         copy = EagerOutputLayouts(None, (), self._holder, intermediates=False)
         copy._outputs = {names[n]: p for n, p in self._outputs.items() if n in names}
+        copy.returned = frozenset(names[n] for n in self.returned if n in names)
         return copy
 
     def strides(self, value: TensorProxy) -> tuple | None:
@@ -83,9 +86,11 @@ class EagerOutputLayouts:
             return None
         try:
             strides = tuple(layouts.peek(proxy).stride())
-        except Exception:  # noqa: BLE001 - UnknownLayout: the executor's own layout
+        except UnknownLayout:
+            strides = layouts.peek_for_any_extents(proxy)
+        except Exception:  # noqa: BLE001 - the executor's own layout
             return None
-        return strides if len(strides) == len(value.shape) else None
+        return strides if strides is not None and len(strides) == len(value.shape) else None
 
     def release(self) -> None:
         self._holder[0] = None
@@ -136,6 +141,23 @@ class Layouts:
         rounded otherwise) whatever the layout of a later call."""
         strides, offset, _ = self._layout(proxy)
         return self._empty(proxy, strides, offset)
+
+    @_untraced
+    def peek_for_any_extents(self, proxy: TensorProxy) -> tuple | None:
+        """``peek``'s strides of ``proxy``, a tensor of static shape computed from tensors whose shapes hold extents
+        known only at run time (``x[mask][0]``), where they are the same for every value of those extents tried (see
+        ``aliases``); None where they differ or cannot be computed."""
+        names = sorted(self._upstream_roots([proxy]))
+        answers = set()
+        for trial in [dict(zip(names, itertools.count(11, 2)))] + [dict.fromkeys(names, v) for v in (0, 1, 2)]:
+            try:
+                with self._trying(trial):
+                    answers.add(tuple(self.peek(proxy).stride()))
+            except (_Infeasible, UnknownLayout):
+                continue
+            except Exception:  # noqa: BLE001 - no meta kernel for these values: no answer from them
+                continue
+        return answers.pop() if names and len(answers) == 1 else None
 
     @_untraced
     def empty_like_strides(self, proxy: TensorProxy) -> tuple | None:

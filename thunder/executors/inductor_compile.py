@@ -292,7 +292,7 @@ def _decompositions() -> dict:
         table[overload] = _remainder
     for overload in (torch.ops.aten.floor_divide.default, torch.ops.aten.floor_divide.Scalar,
                      torch.ops.aten.div.Tensor_mode, torch.ops.aten.div.Scalar_mode):
-        table[overload] = _floor_divide
+        table[overload] = functools.partial(_floor_divide, inductors=table.get(overload))
     return table
 
 
@@ -305,15 +305,15 @@ def _remainder(a, b):
     return torch.where((mod != 0) & ((b < 0) != (mod < 0)), mod + b, mod)
 
 
-def _floor_divide(a, b, rounding_mode="floor"):
+def _floor_divide(a, b, *, inductors=None, **kwargs):
     """Floating-point ``a // b`` (``floor_divide``, ``div(rounding_mode="floor")``) as ATen computes it: from ``fmod``,
     the quotient of ``a - fmod(a, b)``, corrected by one where the signs differ and rounded to the nearest integer where
     it lies within rounding of one. Inductor's ``floor(a / b)`` is one more where ``a / b`` rounds up to an integer
     (``5.0 // 0.2`` is 24.0 in eager, 0.2 being a little over a fifth in floating point). Integers, and the other
-    rounding modes, are inductor's own (NotImplemented: its lowering)."""
+    rounding modes, are inductor's own (``inductors``: its decomposition, which its lowerings expect to have run)."""
     dtype = torch.result_type(a, b)
-    if rounding_mode != "floor" or not dtype.is_floating_point:
-        return NotImplemented
+    if kwargs.get("rounding_mode", "floor") != "floor" or not dtype.is_floating_point:
+        return NotImplemented if inductors is None else inductors(a, b, **kwargs)
     device = (a if isinstance(a, torch.Tensor) else b).device
     a, b = (torch.as_tensor(x, dtype=dtype, device=device) if not isinstance(x, torch.Tensor) else x.to(dtype)
             for x in (a, b))

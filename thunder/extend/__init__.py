@@ -35,6 +35,7 @@ from thunder.core.prims import make_prim
 from thunder.core.proxies import TensorProxy, layout_hint
 from thunder.core.statements import STATEMENTS, python_return
 from thunder.core.symbol import BoundSymbol, Symbol, Tag, has_tag, is_view
+from thunder.torch.shapes import MAYBE_VIEWS
 from thunder.transforms.grad_rules import register_vjp
 
 _EXECUTORS: dict[str, "Executor"] = {}
@@ -232,14 +233,22 @@ class FusionExecutor(Executor):
         # ``reuses_inputs`` would refuse it on every call, so a compilation reusing it would be wasted)
         made_here = {o.name for b in bsyms if b.sym not in STATEMENTS and not is_view(b) for o in b.flat_outs}
         lazy = _may_be_lazy(bsyms)
+        returned = trace.eager_layouts.returned if trace.eager_layouts is not None else frozenset()
         for n, (at, members, prims_, _) in enumerate(regions):
+            members, after = _returned_views_taken_out(members, used_later[at], returned)
+            if not members:  # views alone
+                out[at] = after
+                continue
+            prims_ = [p for m in members for p in _leaf_prims(m, self)]
+            later = (used_later[at] | {a.name for m in after for a in m.flat_args if isinstance(a, TensorProxy)}) - {
+                o.name for m in after for o in m.flat_outs}
             # inputs that die here and that this trace made (or received released): their memory may be reused,
             # name -> whether they were received (reusable only once autograd has let them go)
             donatable = {a.name: a.name not in made_here for p in prims_ for a in p.flat_args
-                         if a.name not in used_later[at] and (a.name in made_here or a.name in trace.released_inputs)}
-            out[at] = self._fuse(prims_, used_later[at], f"{self.fusion_name}{n}", _dense(at, used_later, readers),
-                                 donatable if self.reuses_inputs else {}, trace.eager_layouts, members, lazy)
-        new = trace.from_trace(out)
+                         if a.name not in later and (a.name in made_here or a.name in trace.released_inputs)}
+            out[at] = [self._fuse(prims_, later, f"{self.fusion_name}{n}", _dense(at, used_later, readers),
+                                  donatable if self.reuses_inputs else {}, trace.eager_layouts, members, lazy), *after]
+        new = trace.from_trace([b for item in out for b in (item if isinstance(item, list) else (item,))])
         return new.set_provenance(f"Fusion ({self.name})", start)
 
     def _fuse(self, prims_, used_later, name, dense=frozenset(), donatable=None, eager_layouts=None,
@@ -321,20 +330,55 @@ def _fresh_outputs_on_shared_memory(members, prims_, inputs, outputs) -> tuple:
     ``x.to(copy=True)``, ``empty_like(x).copy_(x)``) that the region may nevertheless return on the memory of one of
     its inputs or of another output: it runs ``clone`` as a reshape to its input's own shape, and kernels return such
     a reshape (as a ``shallow_copy`` or a cast to the same dtype) as their input itself. The program could then
-    update one and see the other change (``y = x.clone(); x.mul_(2); return y``, or ``c = t.clone(); return t, c``)."""
+    update one and see the other change (``y = x.clone(); x.mul_(2); return y``, or ``c = t.clone(); return t, c``);
+    so may a view of such a copy (``x.nan_to_num().view(-1)`` of an integer ``x``: a copy in eager)."""
+    fresh = {o.name for m in members if not _a_view_in_eager(m) for o in m.flat_outs if isinstance(o, TensorProxy)}
+    # a view of a copy is no view of what was copied, unless the copy may be the tensor itself in eager (contiguous)
+    copies = fresh - {o.name for m in members if m.sym.name in MAYBE_VIEWS for o in m.flat_outs}
     root: dict = {}  # name -> the name of the value whose memory it may be, through views and identities
+    eager_root: dict = {}  # the same in eager, where the copies have memory of their own
     for p in prims_:
         first = next((a for a in p.flat_args if isinstance(a, TensorProxy)), None)
-        same = p.sym.name == "shallow_copy" or (p.sym.name == "convert_element_type" and first is not None
-                                                and p.args[1] == first.dtype)
-        if first is not None and (is_view(p) or same):
+        if first is not None and (is_view(p) or _may_return_its_input(p, first)):
             for o in p.flat_outs:
                 root[o.name] = root.get(first.name, first.name)
-    fresh = {o.name for m in members if not _a_view_in_eager(m) for o in m.flat_outs if isinstance(o, TensorProxy)}
+                eager_root[o.name] = o.name if o.name in copies else eager_root.get(first.name, first.name)
     roots = [root.get(o.name, o.name) if isinstance(o, TensorProxy) else None for o in outputs]
     inputs = {a.name for a in inputs if isinstance(a, TensorProxy)}
-    return tuple(i for i, (o, r) in enumerate(zip(outputs, roots)) if isinstance(o, TensorProxy) and o.name in fresh
-                 and r != o.name and (r in inputs or roots.count(r) > 1))
+    return tuple(i for i, (o, r) in enumerate(zip(outputs, roots)) if isinstance(o, TensorProxy)
+                 and (o.name in fresh or r != eager_root.get(o.name, o.name)) and r != o.name
+                 and (r in inputs or roots.count(r) > 1))
+
+
+def _returned_views_taken_out(members, used_later, returned) -> tuple[list, list]:
+    """A region's members, less the views (and maybe-views: ``flatten``, ``contiguous``) the program sees returned
+    (``returned``: their names) of an input of the region, of a value the program also sees returned, or of a value
+    two of them are views of, through views only (``x.reshape(n, -1).t()[0]``); and those views with the views they
+    are taken through, to run after the region on its input or output (the value they share then one). A region's
+    kernels write each output in memory of their own where eager returns a view of another (inductor writes a slice
+    it returns with gaps anew: ``y, y[..., ::2]``, and a flatten was copied apart from its base), so that a later
+    update of one would not show in the other; run after the region by the torch executor, they are eager's views.
+    A view that other members read stays a member too (its output then not the region's)."""
+    made = {o.name for m in members for o in m.flat_outs if isinstance(o, TensorProxy)}
+    through: dict = {}  # name of a view -> (the name of the value it is a view of through views, the members)
+    for m in members:
+        outs = [o for o in m.flat_outs if isinstance(o, TensorProxy)]
+        base = next((a for a in m.flat_args if isinstance(a, TensorProxy)), None)
+        if base is not None and outs and (_a_view_in_eager(m) or m.sym.name in MAYBE_VIEWS):
+            root, chain = through.get(base.name, (base.name, ()))
+            for o in outs:
+                through[o.name] = (root, (*chain, m))
+    seen = [through[n] for n in sorted(returned & used_later) if n in through]
+    roots = [root for root, _ in seen]
+    taken = {id(m) for root, chain in seen if root not in made or root in returned or roots.count(root) > 1
+             for m in chain}
+    kept, read = {id(m) for m in members if id(m) not in taken}, set()
+    for m in reversed(members):  # a member reads values made before it: what kept members read is kept
+        if any(o.name in read for o in m.flat_outs if isinstance(o, TensorProxy)):
+            kept.add(id(m))
+        if id(m) in kept:
+            read.update(a.name for a in m.flat_args if isinstance(a, TensorProxy))
+    return [m for m in members if id(m) in kept], [m for m in members if id(m) in taken]
 
 
 def _a_view_in_eager(bsym) -> bool:
@@ -350,6 +394,22 @@ def _a_view_in_eager(bsym) -> bool:
         except Exception:  # noqa: BLE001 - undecidable here: as a view (the region's output is left as it is)
             return True
     return False
+
+
+def _may_return_its_input(p, first: TensorProxy) -> bool:
+    """Whether a region's kernels may return the primitive ``p``'s output as its input ``first`` itself: an identity
+    (``shallow_copy``, a cast to the same dtype), or a reduction or scan over dimensions of size one alone
+    (``amin`` of a 0-dim tensor)."""
+    name = p.sym.name
+    if name == "shallow_copy" or (name == "convert_element_type" and p.args[1] == first.dtype):
+        return True
+    out = p.flat_outs[0] if p.flat_outs else None
+    if not isinstance(out, TensorProxy) or out.dtype != first.dtype:
+        return False
+    one = lambda n: type(n) is not int or n == 1  # noqa: E731 - a run-time extent may be one
+    if name in ("sum", "prod", "amax", "amin"):
+        return all(one(first.shape[d]) for d in p.args[1])
+    return name == "cumsum" and (first.ndim == 0 or one(first.shape[p.args[1]]))
 
 
 def _copying_shared_memory(fn, positions: tuple):

@@ -579,6 +579,11 @@ def getitem(a, key):
 
 getitem.is_view = lambda a, key: _is_basic_index(key)  # tensor indices copy, as in torch
 
+# The names of the operations whose result is their input itself, or a view of it, only when its strides allow (or their
+# arguments: ``to`` and the dtype methods return the input when they change nothing).
+MAYBE_VIEWS = frozenset({"reshape", "reshape_as", "flatten", "contiguous", "to", "float", "double", "half", "bfloat16",
+                         "int", "long", "bool", "einsum"})  # einsum of one operand permuting it: a view
+
 
 @torchsymbol(name="setitem", torch_impl=_setitem_impl)
 def setitem(a, key, value):
@@ -683,7 +688,7 @@ def _new_tensor_if_asked(a, out, copy: bool, memory_format):
     """``out``, or where it is ``a`` itself, a new value when the program asked for a copy (``copy=True``) or a
     memory format: the torch executor runs the program's call, and whether the result shares ``a``'s memory
     (eager returns ``a`` when it is laid out so already) is decided as for ``contiguous`` (the frontend's
-    ``_MAYBE_VIEWS``)."""
+    ``MAYBE_VIEWS``)."""
     if out is a and (copy or memory_format not in (None, torch.preserve_format)):
         return prims.shallow_copy(a)
     return out
