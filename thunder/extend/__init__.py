@@ -233,9 +233,13 @@ class FusionExecutor(Executor):
         # ``reuses_inputs`` would refuse it on every call, so a compilation reusing it would be wasted)
         made_here = {o.name for b in bsyms if b.sym not in STATEMENTS and not is_view(b) for o in b.flat_outs}
         lazy = _may_be_lazy(bsyms)
-        returned = trace.eager_layouts.returned if trace.eager_layouts is not None else frozenset()
+        eager = trace.eager_layouts
+        returned = eager.returned if eager is not None else frozenset()
+        seen = _memory_seen(bsyms, returned)
+        laid_out_as_eager = lambda p: (self.keeps_eager_output_layouts and eager is not None  # noqa: E731
+                                       and eager.strides(p) is not None)
         for n, (at, members, prims_, _) in enumerate(regions):
-            members, after = _returned_views_taken_out(members, used_later[at], returned)
+            members, after = _returned_views_taken_out(members, used_later[at], seen, returned, laid_out_as_eager)
             if not members:  # views alone
                 out[at] = after
                 continue
@@ -350,28 +354,50 @@ def _fresh_outputs_on_shared_memory(members, prims_, inputs, outputs) -> tuple:
                  and (r in inputs or roots.count(r) > 1))
 
 
-def _returned_views_taken_out(members, used_later, returned) -> tuple[list, list]:
-    """A region's members, less the views (and maybe-views: ``flatten``, ``contiguous``) the program sees returned
-    (``returned``: their names) of an input of the region, of a value the program also sees returned, or of a value
-    two of them are views of, through views only (``x.reshape(n, -1).t()[0]``); and those views with the views they
-    are taken through, to run after the region on its input or output (the value they share then one). A region's
+def _memory_seen(bsyms, returned) -> frozenset:
+    """The names of the tensors whose memory the program sees: those it returns (``returned``), and those they are
+    views of (``x.t().diagonal()`` returned: ``x.t()``'s memory is seen)."""
+    seen = set(returned)
+    for b in reversed(bsyms):
+        if (any(o.name in seen for o in b.flat_outs if isinstance(o, TensorProxy))
+                and (_a_view_in_eager(b) or b.sym.name in MAYBE_VIEWS)):
+            base = next((a for a in b.flat_args if isinstance(a, TensorProxy)), None)
+            if base is not None:
+                seen.add(base.name)
+    return frozenset(seen)
+
+
+def _returned_views_taken_out(members, used_later, seen, returned, laid_out_as_eager) -> tuple[list, list]:
+    """A region's members, less the views (and maybe-views: ``flatten``, ``contiguous``) whose memory the program
+    sees (``seen``: their names, see ``_memory_seen``) of an input of the region, of a value it returns
+    (``returned``), or of a value two of them are views of and that the region writes as eager lays it out
+    (``laid_out_as_eager(proxy)``), through views only (``x.reshape(n, -1).t()[0]``); and those views with the views
+    they are taken through, to run after the region on its input or output (the value they share then one): the
+    views then have eager's layouts. A region's
     kernels write each output in memory of their own where eager returns a view of another (inductor writes a slice
     it returns with gaps anew: ``y, y[..., ::2]``, and a flatten was copied apart from its base), so that a later
     update of one would not show in the other; run after the region by the torch executor, they are eager's views.
     A view that other members read stays a member too (its output then not the region's)."""
-    made = {o.name for m in members for o in m.flat_outs if isinstance(o, TensorProxy)}
-    through: dict = {}  # name of a view -> (the name of the value it is a view of through views, the members)
+    made = {o.name: o for m in members for o in m.flat_outs if isinstance(o, TensorProxy)}
+    through: dict = {}  # name of a view -> ((base name, member), ...): the views it is taken through, from its root
     for m in members:
         outs = [o for o in m.flat_outs if isinstance(o, TensorProxy)]
         base = next((a for a in m.flat_args if isinstance(a, TensorProxy)), None)
         if base is not None and outs and (_a_view_in_eager(m) or m.sym.name in MAYBE_VIEWS):
-            root, chain = through.get(base.name, (base.name, ()))
             for o in outs:
-                through[o.name] = (root, (*chain, m))
-    seen = [through[n] for n in sorted(returned & used_later) if n in through]
-    roots = [root for root, _ in seen]
-    taken = {id(m) for root, chain in seen if root not in made or root in returned or roots.count(root) > 1
-             for m in chain}
+                through[o.name] = (*through.get(base.name, ()), (base.name, m))
+    taken, unanchored = set(), []
+    for steps in (through[n] for n in sorted(seen & used_later) if n in through):
+        # from the nearest value the region reads or returns: the view is then a view of that tensor
+        anchor = next((i for i in range(len(steps) - 1, -1, -1)
+                       if steps[i][0] not in made or steps[i][0] in returned), None)
+        if anchor is None:
+            unanchored.append(steps)
+        else:
+            taken.update(id(m) for _, m in steps[anchor:])
+    roots = [steps[0][0] for steps in unanchored]
+    taken.update(id(m) for steps in unanchored if roots.count(steps[0][0]) > 1 and (
+        made[steps[0][0]].ndim <= 1 or laid_out_as_eager(made[steps[0][0]])) for _, m in steps)  # (dense: one layout)
     kept, read = {id(m) for m in members if id(m) not in taken}, set()
     for m in reversed(members):  # a member reads values made before it: what kept members read is kept
         if any(o.name in read for o in m.flat_outs if isinstance(o, TensorProxy)):
@@ -398,8 +424,9 @@ def _a_view_in_eager(bsym) -> bool:
 
 def _may_return_its_input(p, first: TensorProxy) -> bool:
     """Whether a region's kernels may return the primitive ``p``'s output as its input ``first`` itself: an identity
-    (``shallow_copy``, a cast to the same dtype), or a reduction or scan over dimensions of size one alone
-    (``amin`` of a 0-dim tensor)."""
+    (``shallow_copy``, a cast to the same dtype), an operation inductor removes where it changes nothing (``cat`` of
+    one tensor, a padding by nothing, rounding integers, a power of one), or a reduction or scan over dimensions of
+    size one alone (``amin`` of a 0-dim tensor)."""
     name = p.sym.name
     if name == "shallow_copy" or (name == "convert_element_type" and p.args[1] == first.dtype):
         return True
@@ -409,7 +436,17 @@ def _may_return_its_input(p, first: TensorProxy) -> bool:
     one = lambda n: type(n) is not int or n == 1  # noqa: E731 - a run-time extent may be one
     if name in ("sum", "prod", "amax", "amin"):
         return all(one(first.shape[d]) for d in p.args[1])
-    return name == "cumsum" and (first.ndim == 0 or one(first.shape[p.args[1]]))
+    if name == "cumsum":
+        return first.ndim == 0 or one(first.shape[p.args[1]])
+    if tuple(out.shape) != tuple(first.shape):
+        return False
+    if name == "cat":
+        return len(p.args[0]) == 1
+    if name == "pad":
+        return all(c == 0 for config in p.args[2] for c in config)
+    if name in ("floor", "ceil", "round", "trunc"):
+        return not dtypes.is_inexact(first.dtype)
+    return name == "pow" and p.args[1] == 1
 
 
 def _copying_shared_memory(fn, positions: tuple):
