@@ -836,3 +836,85 @@ def test_an_update_of_a_view_gives_its_part_of_the_gradient_when_eager_does(case
         cotangents = [torch.randn(o.shape, generator=torch.Generator().manual_seed(seed + 1)) for o in outs]
         grads.append(torch.autograd.grad(outs, x, cotangents)[0])
     assert torch.equal(grads[0], grads[1]) and torch.equal(grads[0].signbit(), grads[1].signbit())
+
+
+def _part_of_a_view_assigned(x):  # generated program 2888
+    t = x * 2
+    v = t[:]
+    v[:, :1] += 0.25
+    u = t * 3
+    return v.sum(-1), u, t
+
+
+def _row_of_a_view_assigned(x):
+    t = x * 2
+    v = t.view(5, 6)
+    v[1] = v[2] * 0.5
+    u = t * 3
+    return v.sum(-1), u, t
+
+
+def _column_of_a_transposed_view_assigned(x):
+    t = x * 2
+    v = t.t()
+    v[..., 1] = 0.0
+    u = t * 3
+    return v.sum(0), u, t
+
+
+def _whole_view_assigned(x):  # full slices: eager writes into the view itself
+    t = x * 2
+    v = t[:]
+    v[:] = v * 0.5
+    u = t * 3
+    return v.sum(-1), u, t
+
+
+def _view_assigned_by_mask(x):  # a tensor index: eager writes into the view itself
+    t = x * 2
+    v = t[:]
+    v[v > 0] = 0.5
+    u = t * 3
+    return v.sum(-1), u, t
+
+
+_VIEW_ASSIGNMENTS = {f.__name__.strip("_"): f for f in (_part_of_a_view_assigned, _row_of_a_view_assigned,
+                     _column_of_a_transposed_view_assigned, _whole_view_assigned, _view_assigned_by_mask)}
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("case", list(_VIEW_ASSIGNMENTS))
+def test_a_view_assigned_into_gives_its_part_of_the_gradient_when_eager_does(case, seed):
+    """``v[key] = value`` with a key selecting part of ``v`` updates a view of ``v`` in eager, whose autograd makes
+    ``v``'s node again at its next use: ``v``'s part of the base's gradient comes before those of the base's uses in
+    between (``t * 3``), where thunder took ``v`` again at the assignment and gave it after them (fuzz 2888). A key
+    of full slices or tensor indices updates ``v`` itself, whose node eager makes again at the assignment."""
+    fn = _VIEW_ASSIGNMENTS[case]
+    grads = []
+    for f in (fn, thunder.jit(fn)):
+        x = torch.randn(6, 5, generator=torch.Generator().manual_seed(seed), requires_grad=True)
+        outs = f(x)
+        cotangents = [torch.randn(o.shape, generator=torch.Generator().manual_seed(seed + 1)) for o in outs]
+        grads.append(torch.autograd.grad(outs, x, cotangents)[0])
+    assert torch.equal(grads[0], grads[1]) and torch.equal(grads[0].signbit(), grads[1].signbit())
+
+
+_OUTERS = {"torch.outer": torch.outer, "torch.ger": torch.ger, "Tensor.outer": torch.Tensor.outer}
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize("name", list(_OUTERS))
+def test_outer_sums_the_gradient_of_its_second_vector_over_the_rows_as_eager(name, rows):
+    """Eager's outer product is ``a.reshape(n, 1) * b``: ``b``'s gradient is summed over the rows even when there is
+    one, which makes a -0 +0; thunder's product of ``b`` unsqueezed reshaped it instead (fuzz 1508: signs of zeros)."""
+    fn = _OUTERS[name]
+    grads = []
+    for f in (fn, thunder.jit(fn)):
+        a = (-0.5 - torch.rand(rows, generator=torch.Generator().manual_seed(0))).requires_grad_()
+        b = torch.randn(4, generator=torch.Generator().manual_seed(1)).requires_grad_()
+        out = f(a, b)
+        cotangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(2))
+        cotangent[:, ::2] = 0
+        grads.append(torch.autograd.grad(out, (a, b), cotangent))
+    for e, t in zip(*grads):
+        assert torch.equal(e, t) and torch.equal(e.signbit(), t.signbit())

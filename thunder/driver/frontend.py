@@ -500,7 +500,7 @@ class Tracer:
             target, index, value = args
             target = self._retaken(first, target)
             out = self.call(ltorch_shapes.setitem, (target, index, value), {})
-            self.inplace(first, out)
+            self.inplace(first, out, retake=_sets_itself(index, target.shape))
             return None
         if plan is not None:
             return self._inplace_call(plan, func, first, args, kwargs)
@@ -694,8 +694,9 @@ class Tracer:
             return False
         return any(t.requires_grad for t in _tensor_leaves((args, kwargs)) if isinstance(t, TensorProxy))
 
-    def inplace(self, original, new, *, no_grad: bool = False):
-        """The program's tensor ``original`` gets the value ``new`` (``x.add_(y)``, ``x[i] = v``, ...); returns ``original``."""
+    def inplace(self, original, new, *, no_grad: bool = False, retake: bool = True):
+        """The program's tensor ``original`` gets the value ``new`` (``x.add_(y)``, ``x[i] = v``, ...); returns ``original``.
+        ``retake``: see ``Aliases.update``."""
         if not isinstance(original, TensorProxy):
             self._capture(original)  # a real tensor reached outside the arguments
         proxy = original if isinstance(original, TensorProxy) else self.captured[id(original)]
@@ -727,7 +728,7 @@ class Tracer:
                 new = detached_update(target, new)
         if (view is None or not view.read_back) and self._laid_out_otherwise(new, target, unknown=view is not None):
             new = _relaid(new, target)
-        self.aliases.update(proxy, new)
+        self.aliases.update(proxy, new, retake=retake)
         return original
 
     def _write_root(self, key: str, value: TensorProxy, compute) -> TensorProxy:
@@ -1031,6 +1032,34 @@ _OPERATORS = frozenset(
                      "rtruediv", "div", "rdiv", "floordiv", "rfloordiv", "mod", "rmod", "pow", "rpow", "matmul",
                      "rmatmul", "and", "rand", "or", "ror", "xor", "rxor", "lshift", "rlshift", "rshift", "rrshift")
     for cls in (torch._C.TensorBase, torch.Tensor) for obj in (cls.__dict__.get(f"__{name}__"),) if obj is not None)
+
+
+def _sets_itself(key, shape) -> bool:
+    """Whether eager's ``x[key] = value`` writes into ``x`` itself (a key of full slices, ``...`` and tensor indices),
+    not into a view of it (an integer, ``None``, a slice of part of a dimension)."""
+    items = list(key) if isinstance(key, tuple) else [key]
+
+    def extent(x):  # the dimensions an index item consumes
+        if x is None or x is Ellipsis:
+            return 0
+        return x.ndim if isinstance(x, TensorProxy) and x.dtype is torch.bool else 1
+
+    i = next((i for i, x in enumerate(items) if x is Ellipsis), None)
+    if i is not None:
+        items[i:i + 1] = [slice(None)] * max(0, len(shape) - sum(extent(x) for x in items))
+    dim = 0
+    for x in items:
+        if x is None or isinstance(x, (bool, int, NumberProxy)) or isinstance(x, TensorProxy) and x.ndim == 0:
+            return False
+        if isinstance(x, slice):
+            size = shape[dim] if dim < len(shape) else None
+            full = (x.start is None or type(x.start) is int and x.start == 0) and (
+                x.step is None or type(x.step) is int and x.step == 1) and (
+                x.stop is None or type(x.stop) is int and type(size) is int and x.stop >= size)
+            if not full:
+                return False
+        dim += extent(x)
+    return True
 
 
 def _is_operand(x) -> bool:

@@ -23,6 +23,11 @@ share memory. While tracing, thunder keeps the program's view of memory in this 
   the view was just taken: eager's ``CopySlices`` takes it there, so the view's part of the root's gradient
   comes first among the parts of uses since (``t[:, :2] += t.mean()``: the update's part, then the mean's),
   where the view taken earlier would give it last.
+- The updated view itself is taken again from its root's new value at the update, as eager's autograd makes its
+  node again there. ``x[key] = v`` updates a view of ``x`` in eager where the key selects part of it (an integer,
+  ``None``, a slice of part of a dimension): a view ``x`` is then taken again where the program next uses it, as
+  eager makes its node again at that use, so its part of the root's gradient comes among those of the uses in
+  between in eager's order (``t = y[:]; t[:, :1] = 0; z = y * 2; t.sum()``: the sum's part, then the product's).
 - An update made where autograd does not record it (under ``torch.no_grad()``, or through ``detach()`` or
   ``.data``) changes the value but not how gradients flow: the new value is ``detached_update(old, new)``,
   which is ``new`` with ``old``'s gradient.
@@ -324,8 +329,11 @@ class Aliases:
         root, value = self.no_grad_views.get(self.key(proxy), (None, None))
         return root is not None and root in self.originals and self.root_value(root).name != value
 
-    def update(self, proxy: TensorProxy, value: TensorProxy):
-        """The program's tensor ``proxy`` gets the new value ``value`` (same shape and dtype)."""
+    def update(self, proxy: TensorProxy, value: TensorProxy, *, retake: bool = True):
+        """The program's tensor ``proxy`` gets the new value ``value`` (same shape and dtype). ``retake``: a view
+        ``proxy`` (of replayable steps) is taken again from its root's new value now, as eager's autograd does for a
+        view it updates; otherwise where the program next uses it, as for a view of it that eager updates
+        (``x[0] = v``)."""
         key = self.key(proxy)
         view = self._view(key)
         if view is None:
@@ -342,6 +350,8 @@ class Aliases:
         self.current[view.root] = new
         self.key_of[new.name] = view.root
         self.on_new_value(view.root, new)
+        if view.read_back and not retake:
+            return
         if view.read_back or (not value.requires_grad and all(step.kind in ("view", "detach") for step in view.steps)):
             # the view of the new root: eager's strides and memory (a view the program returns is a view of the root
             # it returns, ``t.detach()[0]`` too), not the op's output. A detached view updated with a value that

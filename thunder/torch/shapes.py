@@ -793,8 +793,12 @@ def einsum(equation, *operands):
 
 @torchsymbol(torch.outer, torch.ger, methods=("outer", "ger"))
 def outer(a, b):
+    """``a`` as a column times ``b``, broadcast, as eager computes it (``b``'s gradient is summed over the rows)."""
     from thunder.torch.elementwise import mul
-    return mul(unsqueeze(a, 1), unsqueeze(b, 0))
+
+    check(a.ndim == 1, lambda: f"outer: Expected 1-D argument self, but got {a.ndim}-D")
+    check(b.ndim == 1, lambda: f"outer: Expected 1-D argument vec2, but got {b.ndim}-D")
+    return mul(reshape(a, (a.shape[0], 1)), b)
 
 
 @torchsymbol(torch.repeat_interleave, methods=("repeat_interleave",))
