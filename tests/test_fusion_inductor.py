@@ -734,6 +734,14 @@ def _a_view_returned_of_a_view_inside(x):  # the region wrote x[:, ::2].t() anew
     return x[:, ::2].t().detach().diagonal(), x.sin()
 
 
+def _views_taken_again_after_an_update(x):  # from the updated base: the row is taken of the slice (seed 2948)
+    t = torch.stack([x, x * 2], -1)
+    v = t[:, 1:]
+    w = v[0]
+    w.sin_()
+    return w, v
+
+
 def _a_reduction_over_nothing(x):  # a region may return it as its input itself (seed nn 278)
     return torch.amin(x[0, 0], -1, keepdim=True), x.sum(), x[:, :1].sum(1, keepdim=True)
 
@@ -741,7 +749,8 @@ def _a_reduction_over_nothing(x):  # a region may return it as its input itself 
 @requires_compiler
 @pytest.mark.parametrize("fn,integers,grad", [
     (fn, False, grad) for fn in (_views_of_a_returned_value, _views_of_an_input_through_views, _two_views_of_one_value,
-                                 _one_of_split_returned, _a_view_returned_of_a_view_inside, _a_reduction_over_nothing)
+                                 _one_of_split_returned, _a_view_returned_of_a_view_inside,
+                                 _views_taken_again_after_an_update, _a_reduction_over_nothing)
     for grad in (False, True) if (fn, grad) != (_two_views_of_one_value, True)]
     + [(_a_view_of_a_copy, True, False), pytest.param(_two_views_of_one_value, False, True, marks=pytest.mark.xfail(
         strict=True, reason="the forward of a training step does not know eager's layout of a value only views of it "

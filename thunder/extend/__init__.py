@@ -32,11 +32,13 @@ import torch
 
 from thunder.core import dtypes
 from thunder.core.prims import make_prim
-from thunder.core.proxies import TensorProxy, layout_hint
+from thunder.core.proxies import NumberProxy, TensorProxy, layout_hint
+from thunder.core.pytree import tree_map
 from thunder.core.statements import STATEMENTS, python_return
 from thunder.core.symbol import BoundSymbol, Symbol, Tag, has_tag, is_view
 from thunder.torch.shapes import MAYBE_VIEWS
 from thunder.transforms.grad_rules import register_vjp
+from thunder.transforms.rename import substitute_inputs
 
 _EXECUTORS: dict[str, "Executor"] = {}
 _DEFAULT_EXECUTORS: list["Executor"] = []
@@ -386,15 +388,26 @@ def _returned_views_taken_out(members, used_later, seen, returned, laid_out_as_e
         if base is not None and outs and (_a_view_in_eager(m) or m.sym.name in MAYBE_VIEWS):
             for o in outs:
                 through[o.name] = (*through.get(base.name, ()), (base.name, m))
-    taken, unanchored = set(), []
-    for steps in (through[n] for n in sorted(seen & used_later) if n in through):
+    taken, unanchored, rebased = set(), [], {}
+    chains = {n: through[n] for n in sorted(seen & used_later) if n in through}
+    for name, steps in chains.items():
         # from the nearest value the region reads or returns: the view is then a view of that tensor
         anchor = next((i for i in range(len(steps) - 1, -1, -1)
                        if steps[i][0] not in made or steps[i][0] in returned), None)
-        if anchor is None:
-            unanchored.append(steps)
-        else:
+        if anchor is not None:
             taken.update(id(m) for _, m in steps[anchor:])
+            continue
+        # or from a value returned that is the same views of the same value (the views an in-place update
+        # regenerates from their root: ``t[:, 1:]`` and ``t[:, 1:][0]`` returned)
+        prefix = max((n for n in chains if n != name and n in returned and len(chains[n]) < len(steps)
+                      and _same_views(chains[n], n, steps)), key=lambda n: len(chains[n]), default=None)
+        if prefix is None:
+            unanchored.append(steps)
+            continue
+        rest = steps[len(chains[prefix]):]
+        base, first = rest[0]
+        rebased[id(first)] = substitute_inputs(first, {base: made[prefix]})
+        taken.update(id(m) for _, m in rest)
     roots = [steps[0][0] for steps in unanchored]
     taken.update(id(m) for steps in unanchored if roots.count(steps[0][0]) > 1 and (
         made[steps[0][0]].ndim <= 1 or laid_out_as_eager(made[steps[0][0]])) for _, m in steps)  # (dense: one layout)
@@ -404,7 +417,38 @@ def _returned_views_taken_out(members, used_later, seen, returned, laid_out_as_e
             kept.add(id(m))
         if id(m) in kept:
             read.update(a.name for a in m.flat_args if isinstance(a, TensorProxy))
-    return [m for m in members if id(m) in kept], [m for m in members if id(m) in taken]
+    after = [rebased.get(id(m), m) for m in members if id(m) in taken]
+    return [m for m in members if id(m) in kept], _in_dependency_order(after)
+
+
+def _same_views(a: tuple, a_view: str, b: tuple) -> bool:
+    """Whether the chain of views ``a`` (``(base name, member)`` steps from a root) giving the view named ``a_view``
+    takes the same views as the start of the longer chain ``b``."""
+
+    def key(x):
+        return x.name if isinstance(x, (TensorProxy, NumberProxy)) else x
+
+    def step(steps, i, view):
+        base, m = steps[i]
+        outs = [o.name for o in m.flat_outs if isinstance(o, TensorProxy)]
+        followed = steps[i + 1][0] if i + 1 < len(steps) else view
+        args = tree_map(key, tuple("<base>" if isinstance(x, TensorProxy) and x.name == base else x for x in m.args))
+        return m.sym, args, tree_map(key, m.kwargs), outs.index(followed) if followed in outs else None
+
+    return a[0][0] == b[0][0] and all(step(a, i, a_view) == step(b, i, None) for i in range(len(a)))
+
+
+def _in_dependency_order(bsyms: list) -> list:
+    """``bsyms``, each after those of them that make its inputs (stable otherwise)."""
+    made = {o.name: id(b) for b in bsyms for o in b.flat_outs if isinstance(o, TensorProxy)}
+    done, out, pending = set(), [], list(bsyms)
+    while pending:
+        ready = next(b for b in pending if all(made.get(a.name) in (None, id(b), *done)
+                                               for a in b.flat_args if isinstance(a, TensorProxy)))
+        pending.remove(ready)
+        done.add(id(ready))
+        out.append(ready)
+    return out
 
 
 def _a_view_in_eager(bsym) -> bool:
