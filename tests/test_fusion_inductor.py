@@ -716,9 +716,14 @@ def _views_of_an_input_through_views(x):  # seed nn 805
     return x.reshape(x.shape[0], -1).t()[0], x.sum()
 
 
-def _two_views_of_one_value(x):  # their base is no output: it becomes one (seed nn 320)
+def _two_views_of_one_value(x):  # their base is no output: it becomes one, laid out as in eager (seed nn 320)
     t = x.clamp(-1, 2)
     return t.flatten(), t.transpose(0, -1)
+
+
+def _two_views_of_a_transposed_value(x):  # its layout eager's: the views' strides are eager's (seed nn 1944)
+    t = x.t().clamp(-1, 2)
+    return t[1:], t.unbind(1)[0]
 
 
 def _one_of_split_returned(x):  # seed 175
@@ -749,12 +754,10 @@ def _a_reduction_over_nothing(x):  # a region may return it as its input itself 
 @requires_compiler
 @pytest.mark.parametrize("fn,integers,grad", [
     (fn, False, grad) for fn in (_views_of_a_returned_value, _views_of_an_input_through_views, _two_views_of_one_value,
+                                 _two_views_of_a_transposed_value,
                                  _one_of_split_returned, _a_view_returned_of_a_view_inside,
                                  _views_taken_again_after_an_update, _a_reduction_over_nothing)
-    for grad in (False, True) if (fn, grad) != (_two_views_of_one_value, True)]
-    + [(_a_view_of_a_copy, True, False), pytest.param(_two_views_of_one_value, False, True, marks=pytest.mark.xfail(
-        strict=True, reason="the forward of a training step does not know eager's layout of a value only views of it "
-        "are returned (of more than one dimension): the region writes each view apart"))],
+    for grad in (False, True)] + [(_a_view_of_a_copy, True, False)],
     ids=lambda v: getattr(v, "__name__", str(v)))
 def test_outputs_share_memory_as_in_eager(fn, integers, grad):
     """The tensors a fused program returns share memory with each other and with its inputs exactly as eager's do:

@@ -67,14 +67,27 @@ class EagerOutputLayouts:
         self._intermediates = intermediates
         # the names of the tensors the program sees returned (by this trace's names)
         self.returned = frozenset(p.name for p in outputs if isinstance(p, TensorProxy))
+        self._values: dict = {}  # see ``renamed``
 
-    def renamed(self, names: dict) -> "EagerOutputLayouts":
+    def renamed(self, names: dict, values: dict | None = None) -> "EagerOutputLayouts":
         """The same layouts for a trace that calls the outputs otherwise (``names``: old name -> new name; a forward
-        trace's outputs, which autodiff named anew), for those alone."""
+        trace's outputs, which autodiff named anew), for those alone; ``values``: the traced program's values by
+        the new trace's names, which ``value_strides`` answers for."""
         copy = EagerOutputLayouts(None, (), self._holder, intermediates=False)
         copy._outputs = {names[n]: p for n, p in self._outputs.items() if n in names}
         copy.returned = frozenset(names[n] for n in self.returned if n in names)
+        copy._values = dict(values or {})
         return copy
+
+    def value_strides(self, value: TensorProxy) -> tuple | None:
+        """``strides``, for any value of the traced program too: in a renamed trace (a forward), those of the
+        ``values`` it was given. Where a fusion executor asks for a value it would rather not lay out as eager does
+        (a saved one), it asks ``strides``."""
+        proxy = self._values.get(value.name)
+        if self._intermediates or proxy is None or value.name in self._outputs:
+            return self.strides(value)
+        as_traced = EagerOutputLayouts(None, (), self._holder)  # which answers by the traced program's names
+        return as_traced.strides(proxy) if tuple(proxy.shape) == tuple(value.shape) else None
 
     def strides(self, value: TensorProxy) -> tuple | None:
         """Eager's strides of ``value`` where it is a returned tensor (by its name in this trace) or, in the traced

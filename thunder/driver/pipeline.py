@@ -368,9 +368,11 @@ def _compile_traced(cd: CompileData, result: TraceResult, compilation: Compilati
     returned = flat_proxies(trace.bound_symbols[-1].args)  # as fb.flat_outputs: the proxies (no constants)
     fwd.eager_layouts = bwd.eager_layouts = None
     if len(returned) == len(fb.flat_outputs) and comp.eager_layouts is not None:
+        values = {o.name: o for b in trace.bound_symbols for o in b.flat_outs if isinstance(o, TensorProxy)}
+        values.update({new: values[old] for new, old in fb.renamed.items() if old in values})
         fwd.eager_layouts = comp.eager_layouts.renamed(
             {a.name: b.name for a, b in zip(returned, fb.flat_outputs) if isinstance(a, TensorProxy)
-             and isinstance(b, TensorProxy)})
+             and isinstance(b, TensorProxy)}, values)
     traces.append(fwd)
     bwd_traces = [bwd]
     traces += _executable(fwd, cd, compilation, "forward")

@@ -239,7 +239,7 @@ class FusionExecutor(Executor):
         returned = eager.returned if eager is not None else frozenset()
         seen = _memory_seen(bsyms, returned)
         laid_out_as_eager = lambda p: (self.keeps_eager_output_layouts and eager is not None  # noqa: E731
-                                       and eager.strides(p) is not None)
+                                       and eager.value_strides(p) is not None)
         for n, (at, members, prims_, _) in enumerate(regions):
             members, after = _returned_views_taken_out(members, used_later[at], seen, returned, laid_out_as_eager)
             if not members:  # views alone
@@ -252,13 +252,19 @@ class FusionExecutor(Executor):
             # name -> whether they were received (reusable only once autograd has let them go)
             donatable = {a.name: a.name not in made_here for p in prims_ for a in p.flat_args
                          if a.name not in later and (a.name in made_here or a.name in trace.released_inputs)}
+            # the values views are taken of after the region: written as eager lays them out (their views then are)
+            made = {o.name for m in members for o in m.flat_outs}
+            bases = {a.name: a for m in after for a in m.flat_args if isinstance(a, TensorProxy) and a.name in made}
+            pinned = {name: st for name, a in bases.items()
+                      if laid_out_as_eager(a) and (st := eager.value_strides(a)) is not None}
             out[at] = [self._fuse(prims_, later, f"{self.fusion_name}{n}", _dense(at, used_later, readers),
-                                  donatable if self.reuses_inputs else {}, trace.eager_layouts, members, lazy), *after]
+                                  donatable if self.reuses_inputs else {}, trace.eager_layouts, members, lazy, pinned),
+                       *after]
         new = trace.from_trace([b for item in out for b in (item if isinstance(item, list) else (item,))])
         return new.set_provenance(f"Fusion ({self.name})", start)
 
     def _fuse(self, prims_, used_later, name, dense=frozenset(), donatable=None, eager_layouts=None,
-              members=(), lazy=frozenset()):
+              members=(), lazy=frozenset(), pinned=None):
         from thunder.core.trace import TraceCtx
         from thunder.executors.regions import region_interface
 
@@ -273,7 +279,8 @@ class FusionExecutor(Executor):
         if self.wants_input_layouts and any(layout_hint(a) is not None for a in inputs if isinstance(a, TensorProxy)):
             hints["input_layouts"] = tuple(layout_hint(a) if isinstance(a, TensorProxy) else None for a in inputs)
         if self.keeps_eager_output_layouts and eager_layouts is not None:
-            eager = tuple(eager_layouts.strides(o) if isinstance(o, TensorProxy) else None for o in outputs)
+            eager = tuple((eager_layouts.strides(o) or (pinned or {}).get(o.name)) if isinstance(o, TensorProxy)
+                          else None for o in outputs)
             if any(st is not None for st in eager):
                 hints["output_layouts"] = eager
         maybe_lazy = tuple(i for i, a in enumerate(inputs) if isinstance(a, TensorProxy) and a.name in lazy)

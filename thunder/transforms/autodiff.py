@@ -344,6 +344,8 @@ class ForwardBackward:
     # the backward's outputs after one per input: more parts of the gradient of input ``parts[k]``, passed to the
     # autograd.Function again ([Note: the gradient of a returned input])
     parts: tuple = ()
+    # the computation's values the forward computes under other names: forward name -> the computation's name
+    renamed: dict = dataclasses.field(default_factory=dict)
 
     def grad_of(self, i: int):
         """The forward input whose gradient (or a part of it) the backward's output ``i`` is."""
@@ -401,7 +403,7 @@ def _forward_and_backward(trace: TraceCtx, inputs: list, arguments: frozenset) -
         px.python_return(forward_return(output, inputs, flat_outputs, (), ()))
     fwd.set_provenance("Augmented forward pass", t0)
     return ForwardBackward(fwd, bwd, inputs, output, flat_outputs, cotangents, dirty, builder.recomputable, written,
-                           parts)
+                           parts, {v.name: n for n, v in builder.env.items() if isinstance(v, TensorProxy) and v.name != n})
 
 
 def inputs_reached(fwd: TraceCtx, inputs: list, outputs: list, parts: tuple = ()) -> tuple:
