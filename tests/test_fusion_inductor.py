@@ -778,6 +778,19 @@ def test_outputs_share_memory_as_in_eager(fn, integers, grad):
     assert _fused_ops(thunder.last_traces(jf)[-1])
 
 
+@requires_compiler
+@pytest.mark.parametrize("fn", [lambda x: x.log_softmax(1), lambda x: F.softmax(x, -2),
+                                lambda x: x.softmax(1, dtype=torch.float64)], ids=["log_softmax", "softmax", "to_float64"])
+@pytest.mark.parametrize("executors", [None, FUSED], ids=["unfused", "fused"])
+def test_softmax_along_a_dimension_without_elements(fn, executors):
+    """Eager's softmax along an empty dimension is an empty tensor; the decomposition's maximum had no element to take
+    and raised where a region ran it (generated program nn 2747)."""
+    x = torch.randn(4, 0, 3, requires_grad=True)
+    out, expected = thunder.jit(fn, executors=executors)(x), fn(x)
+    assert out.shape == expected.shape and out.dtype == expected.dtype and out.stride() == expected.stride()
+    assert torch.autograd.grad(out.sum(), x)[0].shape == x.shape
+
+
 def _detached_beside(x):
     t = (x * 2).sin()
     return t.detach(), t, t.detach() * 1

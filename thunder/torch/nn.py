@@ -128,11 +128,19 @@ def _softmax_dtype(a, dtype):
     return compute, out
 
 
+def _empty_along(a, dim) -> bool:
+    """Whether ``a`` has no elements along ``dim`` (a known extent of 0): eager's softmax of it is an empty tensor, where
+    the maximum the decomposition subtracts has no element to take (``amax`` raises)."""
+    return a.ndim > 0 and type(a.shape[dim]) is int and a.shape[dim] == 0
+
+
 @torchsymbol(F.softmax, torch.softmax, methods=("softmax",))
 def softmax(a, dim=None, _stacklevel=3, dtype=None):
     check(dim is not None, "softmax: implicit dim is deprecated and not supported; pass dim explicitly", NotImplementedError)
     compute, out = _softmax_dtype(a, dtype)
     x = convert(a, compute)
+    if _empty_along(x, dim):
+        return convert(ew.mul(x, 1), out)
     e = ew.exp(ew.sub(x, red.amax(x, dim, True)))
     return convert(ew.div(e, red.sum(e, dim, True)), out)
 
@@ -142,6 +150,8 @@ def log_softmax(a, dim=None, _stacklevel=3, dtype=None):
     check(dim is not None, "log_softmax: implicit dim is deprecated and not supported; pass dim explicitly", NotImplementedError)
     compute, out = _softmax_dtype(a, dtype)
     x = convert(a, compute)
+    if _empty_along(x, dim):
+        return convert(ew.mul(x, 1), out)
     shifted = ew.sub(x, red.amax(x, dim, True))
     return convert(ew.sub(shifted, ew.log(red.sum(ew.exp(shifted), dim, True))), out)
 
