@@ -238,8 +238,10 @@ class FusionExecutor(Executor):
         eager = trace.eager_layouts
         returned = eager.returned if eager is not None else frozenset()
         seen = _memory_seen(bsyms, returned)
-        laid_out_as_eager = lambda p: (self.keeps_eager_output_layouts and eager is not None  # noqa: E731
-                                       and eager.value_strides(p) is not None)
+        def eager_strides(p):  # where the region writes it as eager lays it out
+            return eager.value_strides(p) if self.keeps_eager_output_layouts and eager is not None else None
+
+        laid_out_as_eager = lambda p: eager_strides(p) is not None  # noqa: E731
         for n, (at, members, prims_, _) in enumerate(regions):
             members, after = _returned_views_taken_out(members, used_later[at], seen, returned, laid_out_as_eager)
             if not members:  # views alone
@@ -255,8 +257,7 @@ class FusionExecutor(Executor):
             # the values views are taken of after the region: written as eager lays them out (their views then are)
             made = {o.name for m in members for o in m.flat_outs}
             bases = {a.name: a for m in after for a in m.flat_args if isinstance(a, TensorProxy) and a.name in made}
-            pinned = {name: st for name, a in bases.items()
-                      if laid_out_as_eager(a) and (st := eager.value_strides(a)) is not None}
+            pinned = {name: st for name, a in bases.items() if (st := eager_strides(a)) is not None}
             out[at] = [self._fuse(prims_, later, f"{self.fusion_name}{n}", _dense(at, used_later, readers),
                                   donatable if self.reuses_inputs else {}, trace.eager_layouts, members, lazy, pinned),
                        *after]
@@ -368,8 +369,7 @@ def _memory_seen(bsyms, returned) -> frozenset:
     views of (``x.t().diagonal()`` returned: ``x.t()``'s memory is seen)."""
     seen = set(returned)
     for b in reversed(bsyms):
-        if (any(o.name in seen for o in b.flat_outs if isinstance(o, TensorProxy))
-                and (_a_view_in_eager(b) or b.sym.name in MAYBE_VIEWS)):
+        if any(o.name in seen for o in b.flat_outs if isinstance(o, TensorProxy)) and _may_view(b):
             base = next((a for a in b.flat_args if isinstance(a, TensorProxy)), None)
             if base is not None:
                 seen.add(base.name)
@@ -382,17 +382,17 @@ def _returned_views_taken_out(members, used_later, seen, returned, laid_out_as_e
     (``returned``), or of a value two of them are views of and that the region writes as eager lays it out
     (``laid_out_as_eager(proxy)``), through views only (``x.reshape(n, -1).t()[0]``); and those views with the views
     they are taken through, to run after the region on its input or output (the value they share then one): the
-    views then have eager's layouts. A region's
-    kernels write each output in memory of their own where eager returns a view of another (inductor writes a slice
-    it returns with gaps anew: ``y, y[..., ::2]``, and a flatten was copied apart from its base), so that a later
-    update of one would not show in the other; run after the region by the torch executor, they are eager's views.
-    A view that other members read stays a member too (its output then not the region's)."""
+    views then have eager's layouts. A region's kernels write each output in memory of their own where eager returns
+    a view of another (inductor writes a slice it returns with gaps anew: ``y, y[..., ::2]``, and a flatten was
+    copied apart from its base), so that a later update of one would not show in the other; run after the region by
+    the torch executor, they are eager's views. A view that other members read stays a member too (its output then
+    not the region's)."""
     made = {o.name: o for m in members for o in m.flat_outs if isinstance(o, TensorProxy)}
     through: dict = {}  # name of a view -> ((base name, member), ...): the views it is taken through, from its root
     for m in members:
         outs = [o for o in m.flat_outs if isinstance(o, TensorProxy)]
         base = next((a for a in m.flat_args if isinstance(a, TensorProxy)), None)
-        if base is not None and outs and (_a_view_in_eager(m) or m.sym.name in MAYBE_VIEWS):
+        if base is not None and outs and _may_view(m):
             for o in outs:
                 through[o.name] = (*through.get(base.name, ()), (base.name, m))
     taken, unanchored, rebased = set(), [], {}
@@ -456,6 +456,12 @@ def _in_dependency_order(bsyms: list) -> list:
         done.add(id(ready))
         out.append(ready)
     return out
+
+
+def _may_view(bsym) -> bool:
+    """Whether eager's operation returns a view of its input or the input itself, or may, by its layout
+    (``MAYBE_VIEWS``: ``flatten``, ``contiguous``)."""
+    return _a_view_in_eager(bsym) or bsym.sym.name in MAYBE_VIEWS
 
 
 def _a_view_in_eager(bsym) -> bool:
