@@ -144,7 +144,8 @@ class Program:
             lines += [
                 "    outs = [o for o in tree_leaves(out) if isinstance(o, torch.Tensor) and o.requires_grad]",
                 "    leaves = [x if x.is_leaf else x._base for x in inputs if x.requires_grad]",
-                "    cots = [torch.randn(o.shape, generator=torch.Generator().manual_seed(7), dtype=o.dtype) for o in outs]",
+                "    gen = torch.Generator().manual_seed(7)  # one for all outputs, as the fuzzer's",
+                "    cots = [torch.randn(o.shape, generator=gen, dtype=o.dtype) for o in outs]",
                 "    grads = torch.autograd.grad(outs, leaves, cots, allow_unused=True) if outs else ()",
                 "    return out, grads, inputs",
             ]
@@ -157,8 +158,12 @@ class Program:
             "    e, t = run(program, s), run(jprogram, s)",
             "    for name, a, b in zip(('outputs', 'grads', 'inputs'), e, t):",
             "        for x, y in zip(tree_leaves(a), tree_leaves(b)):",
-            "            same = (isinstance(x, torch.Tensor) and x.dtype == y.dtype and x.shape == y.shape",
-            "                    and torch.equal(torch.nan_to_num(x.detach(), 1.5), torch.nan_to_num(y.detach(), 1.5))) or x is y or x == y",
+            "            if isinstance(x, torch.Tensor):  # bit for bit, signs of zeros too",
+            "                x_, y_ = (torch.view_as_real(v.detach()) if v.is_complex() else v.detach() for v in (x, y))",
+            "                same = (x.dtype == y.dtype and x.shape == y.shape and torch.equal(x_.nan_to_num(1.5), y_.nan_to_num(1.5))",
+            "                        and (not x_.is_floating_point() or torch.equal(x_.signbit(), y_.signbit())))",
+            "            else:",
+            "                same = x is y or x == y",
             "            print(s, name, 'OK' if same else f'DIFFERENT\\n eager:  {x}\\n thunder: {y}')",
         ]
         return "\n".join(lines) + "\n"

@@ -56,6 +56,8 @@ ELEMENTWISE = {
     "cross_entropy": lambda x: F.cross_entropy(x, torch.arange(x.shape[0]) % x.shape[1]),
     "mse": lambda x: F.mse_loss(x, x.flip(0).detach()),
     "cross_entropy-label-smoothing": lambda x: F.cross_entropy(x, torch.arange(16) % 8, label_smoothing=0.1),
+    # a selected element's gradient -0.0 (the cotangent's negative half times 0): eager writes it into zeros
+    "max-dim": lambda x: torch.max(x, -1)[0] * 0.0, "min-dim-keepdim": lambda x: x.min(0, keepdim=True).values * 0.0,
     "sum": lambda x: x.sum(-1), "mean": lambda x: x.mean(), "var": lambda x: x.var(-1), "softmax": lambda x: x.softmax(0),
     "rms_norm-weight": lambda x: F.rms_norm(x, (8,), torch.arange(1.0, 9.0).to(x.dtype)),
     "layer_norm-affine": lambda x: F.layer_norm(x, (8,), torch.arange(1.0, 9.0).to(x.dtype), torch.ones(8, dtype=x.dtype)),
@@ -84,6 +86,8 @@ def _output_and_grad(fn, x):
 def assert_bitwise(actual, expected, what):
     assert actual.dtype == expected.dtype and actual.shape == expected.shape, what
     same = torch.eq(actual, expected) | (actual.isnan() & expected.isnan())
+    if actual.is_floating_point():  # bit for bit: a zero's sign too
+        same &= torch.signbit(actual) == torch.signbit(expected) | actual.isnan()
     assert bool(same.all()), f"{what}: {int((~same).sum())} elements differ, at most by {(actual - expected).abs().max()}"
 
 
@@ -392,6 +396,8 @@ _LINEAR_INPUTS = {  # name: input of F.linear made from a (4, 16, 30) tensor x, 
     "2-D rows": lambda x: x[0, :, :15],  # addmm
     "2-D columns": lambda x: x[0, :15].t(),  # addmm, a column-major operand
     "3-D contiguous": lambda x: x[:, :, :15].contiguous(),  # flattened into one addmm
+    # contiguous, yet its strides do not fold (a size-1 dim's stride): flattened too, by a frozen weight not matmul's
+    "3-D contiguous by strides of a size-1 dim": lambda x: x[:3, 0, :15].contiguous().unsqueeze(-1).mT,
     "3-D transposed": lambda x: x[:, :15].transpose(1, 2),  # matmul and add_ (gMLP's token mixing)
     "3-D strided": lambda x: x[:, ::2, :15],  # matmul of a view and add_
     "4-D transposed": lambda x: x.reshape(4, 2, 8, 30)[..., :15].transpose(1, 2),
@@ -399,13 +405,15 @@ _LINEAR_INPUTS = {  # name: input of F.linear made from a (4, 16, 30) tensor x, 
 }
 
 
-@pytest.mark.parametrize("weight", ["contiguous", "columns", "sliced", "frozen"])
+@pytest.mark.parametrize("weight", ["contiguous", "columns", "sliced", "frozen", "frozen row"])
 @pytest.mark.parametrize("inputs", list(_LINEAR_INPUTS))
 def test_linear_gradients_follow_eager_paths_by_layout(inputs, weight):
     """Eager's ``F.linear`` takes ``addmm`` for a 2-D or contiguous input and ``matmul`` plus ``add_`` for any other,
     whose bias gradient sums the output gradient as laid out (timm's gMLP, CaiT, DaViT were not bitwise); its
     matrix products' gradients follow the operands' layouts (a transposed or sliced weight). A frozen weight: the
-    input is not saved (eager does not save it), only a memoryless tensor laid out as it, for the bias gradient."""
+    input is not saved (eager does not save it), only a memoryless tensor laid out as it, for the bias gradient and
+    the input's: eager's matmul of a batch whose rows are no view of it by a frozen weight is one ``bmm`` (a single
+    output row with zeros in it: ``mm`` gives the gradient -0.0 where ``bmm`` gives 0.0; generated program 10742)."""
     g = torch.Generator().manual_seed(0)
     x0, w0, b0 = torch.randn(4, 16, 30, generator=g), torch.randn(22, 19, generator=g), torch.randn(11, generator=g)
 
@@ -413,17 +421,19 @@ def test_linear_gradients_follow_eager_paths_by_layout(inputs, weight):
         return {"columns": lambda: w.t(), "sliced": lambda: w[::2, 2:17]}.get(weight, lambda: w)()
 
     def run(fn):
-        w = {"columns": w0[:15, :11], "sliced": w0}.get(weight, w0[:11, :15]).clone()
-        x, w, b = x0.clone().requires_grad_(), w.requires_grad_(weight != "frozen"), b0.clone().requires_grad_()
+        w = {"columns": w0[:15, :11], "sliced": w0, "frozen row": w0[:1, :15] * (torch.arange(15) % 3 > 0)}.get(
+            weight, w0[:11, :15]).clone()
+        frozen = weight.startswith("frozen")
+        x, w, b = x0.clone().requires_grad_(), w.requires_grad_(not frozen), b0[:w.shape[0]].clone().requires_grad_()
         out = fn(x, w, b)
-        wrt = (x, b) if weight == "frozen" else (x, w, b)
+        wrt = (x, b) if frozen else (x, w, b)
         return (out, *torch.autograd.grad(out, wrt, torch.linspace(-1, 1, out.numel()).reshape(out.shape)))
 
     def f(x, w, b):
         out = F.linear(_LINEAR_INPUTS[inputs](x), weight_of(w), b)
         return (out.transpose(-1, -2) if out.ndim >= 2 else out) * 3  # a gradient laid out otherwise than the output
 
-    names = ("output", "gradient of x", "gradient of b") if weight == "frozen" else (
+    names = ("output", "gradient of x", "gradient of b") if weight.startswith("frozen") else (
         "output", "gradient of x", "gradient of w", "gradient of b")
     for what, actual, expected in zip(names, run(thunder.jit(f)), run(f)):
         assert_bitwise(actual, expected, what)

@@ -198,8 +198,7 @@ def test_linear_gradients_by_onednn(name):
     for actual, expected in zip(grads(jf), grads(f), strict=True):
         _assert_close_to_largest(actual, expected, rtol=1e-5)
     backward = str(thunder.last_backward_traces(jf)[-1])
-    assert ("onednn_linear_backward(" in backward) == trains_weight  # a frozen weight's: the products, as before
-    assert "onednn_matmul(" in backward or trains_weight
+    assert "onednn_linear_backward(" in backward  # a frozen weight's too (given its input's layout alone)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")

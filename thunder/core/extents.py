@@ -505,15 +505,19 @@ def _read_inside(bsym, definition) -> bool:
     return any(a.name in names for b in bsym.subsymbols if b is not definition for a in b.flat_args)
 
 
-def unify(old, new):
-    """After re-tracing an operation (autodiff), its fresh extents denote the original ones."""
+def unify(old, new) -> dict:
+    """After re-tracing an operation (autodiff), its fresh extents denote the original ones. Returns the original
+    extents' names -> the fresh extents that stand for them (what reads the original outputs reads those)."""
+    renamed = {}
     for o, n in zip(_flat_tensors(old), _flat_tensors(new)):
         if o is n or o.ndim != n.ndim:
             continue
         for a, b in zip(o.shape, n.shape):
-            if is_runtime(a) and is_runtime(b) and a is not b and b.poly is not None and len(b.poly.terms) == 1:
-                if b.poly.key() == ((((b.name,), 1),)):
+            if is_runtime(a) and is_runtime(b) and a is not b:
+                renamed.setdefault(a.name, b)
+                if b.poly is not None and len(b.poly.terms) == 1 and b.poly.key() == ((((b.name,), 1),)):
                     b.poly = poly_of(a)
+    return renamed
 
 
 def _flat_tensors(x):

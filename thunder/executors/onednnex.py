@@ -79,7 +79,7 @@ def onednn_matmul(a: torch.Tensor, b: torch.Tensor, requires_grad=None) -> torch
     return onednn_linear(a, b.t())
 
 
-def onednn_linear_backward(g: torch.Tensor, a: torch.Tensor, w: torch.Tensor | None, mask) -> tuple:
+def onednn_linear_backward(g: torch.Tensor, a: torch.Tensor, w: torch.Tensor | None, mask, with_bias=False) -> tuple:
     """The gradients of the input and the weight of ``F.linear(a, w, bias)`` that ``mask`` asks for
     (thunder.torch.grad_rules.linear_backward), products by oneDNN."""
     g2, a2 = g.reshape(-1, g.shape[-1]), a.reshape(-1, a.shape[-1])
@@ -126,10 +126,14 @@ class OneDNNExecutor(OperatorExecutor):
         return (_float32_cpu_static(input, weight, bias)
                 and _multiply_adds(input, weight.shape[0]) >= self.min_multiply_adds)
 
-    def _claims_linear_backward(self, g, a, w, mask) -> bool:
+    def _claims_linear_backward(self, g, a, w, mask, with_bias=False) -> bool:
         if not (isinstance(g, TensorProxy) and isinstance(a, TensorProxy) and (mask[0] or mask[1])):
             return False
-        return _float32_cpu_static(g, a, w) and _multiply_adds(g, a.shape[-1]) >= self.min_multiply_adds
+        if a.device.type == "meta":  # the layout of the input of a frozen weight: shaped as g but its last dim
+            static = _float32_cpu_static(g, w) and a.dtype == torch.float32 and type(a.shape[-1]) is int
+        else:
+            static = _float32_cpu_static(g, a, w)
+        return static and _multiply_adds(g, a.shape[-1]) >= self.min_multiply_adds
 
     def _claims_matmul(self, a, b, requires_grad=None) -> bool:
         if not (isinstance(a, TensorProxy) and a.ndim >= 2 and isinstance(b, TensorProxy) and b.ndim == 2):

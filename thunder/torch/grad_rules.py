@@ -190,7 +190,7 @@ def _layout_token(t):
 layout_of = _aten_symbol(_layout_token, "layout_of", lambda t: (tuple(t.shape), t.dtype, torch.device("meta")))
 
 
-def _linear_backward_kernel(g, a, w, mask):
+def _linear_backward_kernel(g, a, w, mask, with_bias=False):
     """The gradients of the input and the weight of ``F.linear(a, w, bias)`` (those ``mask`` asks for) as eager
     computes them: eager multiplies the input flattened to rows by ``w.t()`` (one ``mm`` or ``addmm``), whose
     backward follows the operands' layouts, so that BLAS reads the same layouts (it rounds by layout): a
@@ -207,7 +207,15 @@ def _linear_backward_kernel(g, a, w, mask):
             ga = ga.reshape(a.shape) if a.dim() != 2 else ga
         elif a.dim() == 2:
             ga = g2.mm(w)
-        elif g.is_contiguous():
+        elif not mask[1] and not (with_bias and a.is_contiguous()) and not _rows_fold(a):
+            # A frozen weight times a batch whose rows are no view of it: eager's ``matmul`` runs one ``bmm`` of
+            # the batch by the weight expanded over it (it folds, copying, only for a weight that needs a gradient;
+            # with a bias it flattens a contiguous input, whose strides may not fold, into one ``addmm``)
+            batch, (n, m), p = tuple(a.shape[:-2]), a.shape[-2:], w.shape[0]
+            size = math.prod(batch)
+            wt = w.t().expand(batch + (m, p)).reshape(size, m, p)
+            ga = g.reshape(size, n, p).bmm(wt.transpose(1, 2)).view(a.shape)
+        elif _rows_fold(g):
             ga = torch.matmul(g, w)  # that product (matmul folds g's leading dimensions) in one call
         else:
             ga = g2.new_empty(a.shape)
@@ -215,6 +223,12 @@ def _linear_backward_kernel(g, a, w, mask):
     if mask[1]:
         gw = g2.t().mm(a2) if w is None or _row_major(w) else a2.t().mm(g2).t()
     return ga, gw
+
+
+def _rows_fold(t) -> bool:
+    """Whether ``t``'s leading dimensions fold into rows without a copy (ATen's ``should_fold`` test)."""
+    shape, strides = t.shape, t.stride()
+    return t.numel() == 0 or all(strides[i] == strides[i + 1] * shape[i + 1] for i in range(t.dim() - 2))
 
 
 def _row_major(w) -> bool:
@@ -233,8 +247,8 @@ def _rows(t):
 
 linear_backward = _aten_symbol(
     _linear_backward_kernel, "linear_backward",
-    lambda g, a, w, mask: [_like(a) if mask[0] else None,
-                           ((g.shape[-1], a.shape[-1]), a.dtype, a.device) if mask[1] else None])
+    lambda g, a, w, mask, with_bias=False: [(tuple(a.shape), a.dtype, g.device) if mask[0] else None,  # ``a``: a layout?
+                           ((g.shape[-1], a.shape[-1]), a.dtype, g.device) if mask[1] else None])
 
 
 def _linear_bias_backward_kernel(g, a):
@@ -445,8 +459,14 @@ def clamp_max_rule(a, max):
 from thunder.torch import reductions as red, shapes as shp  # noqa: E402
 
 
+value_selecting_backward = _aten_symbol(
+    aten.value_selecting_reduction_backward.default, "value_selecting_backward",
+    lambda g, dim, indices, sizes, keepdim: (tuple(sizes), g.dtype, g.device))
+
+
 def _max_min_rule(sym):
-    """max/min over a dim: the gradient goes to the selected element only (as torch's), not split among ties."""
+    """max/min over a dim: the gradient goes to the selected element only (as torch's), not split among ties, written
+    into zeros (eager's kernel: a zero's sign is kept, where adding it to zeros would make -0.0 0.0)."""
 
     def rule(a, dim=None, keepdim=False):
         if isinstance(dim, TensorProxy):
@@ -459,11 +479,7 @@ def _max_min_rule(sym):
         def backward(g_values, g_indices=None):
             if a.ndim == 0:
                 return (g_values,)
-            d = dim % a.ndim
-            gv = g_values if keepdim else shp.unsqueeze(g_values, d)
-            idx = indices if keepdim else shp.unsqueeze(indices, d)
-            zeros = prims.full(tuple(a.shape), 0.0, device=a.device, dtype=a.dtype)
-            return (prims.scatter_add(zeros, idx, gv, d),)
+            return (value_selecting_backward(g_values, dim % a.ndim, indices, list(a.shape), keepdim),)
 
         return out, backward
 

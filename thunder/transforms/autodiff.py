@@ -96,6 +96,14 @@ class _ForwardBuilder:
         self.recomputable: set[str] = set()  # forward values of checkpointed regions
         self.same: dict[str, str] = {}  # a value that is its input itself in eager -> that input's name (_Sums)
 
+    def _defined_already(self, bsym) -> bool:
+        """Whether ``bsym`` only computes extents a re-traced operation has defined under fresh names (its size)."""
+        renamed = [o for o in bsym.flat_outs if o.name in self.env]
+        if not renamed or len(renamed) != len(bsym.flat_outs):
+            return False
+        defined = {o.name for b in self.fwd.bound_symbols for o in b.flat_outs}
+        return all(self.env[o.name].name in defined for o in renamed)
+
     def process(self, bsym):
         args = substitute(bsym.args, self.env)
         kwargs = substitute(bsym.kwargs, self.env)
@@ -105,6 +113,8 @@ class _ForwardBuilder:
             from thunder.transforms.rename import substitute_bsym
 
             new = substitute_bsym(bsym, self.env)
+            if self._defined_already(bsym):
+                return
             self.fwd.record(new)
             if recompute:
                 self.recomputable.update(o.name for o in new.flat_outs)
@@ -138,7 +148,9 @@ class _ForwardBuilder:
                 self.process(sub.replace(tags=sub.tags | bsym.tags))
             return
         out, backward = result
-        unify(bsym.output, out)  # a re-traced data-dependent op: its fresh extents are the original ones
+        # a re-traced data-dependent op: its fresh extents are the original ones, read where those were (a later
+        # operation's decomposition reading an extent of its output, which no longer may be defined)
+        self.env.update(unify(bsym.output, out))
         if recompute:
             for b in self.fwd.bound_symbols[start:]:
                 if not has_effects(b):

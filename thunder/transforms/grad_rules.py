@@ -529,20 +529,20 @@ def linear_backward(a, w, bias):
             return ga, gw, gb
 
         return backward_by_layout
-    if (w.ndim == 2 and bias is not None and bias.ndim == 1 and bias.requires_grad and a.ndim > 2
-            and a.dtype.is_floating_point):
-        # A frozen weight: the bias gradient follows the input's layout (see linear_bias_backward), and the input is
-        # not saved (the gradients need only the weight): a memoryless tensor laid out as it is.
+    if w.ndim == 2 and a.ndim >= 2 and a.dtype.is_floating_point and (bias is None or bias.ndim == 1):
+        # A frozen weight: eager's kernels on the input's layout (a column-major input, a batch whose rows are no
+        # view of it, a bias after a separate product), where the input is not saved (the gradients need only the
+        # weight): a memoryless tensor laid out as it is.
         from thunder.torch.grad_rules import layout_of
 
         a_layout = layout_of(a)
-        generic = _holomorphic(backward, a, w, bias)
 
         def backward_by_input_layout(g):
-            from thunder.torch.grad_rules import linear_bias_backward
+            from thunder.torch.grad_rules import linear_backward as products, linear_bias_backward
 
-            ga, gw, _ = generic(g)
-            return ga, gw, linear_bias_backward(g, a_layout)
+            ga = products(g, a_layout, w, [True, False], bias is not None)[0] if a.requires_grad else None
+            gb = linear_bias_backward(g, a_layout) if bias is not None and bias.requires_grad else None
+            return ga, None, gb
 
         return backward_by_input_layout
     return _holomorphic(backward, a, w, bias)
