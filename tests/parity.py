@@ -47,13 +47,22 @@ class Mismatches:
     unexpected: list = dataclasses.field(default_factory=list)
 
 
+def _bit_for_bit(actual, expected) -> bool:
+    """Equal values, and zeros of equal signs (``torch.equal`` takes -0.0 for 0.0)."""
+    if not torch.equal(actual, expected):
+        return False
+    if actual.is_complex():
+        actual, expected = torch.view_as_real(actual.resolve_conj()), torch.view_as_real(expected.resolve_conj())
+    return not actual.is_floating_point() or torch.equal(torch.signbit(actual), torch.signbit(expected))
+
+
 def _compare(actual, expected, what: str, tol: NotBitwise | None, mismatches: Mismatches):
     """Compares bitwise, or within ``tol``; bitwise mismatches are collected, to be reported all at once."""
     if isinstance(expected, torch.Tensor):
         assert isinstance(actual, torch.Tensor), f"{what}: expected a tensor, got {type(actual).__name__}"
         assert (actual.shape, actual.dtype) == (expected.shape, expected.dtype), (
             f"{what}: {actual.dtype}{list(actual.shape)} != {expected.dtype}{list(expected.shape)}")
-        if torch.equal(actual, expected):
+        if _bit_for_bit(actual, expected):
             return
         diff = (actual.double() - expected.double()).abs().max().item() if actual.numel() else 0.0
         if tol is None or not (expected.is_floating_point() or expected.is_complex()):
