@@ -48,6 +48,13 @@ def sweep(cases, seconds: int, width: int):
         print(f"{name:{width}s} {verdict:9s} {time.perf_counter() - start:6.1f}s {detail}", flush=True)
 
 
+def bit_for_bit(e, t) -> bool:
+    """BITWISE: equal values and zeros of equal signs (``torch.equal`` takes -0.0 for 0.0)."""
+    from tests.parity import _bit_for_bit
+
+    return _bit_for_bit(t, e)
+
+
 def as_close_as_eager(e, t, r, factor: float = 4.0) -> bool:
     """Whether thunder's ``t`` is as close to the float64 values ``r`` as eager's ``e`` is (fused kernels round
     otherwise): element by element (``tests/program_generator._rounding_only``), or else as a whole, its largest

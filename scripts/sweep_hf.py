@@ -33,7 +33,7 @@ from transformers.models.auto import modeling_auto  # noqa: E402
 import thunder  # noqa: E402
 from tests.test_hf_models import CASES  # noqa: E402
 from tests.metadata_check import CheckMetadata  # noqa: E402
-from scripts._sweep import as_close_as_eager, first_that_runs, sweep  # noqa: E402
+from scripts._sweep import as_close_as_eager, bit_for_bit, first_that_runs, sweep  # noqa: E402
 
 VOCAB = 128
 TINY = dict(hidden_size=64, num_hidden_layers=2, vocab_size=VOCAB, num_attention_heads=4, num_key_value_heads=2,
@@ -138,8 +138,8 @@ def sweep_one(model_type: str, auto: str) -> tuple[str, str]:
     j_loss, j_logits, j_grads = _run(model, inputs, jit=True)
     if set(grads) != set(j_grads):
         return "WRONG", f"parameters with a gradient differ: {sorted(set(grads) ^ set(j_grads))[:5]}"
-    differ = [n for n in grads if not torch.equal(grads[n], j_grads[n])]
-    if torch.equal(loss, j_loss) and torch.equal(logits, j_logits) and not differ:
+    differ = [n for n in grads if not bit_for_bit(grads[n], j_grads[n])]
+    if bit_for_bit(loss, j_loss) and bit_for_bit(logits, j_logits) and not differ:
         return "BITWISE", ""
     close = torch.allclose(loss, j_loss, rtol=1e-4, atol=1e-5) and torch.allclose(logits, j_logits, rtol=1e-4, atol=1e-5) \
         and all(torch.allclose(grads[n], j_grads[n], rtol=1e-3, atol=1e-5) for n in grads)

@@ -33,7 +33,7 @@ warnings.filterwarnings("ignore")
 import thunder  # noqa: E402
 from tests.libraries import import_torchvision  # noqa: E402
 from tests.metadata_check import CheckMetadata  # noqa: E402
-from scripts._sweep import as_close_as_eager, first_that_runs, sweep  # noqa: E402
+from scripts._sweep import as_close_as_eager, bit_for_bit, first_that_runs, sweep  # noqa: E402
 
 SIZE = 64
 
@@ -86,7 +86,7 @@ def _compare(eager, jitted) -> tuple[str, str]:
         return "WRONG", f"parameters with a gradient differ: {sorted(set(grads) ^ set(j_grads))[:5]}"
     pairs = [(f"out{i}", a, b) for i, (a, b) in enumerate(zip(outs, j_outs))]
     pairs += [(n, grads[n], j_grads[n]) for n in grads] + [(n, buffers[n], j_buffers[n]) for n in buffers]
-    differ = [(n, a, b) for n, a, b in pairs if not torch.equal(a, b)]
+    differ = [(n, a, b) for n, a, b in pairs if not bit_for_bit(a, b)]
     if not differ:
         return "BITWISE", ""
     close = all(a.shape == b.shape and (not a.is_floating_point() and torch.equal(a, b) or a.is_floating_point()

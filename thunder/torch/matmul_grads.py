@@ -25,7 +25,7 @@ import math
 import torch
 
 from thunder.core import prims
-from thunder.torch.grad_rules import _aten_symbol, _column_major, _like
+from thunder.torch.grad_rules import _aten_symbol, _column_major, _like, _rows_fold
 
 
 def _squeezed(a, b, requires_grad):
@@ -50,10 +50,7 @@ def _folds(a, b, requires_grad) -> bool:
         return True
     if a.dim() == 2:
         return False
-    if t1.numel() == 0:
-        return True
-    shape, strides = t1.shape, t1.stride()
-    return all(strides[i] == strides[i + 1] * shape[i + 1] for i in range(t1.dim() - 2))
+    return _rows_fold(t1)
 
 
 def _fold_operands(a, b):
