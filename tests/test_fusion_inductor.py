@@ -751,12 +751,17 @@ def _a_reduction_over_nothing(x):  # a region may return it as its input itself 
     return torch.amin(x[0, 0], -1, keepdim=True), x.sum(), x[:, :1].sum(1, keepdim=True)
 
 
+def _an_expanded_reduction(x):  # zero strides no kernel writes: expanded after the region (seed nn 3082)
+    t = x[0, 0].pow(1.0).min()
+    return t.expand(3), torch.nonzero(t), x.amax().expand(2, 2), x.sin().sum(0).unsqueeze(0).expand(2, 4)
+
+
 @requires_compiler
 @pytest.mark.parametrize("fn,integers,grad", [
     (fn, False, grad) for fn in (_views_of_a_returned_value, _views_of_an_input_through_views, _two_views_of_one_value,
                                  _two_views_of_a_transposed_value,
                                  _one_of_split_returned, _a_view_returned_of_a_view_inside,
-                                 _views_taken_again_after_an_update, _a_reduction_over_nothing)
+                                 _views_taken_again_after_an_update, _a_reduction_over_nothing, _an_expanded_reduction)
     for grad in (False, True)] + [(_a_view_of_a_copy, True, False)],
     ids=lambda v: getattr(v, "__name__", str(v)))
 def test_outputs_share_memory_as_in_eager(fn, integers, grad):

@@ -415,9 +415,11 @@ def _returned_views_taken_out(members, used_later, seen, returned, laid_out_as_e
         base, first = rest[0]
         rebased[id(first)] = substitute_inputs(first, {base: made[prefix]})
         taken.update(id(m) for _, m in rest)
+    # two views of one value (one memory), or a view that broadcasts (zero strides, which no kernel writes), from
+    # a value laid out as eager's (dense: one layout)
     roots = [steps[0][0] for steps in unanchored]
-    taken.update(id(m) for steps in unanchored if roots.count(steps[0][0]) > 1 and (
-        made[steps[0][0]].ndim <= 1 or laid_out_as_eager(made[steps[0][0]])) for _, m in steps)  # (dense: one layout)
+    taken.update(id(m) for steps in unanchored if (roots.count(steps[0][0]) > 1 or any(_broadcasts(m) for _, m in steps))
+                 and (made[steps[0][0]].ndim <= 1 or laid_out_as_eager(made[steps[0][0]])) for _, m in steps)
     kept, read = {id(m) for m in members if id(m) not in taken}, set()
     for m in reversed(members):  # a member reads values made before it: what kept members read is kept
         if any(o.name in read for o in m.flat_outs if isinstance(o, TensorProxy)):
@@ -426,6 +428,18 @@ def _returned_views_taken_out(members, used_later, seen, returned, laid_out_as_e
             read.update(a.name for a in m.flat_args if isinstance(a, TensorProxy))
     after = [rebased.get(id(m), m) for m in members if id(m) in taken]
     return [m for m in members if id(m) in kept], _in_dependency_order(after)
+
+
+def _broadcasts(bsym) -> bool:
+    """Whether a view broadcasts its input (``expand``: an extent that is not 1 where the input has 1 or no dim)."""
+    from thunder.core import prims
+    from thunder.core.extents import is_one
+
+    if bsym.sym is not prims.broadcast_in_dim:
+        return any(_broadcasts(s) for s in bsym.subsymbols)  # ``expand``'s decomposition
+    a, shape, dims = bsym.args[0], bsym.args[1], bsym.args[2]
+    kept = dict(zip(dims, a.shape))
+    return any(not is_one(n) and (i not in kept or is_one(kept[i])) for i, n in enumerate(shape))
 
 
 def _same_views(a: tuple, a_view: str, b: tuple) -> bool:
