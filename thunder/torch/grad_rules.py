@@ -247,8 +247,9 @@ def _rows(t):
 
 linear_backward = _aten_symbol(
     _linear_backward_kernel, "linear_backward",
-    lambda g, a, w, mask, with_bias=False: [(tuple(a.shape), a.dtype, g.device) if mask[0] else None,  # ``a``: a layout?
-                           ((g.shape[-1], a.shape[-1]), a.dtype, g.device) if mask[1] else None])
+    lambda g, a, w, mask, with_bias=False: [  # (``a`` may be a memoryless token of its layout: ``layout_of``)
+        (tuple(a.shape), a.dtype, g.device) if mask[0] else None,
+        ((g.shape[-1], a.shape[-1]), a.dtype, g.device) if mask[1] else None])
 
 
 def _linear_bias_backward_kernel(g, a):

@@ -112,9 +112,9 @@ class _ForwardBuilder:
         if same or not _needs_grad(bsym):
             from thunder.transforms.rename import substitute_bsym
 
-            new = substitute_bsym(bsym, self.env)
             if self._defined_already(bsym):
                 return
+            new = substitute_bsym(bsym, self.env)
             self.fwd.record(new)
             if recompute:
                 self.recomputable.update(o.name for o in new.flat_outs)
