@@ -196,7 +196,8 @@ def _linear_backward_kernel(g, a, w, mask, with_bias=False):
     backward follows the operands' layouts, so that BLAS reads the same layouts (it rounds by layout): a
     column-major operand gets its gradient column-major. ``w`` is None where the input needs no gradient (nothing
     else saves it then): taken as contiguous. (Also a matrix product ``a @ b`` of a 2-D ``b``: ``w = b.t()``, or a
-    meta tensor laid out as ``b.t()`` where only ``b`` needs a gradient.)"""
+    meta tensor laid out as ``b.t()`` where only ``b`` needs a gradient.) A frozen weight's (``mask[1]`` false):
+    ``a`` is a meta tensor laid out as the input, ``with_bias`` whether the layer has a bias (eager's path differs)."""
     g2, a2 = _rows(g), _rows(a)
     ga = gw = None
     if mask[0]:
