@@ -989,6 +989,7 @@ def batch_norm_samples(dtype):
     yield S(make((2, 4, 3, 3), dtype), *stats(), make((4,), dtype), None, False, 0.1, 1e-5)
     yield S(make((2, 4, 3), dtype), None, None, None, make((4,), dtype), training=True)  # a bias without a weight
     yield S(make((2, 4, 3), dtype), *stats(), None, make((4,), dtype), training=False)
+    yield S(make((2, 4, 3, 3), dtype), *stats(), training=True)  # laid out as its input (channels-last)
 
 
 def group_norm_samples(dtype):
@@ -1027,6 +1028,8 @@ def sdpa_samples(dtype):
     yield S(make(q, dtype), make(q, dtype), make(q, dtype), is_causal=True, scale=0.3)
     yield S(make(q, dtype), make((2, 1, 5, 8), dtype), make((2, 1, 5, 8), dtype), enable_gqa=True)
     yield S(make((4, 8), dtype), make((5, 8), dtype), make((5, 6), dtype))
+    # chunks of a permuted projection (timm's CPUBone): torch's CPU flash kernel lays its result out as the query
+    yield S(*make((2, 3, 4, 24), dtype).permute(0, 2, 1, 3).chunk(3, -1))
 
 
 def nll_loss_samples(dtype):

@@ -480,6 +480,32 @@ def _strides(out):
 _LAYOUT_REFUSED = {"getitem": "the strides of t2: running __getitem__ on meta tensors failed"}
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+def test_attention_on_chunks_of_a_permuted_projection_is_laid_out_as_eager(dtype, training):
+    """torch's CPU flash kernel lays its result out as the query (``empty_like``), where the meta kernel's is contiguous:
+    chunks of a permuted projection (timm's CPUBone) give heads before positions in memory. A dropout after it draws
+    its mask in that memory order, and a batch norm in training lays out its result as its input (a channels-last
+    convolution's, in float64 too): thunder once drew other masks than eager there, with the same seed."""
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(8, 24, 1).to(dtype)
+    norm = torch.nn.BatchNorm2d(24).to(dtype).train(training)
+
+    def f(x):
+        y = norm(conv(x))  # channels-last, as its input
+        q, k, v = y.reshape(2, 2, 12, 4).permute(0, 1, 3, 2).chunk(3, -1)  # heads, positions, channels
+        o = F.scaled_dot_product_attention(q, k, v)
+        return o.stride(), y.stride(), F.dropout(o, 0.5, training=True), F.dropout(y, 0.5, training=True)
+
+    x = torch.randn(2, 8, 2, 2, dtype=dtype).contiguous(memory_format=torch.channels_last)
+    torch.manual_seed(1)
+    expected = f(x)
+    torch.manual_seed(1)
+    actual = thunder.jit(f)(x)
+    assert actual[:2] == expected[:2]
+    assert torch.equal(actual[2], expected[2]) and torch.equal(actual[3], expected[3])
+
+
 @pytest.mark.parametrize("layout", ["transposed", "channels_last"])
 @pytest.mark.parametrize("info", [info for info in OPINFOS if not info.requires_cuda], ids=lambda info: info.name)
 def test_op_output_layouts_follow_eager(info: OpInfo, layout):

@@ -91,12 +91,12 @@ def suggested_by_the_input(shape, out, args, kwargs):
 
 @rule(torch.conv1d, torch.conv2d, F.conv1d, F.conv2d)
 def convolution(shape, out, args, kwargs):
-    """CPU convolutions of float tensors (oneDNN) are channels-last where the input or the weight suggests it, else
-    contiguous; a 1-D one is run as 2-D on the weight unsqueezed (and the input made contiguous); an unbatched one as a
-    batch of one."""
+    """CPU convolutions of float tensors (oneDNN; float64's kernels alike) are channels-last where the input or the
+    weight suggests it, else contiguous; a 1-D one is run as 2-D on the weight unsqueezed (and the input made
+    contiguous); an unbatched one as a batch of one."""
     x, w = args[0], args[1] if len(args) > 1 else kwargs.get("weight")
     if out.device.type != "cpu" or not isinstance(w, torch.Tensor) or w.dim() not in (3, 4) or x.dtype not in (
-            torch.float32, torch.bfloat16, torch.float16):
+            torch.float32, torch.bfloat16, torch.float16, torch.float64):
         return None
     if len(shape) == w.dim() - 1:  # unbatched
         batched = convolution((1,) + shape, out, (x.unsqueeze(0), w, *args[2:]), kwargs)
@@ -182,3 +182,32 @@ def _index_strides(shape, x, key):
 
 def _int_list(k) -> bool:
     return type(k) is list and len(k) > 0 and all(type(v) is int for v in k)
+
+
+@rule(F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention)
+def attention(shape, out, args, kwargs):
+    """CPU attention: where torch picks its flash kernel, the result is laid out as ``empty_like`` lays out the query
+    (chunks of a permuted projection, timm's CPUBone: heads before positions in memory), where the meta kernel's is
+    contiguous. The choice reads the operands' shapes, strides and dtypes: asked of uninitialized CPU tensors laid
+    out as them (the meta device picks otherwise)."""
+    if out.device.type != "cpu":
+        return None
+    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal")
+    bound = dict(zip(names, args)) | {k: v for k, v in kwargs.items() if k in names + ("scale", "enable_gqa")}
+    q = bound.get("query")
+    if not isinstance(q, torch.Tensor) or any(isinstance(x, torch.Tensor) and any(
+            type(s) is not int for s in x.shape) for x in bound.values()):
+        return None
+
+    def real(x):
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype) if isinstance(x, torch.Tensor) else x
+
+    try:
+        choice = torch._fused_sdp_choice(*(real(bound.get(n)) for n in ("query", "key", "value", "attn_mask")),
+                                         bound.get("dropout_p", 0.0), bound.get("is_causal", False),
+                                         scale=bound.get("scale"), enable_gqa=bound.get("enable_gqa", False))
+    except Exception:  # noqa: BLE001 - operands eager rejects: the meta kernel's error
+        return None
+    if choice != int(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
+        return None
+    return tuple(torch.empty_like(q).stride())
