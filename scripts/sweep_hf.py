@@ -1,7 +1,8 @@
 """Sweeps Hugging Face transformers' model types that tests/test_hf_models.py does not cover: each gets a tiny
 random config (the overrides below that its config class knows), one forward and backward eagerly and under
-thunder.jit, and a verdict: BITWISE, CLOSE (within 1e-4 relative), WRONG, ERROR (thunder raised), EAGERFAIL (eager
-raised: a config this sweep cannot make), TIMEOUT.
+thunder.jit, and a verdict: BITWISE, COMPILED (bit for bit eager's results with torch.compiler.is_compiling()
+reporting True, as while thunder traces: the model's compile path computes otherwise), CLOSE (within 1e-4 relative),
+WRONG, ERROR (thunder raised), EAGERFAIL (eager raised: a config this sweep cannot make), TIMEOUT.
 
     python scripts/sweep_hf.py causal              # AutoModelForCausalLM types
     python scripts/sweep_hf.py masked              # AutoModelForMaskedLM types
@@ -104,6 +105,25 @@ def _build_and_run(model_type: str, auto: str, tiny: dict):
     return model, inputs, _run(model, inputs, jit=False)
 
 
+def _bitwise_with_the_compile_path(model, inputs, jitted) -> bool:
+    """Whether thunder's results are bit for bit eager's with ``torch.compiler.is_compiling()`` reporting True, as it
+    does while thunder traces (README, "Library code sees that it is being compiled"): the model's compile path is
+    another program (T5's all-zero mask, Doge's causal mask, a mask for grouped-query attention)."""
+    import torch.compiler
+
+    saved = torch.compiler._is_compiling_flag
+    torch.compiler._is_compiling_flag = True
+    try:
+        loss, logits, grads = _run(model, inputs, jit=False)
+    except Exception:  # noqa: BLE001
+        return False
+    finally:
+        torch.compiler._is_compiling_flag = saved
+    j_loss, j_logits, j_grads = jitted
+    return set(grads) == set(j_grads) and bit_for_bit(loss, j_loss) and bit_for_bit(logits, j_logits) and all(
+        bit_for_bit(grads[n], j_grads[n]) for n in grads)
+
+
 def _as_close_to_float64_as_eager(model, inputs, eager, jitted) -> bool:
     """Whether thunder's results are within a few times eager's distance from eager's results in float64 (fused
     kernels round otherwise: a model whose gradients amplify rounding differs from float32 eager by more than the
@@ -141,6 +161,8 @@ def sweep_one(model_type: str, auto: str) -> tuple[str, str]:
     differ = [n for n in grads if not bit_for_bit(grads[n], j_grads[n])]
     if bit_for_bit(loss, j_loss) and bit_for_bit(logits, j_logits) and not differ:
         return "BITWISE", ""
+    if not EXECUTORS and _bitwise_with_the_compile_path(model, inputs, (j_loss, j_logits, j_grads)):
+        return "COMPILED", f"bitwise with eager on the model's compile path, {len(differ)} gradients differ from plain eager's"
     close = torch.allclose(loss, j_loss, rtol=1e-4, atol=1e-5) and torch.allclose(logits, j_logits, rtol=1e-4, atol=1e-5) \
         and all(torch.allclose(grads[n], j_grads[n], rtol=1e-3, atol=1e-5) for n in grads)
     diff = max([(grads[n] - j_grads[n]).abs().max().item() for n in differ] + [(logits - j_logits).abs().max().item()])

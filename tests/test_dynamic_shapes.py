@@ -106,6 +106,14 @@ def _coalesce_index(edge_index):
     return idx
 
 
+def _update_of_a_flatten_of_nested_selections(x):
+    t = torch.cat([_rows(_rows(x)), x])
+    flat = t.flatten()
+    flat.masked_fill_(flat > 0, 2.0)
+    t.relu_()
+    return flat, t
+
+
 CASES = {
     "nonzero": (lambda x: torch.nonzero(x > 0), _randn(6, 3), False),
     "nonzero_as_tuple": (lambda x: torch.nonzero(x > 0, as_tuple=True), _randn(6, 3), False),
@@ -184,6 +192,11 @@ CASES = {
     # the training forward the re-traced op's fresh extent (once read under the original name: generated program 17601)
     "reduction_of_a_fallback_result": (lambda x: (lambda d: d * torch.argmin(d))(torch.diff(_rows(x), dim=0)),
                                        _randn(8, 3), True),
+    # generated program 25697: the rows of a selection of selected rows, concatenated: whether the flatten is a view
+    # was asked for values of the selection's extent alone, and the layout of the cat also depends on the first one;
+    # no value answered, the flatten was taken for a copy and missed the update (so did the cat)
+    "update_of_a_flatten_of_a_cat_of_nested_selections": (_update_of_a_flatten_of_nested_selections, _randn(6, 3),
+                                                          False),
 }
 
 

@@ -602,6 +602,49 @@ def test_inplace_on_expanded_view_raises_as_eager():
         thunder.jit(f)(x)
 
 
+# fuzz 20062: an update of a view of an expanded tensor that is itself free of shared elements (``t[-1]`` of
+# ``y.expand(4, 3)``) runs in eager and reaches every element sharing memory with those written; thunder refuses
+# it, as it refuses updates of such tensors themselves (``fill_`` and ``zero_`` of them run in eager too), where it
+# failed in its own run-time copy before, with eager's words for an update eager does not refuse
+_EXPANDED_UPDATES = {
+    "row_of_expanded_intermediate": (lambda y: y.expand(4, 3).__getitem__(-1).add_(0.25), (1, 3), False),
+    "row_of_expanded_unsqueezed": (lambda y: y.unsqueeze(0).expand(4, 3)[-1].mul_(2), (3,), False),
+    "element_of_3d_expansion": (lambda y: y.expand(2, 4, 3)[1, -1].add_(1), (1, 3), False),
+    "row_of_expanded_input": (lambda x: x[-1].add_(0.25), (1, 3), True),
+    "fill_of_expanded_input": (lambda x: x.fill_(2.0), (1, 3), True),
+    "zero_of_expanded_input": (lambda x: x.zero_(), (1, 3), True),
+}
+
+
+@pytest.mark.parametrize("case", list(_EXPANDED_UPDATES))
+def test_update_reaching_shared_elements_of_an_expanded_tensor_is_refused(case):
+    update, shape, expand_input = _EXPANDED_UPDATES[case]
+
+    def f(y):
+        update(y)
+        return y * 1
+
+    def make():
+        return torch.randn(shape).expand(4, 3) if expand_input else torch.randn(shape)
+
+    f(make())  # eager runs it
+    with pytest.raises(NotImplementedError, match="more than one element of that tensor refers to a single memory"):
+        thunder.jit(f)(make())
+
+
+def test_expanded_input_after_a_dense_one_is_refused_not_miscomputed():
+    def f(x):
+        x[-1] += 0.25
+        return x * 2
+
+    jf = thunder.jit(f)
+    x = torch.randn(4, 3)
+    expected = f(x.clone())
+    torch.testing.assert_close(jf(x), expected, rtol=0, atol=0)
+    with pytest.raises(NotImplementedError, match="more than one element of that tensor refers to a single memory"):
+        jf(torch.randn(1, 3).expand(4, 3))  # the cached trace is not reused: its run-time check misses
+
+
 def _no_grad_view_program(update, use, *, detach=False, update_in_no_grad=False, view_of_view=False):
     def program(x):
         b = x * 2

@@ -28,7 +28,7 @@ from torch.overrides import TorchFunctionMode
 
 from thunder.core import prims, pytree
 from thunder.driver import python_state, tensor_queries
-from thunder.driver.functionalization import Aliases, ViewStep, view_chain
+from thunder.driver.functionalization import EXPANDED_UPDATE, Aliases, ViewStep, view_chain
 from thunder.driver.interpreter import InterpreterError
 from thunder.driver.layouts import Layouts, UnknownLayout, contiguous_strides
 from thunder.driver.outputs import flatten_output
@@ -717,6 +717,12 @@ class Tracer:
             new = convert(new, target.dtype)
         view = self.aliases.view_of(proxy)
         root = view.root if view is not None else self.aliases.key(proxy)
+        # eager refuses most such updates (x.expand(4, 3).add_(1)), not all (fill_, zero_, masked_fill_)
+        if self._shares_elements(target):
+            raise NotImplementedError(EXPANDED_UPDATE.format(what=target.name))
+        base = self.aliases.originals.get(root)
+        if base is not None and base is not target and self._shares_elements(base):
+            raise NotImplementedError(EXPANDED_UPDATE.format(what=f"a view of {base.name}"))
         grad_recorded = torch.is_grad_enabled() and not no_grad
         if grad_recorded and self.aliases.taken_in_no_grad_mode(proxy):
             raise RuntimeError(_NO_GRAD_VIEW_UPDATED)
@@ -752,6 +758,13 @@ class Tracer:
         if new is not root and tuple(new.shape) == tuple(root.shape) and self._laid_out_otherwise(new, root):
             new = _relaid(new, root)
         return new
+
+    def _shares_elements(self, proxy) -> bool:
+        """Whether elements of ``proxy`` share memory (an expanded tensor's), as far as its layout is known."""
+        try:
+            return torch._debug_has_internal_overlap(self.layouts.peek(proxy)) == 1
+        except UnknownLayout:
+            return False
 
     def _laid_out_otherwise(self, new, target, unknown: bool = False) -> bool:
         """Whether ``new``, computed out of place, is laid out otherwise than the tensor it updates in place, which

@@ -113,8 +113,10 @@ def _replay(bsym, base):
     return bsym.sym(base, *bsym.args[1:], **bsym.kwargs)
 
 
-_OVERLAP = ("unsupported operation: more than one element of the written-to tensor refers to a single memory "
-            "location. Please clone() the tensor before performing the operation.")
+EXPANDED_UPDATE = ("thunder cannot update {what} in place: more than one element of that tensor refers to a single memory "
+                   "location (stride 0 in a dimension of more than one element, as `expand` gives), and eager's update "
+                   "of one element reaches every element sharing its memory, which thunder does not model. Update a "
+                   "clone() of it (or of the tensor before `expand`) instead")
 
 
 def _inverse(bsym, base, value):
@@ -125,8 +127,8 @@ def _inverse(bsym, base, value):
     if name in ("reshape", "squeeze", "shallow_copy", "in_layout"):
         return shapes.reshape(value, tuple(base.shape)) if tuple(value.shape) != tuple(base.shape) else value
     if name == "broadcast_in_dim":
-        if value.numel() != base.numel():
-            raise RuntimeError(_OVERLAP)
+        if value.numel() != base.numel():  # a view of an expanded tensor updated (the tensor itself: see Tracer.inplace)
+            raise NotImplementedError(EXPANDED_UPDATE.format(what="a view of an expanded tensor"))
         return shapes.reshape(value, tuple(base.shape))
     if name == "transpose":
         perm = bsym.args[1]

@@ -331,6 +331,14 @@ class Layouts:
                 names = sorted(self._upstream_roots(tree_leaves((args, kwargs))))
                 if not names:
                     return {False}
+        answers = self._tried(names, fn, args, kwargs, out_index, base, same)
+        if not answers:  # the layout of an argument depends on other extents upstream (``cat([x[m][m2], x])``)
+            upstream = sorted(self._upstream_roots(tree_leaves((args, kwargs))))
+            if upstream != names:
+                answers = self._tried(upstream, fn, args, kwargs, out_index, base, same)
+        return answers
+
+    def _tried(self, names, fn, args, kwargs, out_index: int, base: TensorProxy, same: bool) -> set:
         trials = [dict(zip(names, itertools.count(11, 2)))] + [dict.fromkeys(names, v) for v in (0, 1, 2)]
         answers = set()
         for trial in trials:

@@ -331,7 +331,7 @@ class PrologueBuilder:
             return
         args = tuple(p for p, src in by_name.values() if isinstance(src, frontend.ArgSource))
         updated_args = tuple(p for p in args if p.name in updated)
-        if updated_args and len(args) > 1:
+        if updated_args:
             self._emit(st.check_unshared, updated_args, args)
 
     # -- state ------------------------------------------------------------------------------

@@ -13,6 +13,8 @@ import weakref as _weakref
 import torch
 from torch.nn.modules import module as _module_module
 
+_has_internal_overlap = torch._debug_has_internal_overlap  # 1: elements that share memory
+
 from thunder.core.codeutils import flat_proxies
 from thunder.extend import OperatorExecutor, register_executor
 
@@ -49,8 +51,11 @@ def check_distinct(tensors: tuple):
 
 
 def check_unshared(updated: tuple, tensors: tuple):
-    """Tensor arguments the trace updates in place share no memory with the other tensor arguments."""
+    """Tensor arguments the trace updates in place share no memory with the other tensor arguments, nor their
+    elements with each other (an expanded tensor's, which tracing refuses to update)."""
     for u in updated:
+        if _has_internal_overlap(u) == 1:
+            raise CacheMiss
         ptr = u.untyped_storage().data_ptr()
         for t in tensors:
             if t is not u and t.untyped_storage().data_ptr() == ptr and ptr:
