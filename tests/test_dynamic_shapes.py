@@ -545,3 +545,24 @@ def test_batch_norm_of_selected_rows_as_eager_whatever_their_count(training):
             results.append((out, rm, rv, *torch.autograd.grad(out.sum(), (w, b))))
         for e, a in zip(*results):
             assert e.shape == a.shape and torch.equal(e, a), (threshold, e, a)
+
+
+@pytest.mark.parametrize("update", ["masked_fill_", "mul_"])
+def test_an_update_of_permuted_selected_rows_keeps_their_layout(update):
+    """Generated program 43052: rows selected from a permuted tensor keep its layout in eager, and so does their
+    in-place update; thunder computes the update out of place (``masked_fill`` writes a contiguous result) and, the
+    layout being unknown while tracing (a run-time extent), lays the result out as the rows when it runs."""
+    def f(x):
+        rows = x[x.flatten(1).sum(1) > 0] * 2
+        if update == "masked_fill_":
+            rows.masked_fill_(rows > 0, 0.5)
+        else:
+            rows.mul_(3)
+        return rows
+
+    jf = thunder.jit(f)
+    for seed in (0, 1):
+        x = torch.randn(6, 4, 2, 3, generator=torch.Generator().manual_seed(seed)).mT
+        expected, actual = f(x), jf(x)
+        assert torch.equal(actual, expected)
+        assert actual.stride() == expected.stride(), (actual.stride(), expected.stride())

@@ -807,7 +807,8 @@ def _same(a, b):
         return a is b
     return (a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride() and a.requires_grad == b.requires_grad
             and torch.equal(a.detach().isnan(), b.detach().isnan())
-            and torch.equal(a.detach().nan_to_num(), b.detach().nan_to_num()))
+            and torch.equal(a.detach().nan_to_num(), b.detach().nan_to_num())
+            and (not a.is_floating_point() or torch.equal(a.detach().signbit(), b.detach().signbit())))
 
 
 def _cat_of_one(x):
@@ -881,6 +882,12 @@ def _transposed_view_updated_then_base_read(x):
     t = x.transpose(0, -1)
     t.masked_fill_(t > 0, 5.0)  # masked_fill's result is contiguous: x's new value keeps x's layout, as in eager
     return x * 1
+
+
+def _linear_of_a_transposed_view_updated(x):
+    t = x.transpose(0, -1)
+    t.relu_()
+    return F.linear(t, torch.linspace(-1, 1, 5).reshape(5, 1)), t
 
 
 def _max_of_a_tensor_with_nan(x):
@@ -987,6 +994,11 @@ _FOUND = {
        for name, make in (("transposed", lambda: [torch.randn(3, 4, 4, requires_grad=True).mT]),
                           ("channels_last", lambda: [torch.randn(2, 3, 4, 4).to(
                               memory_format=torch.channels_last).requires_grad_()]))},
+    # nn fuzz 20215: relu of a (3, 1, 1) transposed view is laid out (1, 1, 1) by the CPU kernel, (1, 3, 3) by its
+    # meta kernel: the updated input was taken to keep its layout, and the linear layer of the view then took
+    # another path than eager's (-0.0 for 0.0)
+    "linear_of_a_transposed_view_updated_in_place": (_linear_of_a_transposed_view_updated,
+                                                     lambda: [torch.randn(1, 1, 3)], False),
     "returns_the_updated_input": (_returns_the_updated_input,
                                   lambda: [torch.randn(1, dtype=torch.float64, requires_grad=True),
                                            torch.randn(2, 2, requires_grad=True) * 1], True),

@@ -733,7 +733,7 @@ class Tracer:
         elif target.requires_grad:
             with torch.no_grad():
                 new = detached_update(target, new)
-        if (view is None or not view.read_back) and self._laid_out_otherwise(new, target, unknown=view is not None):
+        if (view is None or not view.read_back) and self._laid_out_otherwise(new, target, unknown=True):
             new = _relaid(new, target)
         self.aliases.update(proxy, new, retake=retake)
         return original
@@ -771,7 +771,9 @@ class Tracer:
         keeps its memory in eager: with gaps (a strided slice of the caller's memory), or other strides of size-one
         dims (which decide matmul's path). Its new value is then laid out as it (see laid_out_as, which reads the
         layout of each call: nothing to check in the prologue). Where the layouts cannot be computed (run-time
-        extents), ``unknown``: true for a view, which may have gaps (``x[m][::2].detach()``)."""
+        extents), ``unknown``: true for an update, whose new value laid_out_as then copies where the layouts differ
+        when it runs (a view's may have gaps, ``x[m][::2].detach()``; an out-of-place ``masked_fill`` of a permuted
+        ``x[m]`` is contiguous: generated program 43052)."""
         if target.ndim == 0:
             return False
         try:
@@ -779,8 +781,10 @@ class Tracer:
             laid_out = target_meta.stride()
             if not is_non_overlapping_and_dense_or_false(target_meta):
                 return True
-            if 1 in tuple(target.shape) and laid_out != contiguous_strides(target.shape):
-                return True  # strides of size-one dims: torch's meta kernels do not always give the CPU kernels' ones
+            if 1 in tuple(target.shape) and target.ndim > 1:
+                # strides of size-one dims: torch's meta kernels do not always give the CPU kernels' ones (relu of a
+                # (3, 1, 1) transposed view: (1, 3, 3) on meta, (1, 1, 1) on the CPU; generated program 20215)
+                return True
             producer = self._producer(new)
             return producer is not None and self.layouts.replayed(new, *producer).stride() != laid_out
         except UnknownLayout:
@@ -933,6 +937,8 @@ class Tracer:
     def _unrecorded_update(self, key: str) -> bool:
         """Whether the input ``key`` requires grad and its new value is one autograd does not record (detached_update)."""
         bsym = self._producing_bsym(self.aliases.current.get(key))
+        while bsym is not None and bsym.sym.name == "laid_out_as":  # the value, laid out as the input
+            bsym = self._producing_bsym(bsym.args[0])
         return self.input_names[key].requires_grad and bsym is not None and bsym.sym.name == "detached_update"
 
     # -- questions about tensors (see thunder/driver/tensor_queries.py) ----------------------------

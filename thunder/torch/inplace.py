@@ -112,6 +112,8 @@ def zero_value(a):
 
 
 def _laid_out_as_impl(value, like):
+    if value.stride() == like.stride() and value is not like:  # laid out so already (asked where unknown when traced)
+        return value
     return torch.empty_strided(like.shape, like.stride(), dtype=value.dtype, device=value.device).copy_(value)
 
 
