@@ -756,12 +756,20 @@ def _an_expanded_reduction(x):  # zero strides no kernel writes: expanded after 
     return t.expand(3), torch.nonzero(t), x.amax().expand(2, 2), x.sin().sum(0).unsqueeze(0).expand(2, 4)
 
 
+def _a_detached_tensor_updated(x):  # the update's value is a detach of it: one memory (seed nn 3878)
+    t = -x
+    d = t.detach()
+    d.add_(x)
+    return d, t
+
+
 @requires_compiler
 @pytest.mark.parametrize("fn,integers,grad", [
     (fn, False, grad) for fn in (_views_of_a_returned_value, _views_of_an_input_through_views, _two_views_of_one_value,
                                  _two_views_of_a_transposed_value,
                                  _one_of_split_returned, _a_view_returned_of_a_view_inside,
-                                 _views_taken_again_after_an_update, _a_reduction_over_nothing, _an_expanded_reduction)
+                                 _views_taken_again_after_an_update, _a_reduction_over_nothing, _an_expanded_reduction,
+                                 _a_detached_tensor_updated)
     for grad in (False, True)] + [(_a_view_of_a_copy, True, False)],
     ids=lambda v: getattr(v, "__name__", str(v)))
 def test_outputs_share_memory_as_in_eager(fn, integers, grad):

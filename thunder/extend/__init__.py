@@ -370,7 +370,7 @@ def _memory_seen(bsyms, returned) -> frozenset:
     seen = set(returned)
     for b in reversed(bsyms):
         if any(o.name in seen for o in b.flat_outs if isinstance(o, TensorProxy)) and _may_view(b):
-            base = next((a for a in b.flat_args if isinstance(a, TensorProxy)), None)
+            base = _viewed(b)
             if base is not None:
                 seen.add(base.name)
     return frozenset(seen)
@@ -391,7 +391,7 @@ def _returned_views_taken_out(members, used_later, seen, returned, laid_out_as_e
     through: dict = {}  # name of a view -> ((base name, member), ...): the views it is taken through, from its root
     for m in members:
         outs = [o for o in m.flat_outs if isinstance(o, TensorProxy)]
-        base = next((a for a in m.flat_args if isinstance(a, TensorProxy)), None)
+        base = _viewed(m)
         if base is not None and outs and _may_view(m):
             for o in outs:
                 through[o.name] = (*through.get(base.name, ()), (base.name, m))
@@ -478,11 +478,19 @@ def _may_view(bsym) -> bool:
     return _a_view_in_eager(bsym) or bsym.sym.name in MAYBE_VIEWS
 
 
+def _viewed(bsym) -> TensorProxy | None:
+    """The tensor whose memory a view operation's output shares: its first tensor argument, but the new value that
+    ``detached_update(old, new)`` detaches."""
+    if bsym.sym.name == "detached_update":
+        return bsym.args[1] if isinstance(bsym.args[1], TensorProxy) else None
+    return next((a for a in bsym.flat_args if isinstance(a, TensorProxy)), None)
+
+
 def _a_view_in_eager(bsym) -> bool:
     """Whether eager's operation returns (or may return) a view of its input, or the input itself: a view symbol,
-    indexing by basic indices (``sym.is_view`` decides from the arguments), ``detach``, an operation tagged
-    ``RETURNS_INPUT``."""
-    if is_view(bsym) or bsym.sym.name in ("detach", "data") or Tag.RETURNS_INPUT in bsym.tags:
+    indexing by basic indices (``sym.is_view`` decides from the arguments), ``detach``, the new value of an update
+    autograd does not record (``detached_update``: a ``detach`` of it), an operation tagged ``RETURNS_INPUT``."""
+    if is_view(bsym) or bsym.sym.name in ("detach", "data", "detached_update") or Tag.RETURNS_INPUT in bsym.tags:
         return True
     decide = getattr(bsym.sym, "is_view", False)
     if callable(decide):
