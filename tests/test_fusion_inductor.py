@@ -1483,3 +1483,16 @@ def test_as_strided_beyond_its_input_laid_out_otherwise_is_an_error():
     assert torch.equal(thunder.jit(_as_strided_beyond_its_input)(s), _as_strided_beyond_its_input(s))  # unfused
     with pytest.raises(RuntimeError, match="as_strided reads memory outside its input"):
         thunder.jit(_as_strided_beyond_its_input, executors=FUSED)(s)
+
+
+@requires_compiler
+def test_a_numbers_power_of_a_tensor_in_a_region():
+    """``10000 ** t`` (timm's EdgeNeXt positional encoding): the check whether a region may return a power as its
+    input compared the tensor exponent with 1, which thunder's proxies refuse."""
+    def f(x):
+        d = torch.arange(8, dtype=torch.float32)
+        return (x / 10000 ** (2 * (d // 2) / 8)).sin(), x ** 1
+
+    x = torch.randn(3, 8)
+    for a, e in zip(thunder.jit(f, executors=FUSED)(x), f(x)):
+        torch.testing.assert_close(a, e)

@@ -525,7 +525,8 @@ def _may_return_its_input(p, first: TensorProxy) -> bool:
         return all(c == 0 for config in p.args[2] for c in config)
     if name in ("floor", "ceil", "round", "trunc"):
         return not dtypes.is_inexact(first.dtype)
-    return name == "pow" and p.args[1] == 1
+    # (a number's power of a tensor, ``10000 ** t``, is no identity: its exponent is the tensor, never compared)
+    return name == "pow" and p.args[0] is first and type(p.args[1]) in (int, float) and p.args[1] == 1
 
 
 def _copying_shared_memory(fn, positions: tuple):
