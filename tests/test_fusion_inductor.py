@@ -1496,3 +1496,21 @@ def test_a_numbers_power_of_a_tensor_in_a_region():
     x = torch.randn(3, 8)
     for a, e in zip(thunder.jit(f, executors=FUSED)(x), f(x)):
         torch.testing.assert_close(a, e)
+
+
+@requires_compiler
+@pytest.mark.parametrize("grad", [False, True])
+def test_a_value_handed_to_an_unfused_operation_is_written_as_eager_lays_it_out(grad):
+    """Generated program 5510 (fused): eager's out-of-place ``masked_fill`` of a transposed tensor is contiguous, and
+    the rows a mask selects from it follow its layout; the region wrote it transposed, as its input, so the selected
+    rows (and what is computed from them) were laid out otherwise than eager's. A region's output that an operation
+    outside regions reads is now written as eager lays it out, in a training forward too."""
+    def f(x):
+        t = x.masked_fill(x <= 2.0, 2.0)
+        rows = t[t.flatten(1).sum(1) > 0]
+        return rows[1:] - rows[:-1]
+
+    x = torch.randn(3, 2, 3, requires_grad=grad).mT * 1
+    expected, actual = f(x), thunder.jit(f, executors=FUSED)(x)
+    torch.testing.assert_close(actual, expected)
+    assert actual.stride() == expected.stride()

@@ -259,13 +259,14 @@ class FusionExecutor(Executor):
             bases = {a.name: a for m in after for a in m.flat_args if isinstance(a, TensorProxy) and a.name in made}
             pinned = {name: st for name, a in bases.items() if (st := eager_strides(a)) is not None}
             out[at] = [self._fuse(prims_, later, f"{self.fusion_name}{n}", _dense(at, used_later, readers),
-                                  donatable if self.reuses_inputs else {}, trace.eager_layouts, members, lazy, pinned),
+                                  donatable if self.reuses_inputs else {}, trace.eager_layouts, members, lazy, pinned,
+                                  _handed_on(at, readers)),
                        *after]
         new = trace.from_trace([b for item in out for b in (item if isinstance(item, list) else (item,))])
         return new.set_provenance(f"Fusion ({self.name})", start)
 
     def _fuse(self, prims_, used_later, name, dense=frozenset(), donatable=None, eager_layouts=None,
-              members=(), lazy=frozenset(), pinned=None):
+              members=(), lazy=frozenset(), pinned=None, handed_on=frozenset()):
         from thunder.core.trace import TraceCtx
         from thunder.executors.regions import region_interface
 
@@ -280,8 +281,9 @@ class FusionExecutor(Executor):
         if self.wants_input_layouts and any(layout_hint(a) is not None for a in inputs if isinstance(a, TensorProxy)):
             hints["input_layouts"] = tuple(layout_hint(a) if isinstance(a, TensorProxy) else None for a in inputs)
         if self.keeps_eager_output_layouts and eager_layouts is not None:
-            eager = tuple((eager_layouts.strides(o) or (pinned or {}).get(o.name)) if isinstance(o, TensorProxy)
-                          else None for o in outputs)
+            eager = tuple((eager_layouts.strides(o) or (pinned or {}).get(o.name)
+                           or (eager_layouts.value_strides(o) if o.name in handed_on else None))
+                          if isinstance(o, TensorProxy) else None for o in outputs)
             if any(st is not None for st in eager):
                 hints["output_layouts"] = eager
         maybe_lazy = tuple(i for i, a in enumerate(inputs) if isinstance(a, TensorProxy) and a.name in lazy)
@@ -313,7 +315,8 @@ def _lay_out(groups, fused: set) -> tuple[list, list]:
 
 def _readers(trace, out, regions, ex) -> tuple[dict, dict]:
     """For each region's position, the names read at or after it; for each name, (position, kind) of each
-    reader, kind "region", "dense" (``ex.wants_dense_input``) or "other"."""
+    reader, kind "region", "dense" (``ex.wants_dense_input``), "returned" (by the trace: to the caller, or saved for
+    the backward) or "other"."""
     consumed_after = set()
     region_at = {at: prims_ for at, _, prims_, _ in regions}
     used_later, readers = {}, {}
@@ -322,7 +325,8 @@ def _readers(trace, out, regions, ex) -> tuple[dict, dict]:
             used_later[k] = frozenset(consumed_after)
         for b in region_at.get(k, None) or (out[k],):
             consumed_after.update(a.name for a in b.flat_args)
-            kind = "region" if k in region_at else "dense" if ex.wants_dense_input(b) else "other"
+            kind = ("region" if k in region_at else "dense" if ex.wants_dense_input(b)
+                    else "returned" if b.sym is python_return else "other")
             layout_free = trace.layout_free_outputs if b.sym is python_return else frozenset()
             for a in b.flat_args:  # a value returned whose layout nothing depends on: as if a region read it
                 readers.setdefault(a.name, []).append((k, "region" if a.name in layout_free else kind))
@@ -334,6 +338,13 @@ def _dense(at, used_later, readers) -> frozenset:
     (and perhaps by other regions) and by nothing else."""
     return frozenset(name for name in used_later[at] if (kinds := {d for k, d in readers.get(name, ()) if k > at})
                      and "dense" in kinds and kinds <= {"dense", "region"})
+
+
+def _handed_on(at, readers) -> frozenset:
+    """The names that operations run outside regions after the region at ``at`` read (not only return): their
+    results follow the layout of what they read (``x[mask]``, a convolution), so the region writes those values as
+    eager lays them out."""
+    return frozenset(name for name, by in readers.items() if any(k > at and d == "other" for k, d in by))
 
 
 _REDUCTIONS = frozenset({"sum", "prod", "amax", "amin", "var", "var_mean", "argmax", "argmin", "cumsum"})
