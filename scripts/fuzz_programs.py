@@ -78,7 +78,7 @@ def main():
             if not args.quiet:
                 print(f"seed {seed}: {res.kind}: {first[:200]}", flush=True)
             with open(os.path.join(args.out, f"{res.kind}_{seed}.py"), "w") as f:
-                f.write(prog.repro())
+                f.write(prog.repro(executors=["inductor", "torch"] if args.fused else None))
                 f.write('\n"""\n' + res.kind + "\n" + res.detail.replace('"""', "'''") + '\n"""\n')
     dt = time.time() - t0
     faulthandler.disable()
