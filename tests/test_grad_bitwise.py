@@ -58,6 +58,9 @@ ELEMENTWISE = {
     "cross_entropy-label-smoothing": lambda x: F.cross_entropy(x, torch.arange(16) % 8, label_smoothing=0.1),
     # a selected element's gradient -0.0 (the cotangent's negative half times 0): eager writes it into zeros
     "max-dim": lambda x: torch.max(x, -1)[0] * 0.0, "min-dim-keepdim": lambda x: x.min(0, keepdim=True).values * 0.0,
+    # rolled back (generated program 33497: as a cat of slices, its pieces' zero-padded gradients were summed)
+    "roll-amin": lambda x: torch.amin(x.roll(1, 0), 0, keepdim=True), "roll-dims": lambda x: x.roll((3, -1), (0, 1)) * 0.0,
+    "roll-flat": lambda x: x.roll(5) * 0.0,
     "sum": lambda x: x.sum(-1), "mean": lambda x: x.mean(), "var": lambda x: x.var(-1), "softmax": lambda x: x.softmax(0),
     "rms_norm-weight": lambda x: F.rms_norm(x, (8,), torch.arange(1.0, 9.0).to(x.dtype)),
     "layer_norm-affine": lambda x: F.layer_norm(x, (8,), torch.arange(1.0, 9.0).to(x.dtype), torch.ones(8, dtype=x.dtype)),

@@ -653,6 +653,19 @@ def split_rule(a, split_size_or_sections, dim=0):
     return outs, backward
 
 
+# roll: eager's roll_backward rolls the gradient back; through the decomposition (a cat of two slices) each slice's
+# gradient would be a zero-padded copy of the whole, summed, which turns -0.0 into 0.0 (generated program 33497)
+@register_vjp(_shapes.roll)
+def roll_rule(a, shifts, dims=None):
+    out = _shapes.roll(a, shifts, dims)
+
+    def backward(g):
+        back = -shifts if isinstance(shifts, int) else tuple(-s for s in shifts)
+        return (_shapes.roll(g, back, dims), None, None)
+
+    return out, backward
+
+
 @register_vjp(_shapes.select)
 def select_rule(a, dim, index):
     """Selecting from a dimension of size 1 (``x[0]`` of a batch of one, ``unbind`` of such a dimension): eager's
