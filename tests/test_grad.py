@@ -608,3 +608,17 @@ def test_batch_norm_training_on_one_value_per_channel_raises_as_eager():
     for f in (fn, thunder.jit(fn)):
         with pytest.raises(ValueError, match="Expected more than 1 value per channel when training"):
             f(torch.randn(1, 2, 1))
+
+
+@pytest.mark.parametrize("fn,shape", [(lambda x: torch.mean(x, -1, keepdim=True).sgn(), ()),
+                                      (lambda x: (x.sgn() * 3).sum(0), (3,))], ids=["mean-sgn", "sgn-sum"])
+def test_a_zero_tensor_gradient_keeps_the_traced_dtype(fn, shape):
+    """``sgn``'s gradient is a ZeroTensor (torch's autograd computes it); divided by a number (a mean's gradient) it
+    came out float64 where the backward trace says float32 (generated program nn 45882). Eager's engine casts each
+    gradient to its input's dtype; thunder's backward now reads the ZeroTensor as zeros."""
+    x = torch.randn(shape, requires_grad=True)
+    jf = thunder.jit(fn, transforms=[CheckMetadata()])
+    out, expected = jf(x), fn(x)
+    (g,) = torch.autograd.grad(out, x, torch.ones_like(out))
+    (e,) = torch.autograd.grad(expected, x, torch.ones_like(expected))
+    assert g.dtype == e.dtype and torch.equal(g, e)

@@ -97,7 +97,9 @@ def torch_autograd_backward(graph, *cotangents, sums=None):
         result = [torch.zeros_like(i) if s is None else s for i, s in zip(graph.inputs, sums or [None] * len(graph.inputs))]
     if not keep:
         graph.inputs = graph.outputs = None  # release the graph's saved tensors
-    return tuple(result)
+    # a ZeroTensor (sgn's gradient) computes other dtypes than the trace says (its division by a number is float64):
+    # eager's engine casts each gradient to its input's dtype, the operations of a backward trace would not
+    return tuple(torch.zeros_like(r) if isinstance(r, torch.Tensor) and r._is_zerotensor() else r for r in result)
 
 
 def _one_node_grads(graph, outs, grads):
