@@ -884,6 +884,13 @@ def _transposed_view_updated_then_base_read(x):
     return x * 1
 
 
+def _view_of_a_broadcast_result_updated(x, s, view):
+    t = x % s
+    v = view(t)
+    torch.exp_(v)
+    return v, t
+
+
 def _linear_of_a_transposed_view_updated(x):
     t = x.transpose(0, -1)
     t.relu_()
@@ -999,6 +1006,14 @@ _FOUND = {
     # another path than eager's (-0.0 for 0.0)
     "linear_of_a_transposed_view_updated_in_place": (_linear_of_a_transposed_view_updated,
                                                      lambda: [torch.randn(1, 1, 3)], False),
+    # generated programs 21527, 47961, 82940, 84675, ...: the gradient of a tensor a transposed view of which is
+    # updated in place comes laid out as the tensor (eager's CopySlices), and so sums a broadcast operand's part in the
+    # tensor's memory order; it came laid out as the view's gradient, transposed
+    **{f"broadcast_operand_of_a_{name}_view_updated_in_place": (
+        (lambda view: lambda x, s: _view_of_a_broadcast_result_updated(x, s, view))(view),
+        lambda: [torch.randn(4, 8, 6, requires_grad=True), torch.randn((), requires_grad=True)], True)
+       for name, view in (("transposed", lambda t: t.mT), ("permuted", lambda t: t.permute(2, 0, 1)),
+                          ("sliced_transposed", lambda t: t.mT[:, 1:]))},
     "returns_the_updated_input": (_returns_the_updated_input,
                                   lambda: [torch.randn(1, dtype=torch.float64, requires_grad=True),
                                            torch.randn(2, 2, requires_grad=True) * 1], True),

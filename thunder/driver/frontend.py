@@ -40,7 +40,8 @@ from thunder.core.trace import TraceCtx, tracectx
 from thunder.torch import TORCH_TO_SYMBOL
 from thunder.torch import shapes as ltorch_shapes
 from thunder.torch.fallback import fallback_symbol, describe, first_positional, inplace_call, inplace_fallback_symbol
-from thunder.torch.inplace import PlanKind, plan_for, detached_update, laid_out_as, view_update
+from thunder.torch.inplace import (PlanKind, plan_for, detached_update, laid_out_as, root_of_a_view_update,
+                                   view_update)
 from thunder.torch.registry import (Updates, has_number_proxy, number_values, property_key, takes_list_as_varargs,
                                     torch_positions)
 from thunder.torch.utils import convert
@@ -677,10 +678,32 @@ class Tracer:
                 and value.requires_grad):
             return value
         view = self.aliases.view_of(first)
+        if view is None or not view.read_back:
+            return value
+        if self._mark_root(view.root):  # the view taken again from the marked root, just taken or not
+            return self.aliases.retake(first)
         scope = self.trace._scopes[-1]
-        if view is None or not view.read_back or (scope and any(o is value for o in scope[-1].flat_outs)):
+        if scope and any(o is value for o in scope[-1].flat_outs):
             return value
         return self.aliases.retake(first)
+
+    def _mark_root(self, key: str) -> bool:
+        """Gives the root ``key`` of a view about to be updated the value ``root_of_a_view_update`` of its value: its
+        gradient, the update's part and its later uses' (the update reads the view taken again from it, and writes
+        the root's new value from it), is then laid out as its memory, as eager's. False where that layout is not
+        known while tracing."""
+        value = self.aliases.root_value(key)
+        if not value.requires_grad or value.ndim == 0:
+            return False
+        try:
+            strides = tuple(self.layouts.peek(self.aliases.originals.get(key, value)).stride())
+        except UnknownLayout:
+            return False
+        marked = self.call(root_of_a_view_update, (value, strides), {})
+        self.aliases.current[key] = marked
+        self.aliases.key_of[marked.name] = key
+        self.aliases.on_new_value(key, marked)
+        return True
 
     @staticmethod
     def _differentiated_narrower(self_value, new, args, kwargs, plan) -> bool:

@@ -188,6 +188,33 @@ def _register_view_update_rule():
 _register_view_update_rule()
 
 
+def _root_of_a_view_update_impl(a, strides):
+    return a.view_as(a)  # not ``a`` itself: a value of its own in the autograd graph, whose gradient the rule lays out
+
+
+@torchsymbol(name="root_of_a_view_update", torch_impl=_root_of_a_view_update_impl)
+def root_of_a_view_update(a, strides):
+    """``a``, a tensor a view of which an in-place operation is about to update (its memory laid out with
+    ``strides``): ``a`` itself, whose gradient from then on is laid out as its memory. Eager's autograd
+    (``CopySlices``) copies the gradient into a tensor laid out as the base, writes the view's part into it and passes
+    that on; the kernels reading it later (a sum for a broadcast operand) round by that layout."""
+    from thunder.core import prims
+
+    return prims.shallow_copy(a)
+
+
+def _register_root_of_a_view_update_rule():
+    from thunder.core import prims
+    from thunder.transforms.grad_rules import register_vjp
+
+    @register_vjp(root_of_a_view_update)
+    def rule(a, strides):
+        return root_of_a_view_update(a, strides), lambda g: (prims.in_layout(g, strides, 0, True), None)
+
+
+_register_root_of_a_view_update_rule()
+
+
 def _float_power_check(a, new):
     check(a.dtype is torch.float64 or a.dtype is torch.complex128,
           lambda: f"the base given to float_power_ has dtype {_dtype_name(a.dtype)} but the operation's result requires dtype "
