@@ -615,7 +615,8 @@ def test_batch_norm_training_on_one_value_per_channel_raises_as_eager():
 def test_a_zero_tensor_gradient_keeps_the_traced_dtype(fn, shape):
     """``sgn``'s gradient is a ZeroTensor (torch's autograd computes it); divided by a number (a mean's gradient) it
     came out float64 where the backward trace says float32 (generated program nn 45882). Eager's engine casts each
-    gradient to its input's dtype; thunder's backward now reads the ZeroTensor as zeros."""
+    gradient to its input's dtype; thunder's backward now reads a 0-dim ZeroTensor as zeros (others stay ZeroTensors:
+    ``test_gradient_bitwise[sgn-of-cos]``)."""
     x = torch.randn(shape, requires_grad=True)
     jf = thunder.jit(fn, transforms=[CheckMetadata()])
     out, expected = jf(x), fn(x)

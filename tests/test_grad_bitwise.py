@@ -61,6 +61,8 @@ ELEMENTWISE = {
     # rolled back (generated program 33497: as a cat of slices, its pieces' zero-padded gradients were summed)
     "roll-amin": lambda x: torch.amin(x.roll(1, 0), 0, keepdim=True), "roll-dims": lambda x: x.roll((3, -1), (0, 1)) * 0.0,
     "roll-flat": lambda x: x.roll(5) * 0.0,
+    # sgn's gradient is a ZeroTensor: the products after it stay zeros (0.0), never -0.0 (generated program nn 79552)
+    "sgn-of-cos": lambda x: (x * x).cos().sgn().exp(),
     "sum": lambda x: x.sum(-1), "mean": lambda x: x.mean(), "var": lambda x: x.var(-1), "softmax": lambda x: x.softmax(0),
     "rms_norm-weight": lambda x: F.rms_norm(x, (8,), torch.arange(1.0, 9.0).to(x.dtype)),
     "layer_norm-affine": lambda x: F.layer_norm(x, (8,), torch.arange(1.0, 9.0).to(x.dtype), torch.ones(8, dtype=x.dtype)),

@@ -97,9 +97,12 @@ def torch_autograd_backward(graph, *cotangents, sums=None):
         result = [torch.zeros_like(i) if s is None else s for i, s in zip(graph.inputs, sums or [None] * len(graph.inputs))]
     if not keep:
         graph.inputs = graph.outputs = None  # release the graph's saved tensors
-    # a ZeroTensor (sgn's gradient) computes other dtypes than the trace says (its division by a number is float64):
-    # eager's engine casts each gradient to its input's dtype, the operations of a backward trace would not
-    return tuple(torch.zeros_like(r) if isinstance(r, torch.Tensor) and r._is_zerotensor() else r for r in result)
+    # a 0-dim ZeroTensor (sgn's gradient) computes other dtypes than the trace says (times or divided by a Python
+    # float it is float64): eager's engine casts each gradient to its input's dtype, a backward trace's operations do
+    # not. Others stay ZeroTensors: the operations after them give zeros (0.0) as eager's do, where a product of
+    # materialized zeros and negative values would be -0.0
+    return tuple(torch.zeros_like(r) if isinstance(r, torch.Tensor) and r.ndim == 0 and r._is_zerotensor() else r
+                 for r in result)
 
 
 def _one_node_grads(graph, outs, grads):
