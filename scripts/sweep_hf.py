@@ -109,16 +109,15 @@ def _bitwise_with_the_compile_path(model, inputs, jitted) -> bool:
     """Whether thunder's results are bit for bit eager's with ``torch.compiler.is_compiling()`` reporting True, as it
     does while thunder traces (README, "Library code sees that it is being compiled"): the model's compile path is
     another program (T5's all-zero mask, Doge's causal mask, a mask for grouped-query attention)."""
-    import torch.compiler
+    from thunder.driver.frontend import _compiling_flag  # the flag thunder sets while it traces
 
-    saved = torch.compiler._is_compiling_flag
-    torch.compiler._is_compiling_flag = True
+    _compiling_flag.enter()
     try:
         loss, logits, grads = _run(model, inputs, jit=False)
     except Exception:  # noqa: BLE001
         return False
     finally:
-        torch.compiler._is_compiling_flag = saved
+        _compiling_flag.exit()
     j_loss, j_logits, j_grads = jitted
     return set(grads) == set(j_grads) and bit_for_bit(loss, j_loss) and bit_for_bit(logits, j_logits) and all(
         bit_for_bit(grads[n], j_grads[n]) for n in grads)

@@ -30,7 +30,7 @@ from thunder.core import prims, pytree
 from thunder.driver import python_state, tensor_queries
 from thunder.driver.functionalization import EXPANDED_UPDATE, Aliases, ViewStep, view_chain
 from thunder.driver.interpreter import InterpreterError
-from thunder.driver.layouts import Layouts, UnknownLayout, contiguous_strides
+from thunder.driver.layouts import Layouts, UnknownLayout
 from thunder.driver.outputs import flatten_output
 from thunder.core.proxies import TensorProxy, NumberProxy, SymbolicTensorProxy, set_eager_strides_provider
 from thunder.core.extents import same_shape
@@ -680,10 +680,9 @@ class Tracer:
         view = self.aliases.view_of(first)
         if view is None or not view.read_back:
             return value
-        if self._mark_root(view.root):  # the view taken again from the marked root, just taken or not
-            return self.aliases.retake(first)
         scope = self.trace._scopes[-1]
-        if scope and any(o is value for o in scope[-1].flat_outs):
+        # taken again from the marked root even where just taken; otherwise not then
+        if not self._mark_root(view.root) and scope and any(o is value for o in scope[-1].flat_outs):
             return value
         return self.aliases.retake(first)
 

@@ -242,6 +242,7 @@ class FusionExecutor(Executor):
             return eager.value_strides(p) if self.keeps_eager_output_layouts and eager is not None else None
 
         laid_out_as_eager = lambda p: eager_strides(p) is not None  # noqa: E731
+        last_other = _last_read_outside_regions(readers)
         for n, (at, members, prims_, _) in enumerate(regions):
             members, after = _returned_views_taken_out(members, used_later[at], seen, returned, laid_out_as_eager)
             if not members:  # views alone
@@ -260,13 +261,13 @@ class FusionExecutor(Executor):
             pinned = {name: st for name, a in bases.items() if (st := eager_strides(a)) is not None}
             out[at] = [self._fuse(prims_, later, f"{self.fusion_name}{n}", _dense(at, used_later, readers),
                                   donatable if self.reuses_inputs else {}, trace.eager_layouts, members, lazy, pinned,
-                                  _handed_on(at, readers)),
+                                  lambda name, at=at: last_other.get(name, -1) > at),
                        *after]
         new = trace.from_trace([b for item in out for b in (item if isinstance(item, list) else (item,))])
         return new.set_provenance(f"Fusion ({self.name})", start)
 
     def _fuse(self, prims_, used_later, name, dense=frozenset(), donatable=None, eager_layouts=None,
-              members=(), lazy=frozenset(), pinned=None, handed_on=frozenset()):
+              members=(), lazy=frozenset(), pinned=None, handed_on=lambda name: False):
         from thunder.core.trace import TraceCtx
         from thunder.executors.regions import region_interface
 
@@ -282,7 +283,7 @@ class FusionExecutor(Executor):
             hints["input_layouts"] = tuple(layout_hint(a) if isinstance(a, TensorProxy) else None for a in inputs)
         if self.keeps_eager_output_layouts and eager_layouts is not None:
             eager = tuple((eager_layouts.strides(o) or (pinned or {}).get(o.name)
-                           or (eager_layouts.value_strides(o) if o.name in handed_on else None))
+                           or (eager_layouts.value_strides(o) if handed_on(o.name) else None))
                           if isinstance(o, TensorProxy) else None for o in outputs)
             if any(st is not None for st in eager):
                 hints["output_layouts"] = eager
@@ -340,11 +341,11 @@ def _dense(at, used_later, readers) -> frozenset:
                      and "dense" in kinds and kinds <= {"dense", "region"})
 
 
-def _handed_on(at, readers) -> frozenset:
-    """The names that operations run outside regions after the region at ``at`` read (not only return): their
-    results follow the layout of what they read (``x[mask]``, a convolution), so the region writes those values as
-    eager lays them out."""
-    return frozenset(name for name, by in readers.items() if any(k > at and d == "other" for k, d in by))
+def _last_read_outside_regions(readers) -> dict:
+    """For each name an operation run outside regions reads (not only returns), the position of the last such
+    reader: its result follows the layout of what it reads (``x[mask]``, a convolution), so a region before it writes
+    that value as eager lays it out."""
+    return {name: max(k for k, d in by if d == "other") for name, by in readers.items() if any(d == "other" for _, d in by)}
 
 
 _REDUCTIONS = frozenset({"sum", "prod", "amax", "amin", "var", "var_mean", "argmax", "argmin", "cumsum"})
