@@ -389,12 +389,23 @@ def _with_eager_layouts(fn, eager: tuple):
         outs = list(fn(*args))
         for i, strides in eager:
             o = outs[i]
-            # a layout with gaps (a slice's): inductor keeps only the order of its strides, so the copy always
-            if _has_gaps(o.shape, strides) or any(n > 1 and a != b for n, a, b in zip(o.shape, o.stride(), strides)):
+            # a layout with gaps (a slice's): inductor keeps only the order of its strides, so the copy always; so
+            # too for a part of a buffer the region computes and does not return (inductor lays that buffer out as
+            # it likes: a column of a transposed value would come with the gaps of a row-major one)
+            if (_has_gaps(o.shape, strides) or _part_of_own_buffer(o, args, outs)
+                    or any(n > 1 and a != b for n, a, b in zip(o.shape, o.stride(), strides))):
                 outs[i] = torch.empty_strided(o.shape, strides, dtype=o.dtype, device=o.device).copy_(o)
         return tuple(outs)
 
     return laid_out
+
+
+def _part_of_own_buffer(t, args, outs) -> bool:
+    """Whether ``t`` views a part of a tensor that is none of ``args`` (nor what they view) and none of ``outs``."""
+    base = t._base
+    return (base is not None and t.numel() < base.numel()
+            and all(base is not a and base is not a._base for a in args if isinstance(a, torch.Tensor))
+            and all(base is not o for o in outs))
 
 
 def _has_gaps(shape, strides) -> bool:
