@@ -1204,6 +1204,38 @@ def test_a_region_reuses_an_input_only_when_nothing_else_can_see_it():
     assert not reused and intact
 
 
+def _cos_of_product(a, b, m):
+    return ((a @ b) + m).cos() * 3  # a @ b: made by the program, dies in the region
+
+
+@requires_compiler
+def test_a_kernel_failing_to_build_under_a_first_call_that_reuses_nothing_falls_back(monkeypatch):
+    """A region's first call with an input it may not reuse (held elsewhere) compiles the function that reuses
+    nothing, then waits for the kernels of both compilations: where one failed to build (inductor reports it then,
+    from its worker processes; a cache file left empty by a killed compilation does it too), the call runs with the
+    torch executor, not the compiled function whose kernel never came (fused generated program nn 4647)."""
+    from thunder.executors import inductor_compile
+
+    ex = InductorExecutor("inductor_kernel_fails")
+    a, b, m = torch.randn(7, 5), torch.randn(5, 7), torch.randn(7, 1)
+    jf = thunder.jit(_cos_of_product, executors=[ex, "torch"])
+    torch.testing.assert_close(jf(a, b, m), _cos_of_product(a, b, m))
+    [region] = ex._compiled.values()
+    [(at, _)] = region.donate
+
+    def failing(scope):
+        raise RuntimeError("a kernel failed to build")
+
+    monkeypatch.setattr(inductor_compile, "wait_for_kernels", failing)
+    fresh = inductor_compile.CompiledRegion(region.region, ex, donate=region.donate)
+    product = a @ b
+    held = [product]  # another reference: the call may not reuse its memory
+    with pytest.warns(UserWarning, match=r"could not compile a fused region \(RuntimeError: a kernel failed to build"):
+        (out,) = fresh.call((product, m) if at == 0 else (m, product))
+    torch.testing.assert_close(out, _cos_of_product(a, b, m), rtol=0, atol=0)  # the torch executor's kernels
+    assert fresh.failed is not None and held[0] is product
+
+
 def _two_layers(x, w1, w2):
     return F.linear(F.linear(x, w1).sin(), w2).sum()
 

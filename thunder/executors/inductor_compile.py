@@ -62,18 +62,24 @@ def _deferred_kernel_waits(owner):
         AsyncCompile.wait = original
 
 
-def resolve_pending():
-    """Waits for every kernel still compiling; a region whose kernels failed runs with the torch executor."""
+def wait_for_kernels(scope: dict):
+    """Puts the kernels of a generated module (its globals, ``scope``) in place once they are built: inductor builds
+    them in worker processes where it has compile threads. Raises what the compiler said where one failed (a hook:
+    tests replace it)."""
     from torch._inductor.async_compile import AsyncCompile, get_compile_threads
 
+    if get_compile_threads() > 1:
+        AsyncCompile()._wait_futures(scope)
+
+
+def resolve_pending():
+    """Waits for every kernel still compiling; a region whose kernels failed runs with the torch executor."""
     start = time.perf_counter()
     count = len(_PENDING)
-    waiter = AsyncCompile()
     while _PENDING:
         scope, owner = _PENDING.pop(0)
         try:
-            if get_compile_threads() > 1:
-                waiter._wait_futures(scope)
+            wait_for_kernels(scope)
         except Exception as e:  # a kernel failed to build: inductor raises what the compiler said
             owner.fall_back(e)
     elapsed = time.perf_counter() - start
@@ -566,8 +572,10 @@ class CompiledRegion:
             fn = self._torch_boxed
         elif fn is None:
             with _LOCK:
-                fn = table[key] = self._compile(key, reuse)
+                table[key] = self._compile(key, reuse)
                 resolve_pending()
+            # the torch executor's where a kernel failed to build (``fall_back`` replaced the tables)
+            fn = (self.by_layout if reuse else self.plain_by_layout)[key]
         return fn(args)
 
     def _may_reuse(self, args) -> bool:
