@@ -151,6 +151,52 @@ def test_ops_whose_meta_kernel_lays_out_otherwise_than_the_cpu_kernel_follow_eag
     _check(f, (torch.randn(4, 2, 5, 3),))
 
 
+def test_a_1d_convolution_of_a_length_one_input_laid_out_transposed_is_channels_last_as_in_eager():
+    """The CPU kernel runs a 1-D convolution as 2-D on its operands unsqueezed, the input made contiguous first: a
+    no-op for a transposed input of length one (contiguous whatever the stride of its last dim), whose unsqueezed
+    layout then suggests channels-last, and the result is laid out so; thunder said contiguous (from the weight
+    alone), and a fused region wrote an output laid out otherwise than eager (generated program nn 5244)."""
+    def f(x, w):
+        z = torch.nn.functional.conv1d(x, w, None, 1, 1)
+        return z.reshape(-1).sigmoid_(), z, z.stride()
+
+    _check(f, (torch.randn(2, 1, 3).mT, torch.randn(4, 3, 1)))
+
+
+def _operand(shape, order, dtype):
+    """A tensor of ``shape`` whose dims are laid out from outermost to innermost in ``order``."""
+    return torch.randn([shape[d] for d in order], dtype=dtype).permute([order.index(d) for d in range(len(shape))])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_the_convolution_layout_rule_gives_eagers_strides_for_every_operand_layout(dtype):
+    """thunder/driver/kernel_layouts.py's rule for convolutions against the CPU kernel's result: every order of the
+    operands' dims, extents of one and more, batched and unbatched, with and without padding."""
+    import itertools
+
+    from thunder.driver.kernel_layouts import convolution
+
+    def meta(t):
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+
+    for n, c, length, o, k in itertools.product((1, 2), (1, 3), (1, 4), (1, 2), (1, 2)):
+        for order, w_order in itertools.product(itertools.permutations(range(3)), repeat=2):
+            x, w = _operand((n, c, length), order, dtype), _operand((o, c, k), w_order, dtype)
+            for inp, pad in itertools.product((x, x[0]), (0, 1)):
+                if length + 2 * pad < k:
+                    continue
+                out = torch.nn.functional.conv1d(inp, w, None, 1, pad)
+                assert convolution(tuple(out.shape), out, (meta(inp), meta(w), None, 1, pad), {}) == out.stride(), (
+                    inp.shape, inp.stride(), w.shape, w.stride())
+    for n, c, h, o, k in itertools.product((1, 2), (1, 3), (1, 3), (1, 2), (1, 2)):
+        for order in itertools.permutations(range(4)):
+            for w_order in ((0, 1, 2, 3), (0, 2, 3, 1), (1, 0, 2, 3), (3, 2, 1, 0)):
+                x, w = _operand((n, c, h, 2), order, dtype), _operand((o, c, k, k), w_order, dtype)
+                out = torch.nn.functional.conv2d(x, w, None, 1, 1)
+                assert convolution(tuple(out.shape), out, (meta(x), meta(w), None, 1, 1), {}) == out.stride(), (
+                    x.shape, x.stride(), w.shape, w.stride())
+
+
 def _laid_out(rng, shape, high=None):
     """A tensor of ``shape`` (integers below ``high`` if given) laid out at random: contiguous, transposed, permuted,
     expanded along a dimension, or every other element of a wider tensor."""

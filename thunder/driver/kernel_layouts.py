@@ -92,8 +92,9 @@ def suggested_by_the_input(shape, out, args, kwargs):
 @rule(torch.conv1d, torch.conv2d, F.conv1d, F.conv2d)
 def convolution(shape, out, args, kwargs):
     """CPU convolutions of float tensors (oneDNN; float64's kernels alike) are channels-last where the input or the
-    weight suggests it, else contiguous; a 1-D one is run as 2-D on the weight unsqueezed (and the input made
-    contiguous); an unbatched one as a batch of one."""
+    weight suggests it, else contiguous; a 1-D one is run as 2-D on both unsqueezed, the input made contiguous first
+    (a no-op where it already is, as for a length of one whatever its stride: then its unsqueezed layout may suggest
+    channels-last); an unbatched one as a batch of one."""
     x, w = args[0], args[1] if len(args) > 1 else kwargs.get("weight")
     if out.device.type != "cpu" or not isinstance(w, torch.Tensor) or w.dim() not in (3, 4) or x.dtype not in (
             torch.float32, torch.bfloat16, torch.float16, torch.float64):
@@ -102,7 +103,8 @@ def convolution(shape, out, args, kwargs):
         batched = convolution((1,) + shape, out, (x.unsqueeze(0), w, *args[2:]), kwargs)
         return None if batched is None else batched[1:]
     if w.dim() == 3:
-        if suggest_memory_format(w.unsqueeze(2)) != torch.channels_last:
+        x = x if x.is_contiguous() else x.contiguous()
+        if torch.channels_last not in (suggest_memory_format(x.unsqueeze(2)), suggest_memory_format(w.unsqueeze(2))):
             return _contiguous(shape)
         n, c, length = shape
         s = _contiguous((n, c, 1, length), torch.channels_last)
