@@ -168,33 +168,40 @@ def _operand(shape, order, dtype):
     return torch.randn([shape[d] for d in order], dtype=dtype).permute([order.index(d) for d in range(len(shape))])
 
 
+@pytest.mark.parametrize("transposed", [False, True], ids=["conv", "conv_transpose"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-def test_the_convolution_layout_rule_gives_eagers_strides_for_every_operand_layout(dtype):
-    """thunder/driver/kernel_layouts.py's rule for convolutions against the CPU kernel's result: every order of the
-    operands' dims, extents of one and more, batched and unbatched, with and without padding."""
+def test_the_convolution_layout_rule_gives_eagers_strides_for_every_operand_layout(dtype, transposed):
+    """thunder/driver/kernel_layouts.py's rules for convolutions against the CPU kernel's result: every order of the
+    operands' dims, extents of one and more, batched and unbatched, with and without padding (torch's meta kernels
+    of the transposed convolutions lay out contiguous where the CPU kernels' result is channels-last)."""
     import itertools
 
-    from thunder.driver.kernel_layouts import convolution
+    from thunder.driver.kernel_layouts import strides
+
+    F = torch.nn.functional
+    conv1d, conv2d = (F.conv_transpose1d, F.conv_transpose2d) if transposed else (F.conv1d, F.conv2d)
 
     def meta(t):
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
 
+    def check(conv, x, w, pad):
+        out = conv(x, w, None, 1, pad)
+        args = (meta(x), meta(w), None, 1, pad)
+        predicted = strides(conv, tuple(out.shape), out, args, {}) or conv(*args).stride()  # the rule's, else meta's
+        assert predicted == out.stride(), (x.shape, x.stride(), w.shape, w.stride())
+
     for n, c, length, o, k in itertools.product((1, 2), (1, 3), (1, 4), (1, 2), (1, 2)):
         for order, w_order in itertools.product(itertools.permutations(range(3)), repeat=2):
-            x, w = _operand((n, c, length), order, dtype), _operand((o, c, k), w_order, dtype)
+            x, w = _operand((n, c, length), order, dtype), _operand((c, o, k) if transposed else (o, c, k), w_order, dtype)
             for inp, pad in itertools.product((x, x[0]), (0, 1)):
-                if length + 2 * pad < k:
-                    continue
-                out = torch.nn.functional.conv1d(inp, w, None, 1, pad)
-                assert convolution(tuple(out.shape), out, (meta(inp), meta(w), None, 1, pad), {}) == out.stride(), (
-                    inp.shape, inp.stride(), w.shape, w.stride())
+                if (length - 1 - 2 * pad + k if transposed else length + 2 * pad - k + 1) >= 1:  # an output extent
+                    check(conv1d, inp, w, pad)
     for n, c, h, o, k in itertools.product((1, 2), (1, 3), (1, 3), (1, 2), (1, 2)):
         for order in itertools.permutations(range(4)):
             for w_order in ((0, 1, 2, 3), (0, 2, 3, 1), (1, 0, 2, 3), (3, 2, 1, 0)):
-                x, w = _operand((n, c, h, 2), order, dtype), _operand((o, c, k, k), w_order, dtype)
-                out = torch.nn.functional.conv2d(x, w, None, 1, 1)
-                assert convolution(tuple(out.shape), out, (meta(x), meta(w), None, 1, 1), {}) == out.stride(), (
-                    x.shape, x.stride(), w.shape, w.stride())
+                x = _operand((n, c, h, 2), order, dtype)
+                w = _operand((c, o, k, k) if transposed else (o, c, k, k), w_order, dtype)
+                check(conv2d, x, w, 0 if transposed else 1)
 
 
 def _laid_out(rng, shape, high=None):

@@ -89,12 +89,13 @@ def suggested_by_the_input(shape, out, args, kwargs):
     return _contiguous(shape, suggest_memory_format(args[0]))
 
 
-@rule(torch.conv1d, torch.conv2d, F.conv1d, F.conv2d)
+@rule(torch.conv1d, torch.conv2d, F.conv1d, F.conv2d, torch.conv_transpose1d, torch.conv_transpose2d,
+      F.conv_transpose1d, F.conv_transpose2d)
 def convolution(shape, out, args, kwargs):
-    """CPU convolutions of float tensors (oneDNN; float64's kernels alike) are channels-last where the input or the
-    weight suggests it, else contiguous; a 1-D one is run as 2-D on both unsqueezed, the input made contiguous first
-    (a no-op where it already is, as for a length of one whatever its stride: then its unsqueezed layout may suggest
-    channels-last); an unbatched one as a batch of one."""
+    """CPU convolutions, transposed ones too, of float tensors (oneDNN; float64's kernels alike) are channels-last
+    where the input or the weight suggests it, else contiguous; a 1-D one is run as 2-D on both unsqueezed, the input
+    made contiguous first (a no-op where it already is, as for a length of one whatever its stride: then its
+    unsqueezed layout may suggest channels-last); an unbatched one as a batch of one."""
     x, w = args[0], args[1] if len(args) > 1 else kwargs.get("weight")
     if out.device.type != "cpu" or not isinstance(w, torch.Tensor) or w.dim() not in (3, 4) or x.dtype not in (
             torch.float32, torch.bfloat16, torch.float16, torch.float64):
