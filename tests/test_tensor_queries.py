@@ -204,6 +204,53 @@ def test_the_convolution_layout_rule_gives_eagers_strides_for_every_operand_layo
                 check(conv2d, x, w, 0 if transposed else 1)
 
 
+_NORM_AND_SHUFFLE = {  # name -> (torch callable, its other arguments, operand shapes: extents of one and more)
+    "batch_norm_train": (torch.nn.functional.batch_norm, (None, None, None, None, True), ((1, 2), (1, 3), (1, 2), (1, 2))),
+    "batch_norm_eval": (torch.nn.functional.batch_norm, (torch.zeros(3), torch.ones(3)), ((1, 2), (3,), (1, 2), (1, 2))),
+    "batch_norm_3d": (torch.nn.functional.batch_norm, (None, None, None, None, True), ((1,), (3,), (1, 2), (1,), (2,))),
+    "group_norm": (torch.nn.functional.group_norm, (1,), ((1, 2), (1, 3), (1, 2), (1, 2))),
+    "max_pool1d": (torch.nn.functional.max_pool1d, (1,), ((1, 2), (1, 3), (1, 4))),
+    "pixel_shuffle": (torch.nn.functional.pixel_shuffle, (2,), ((1, 2), (4, 8), (1, 2), (1, 3))),
+    "pixel_shuffle_by_one": (torch.nn.functional.pixel_shuffle, (1,), ((1, 2), (1, 3), (1, 2), (1, 2))),
+}
+
+
+@pytest.mark.parametrize("name", list(_NORM_AND_SHUFFLE))
+def test_normalizations_pooling_and_pixel_shuffle_are_laid_out_as_eager_for_every_operand_layout(name):
+    """Batch norm's CPU kernel lays out its result contiguous where the input is, else channels-last where the input is
+    that, extents of one ignored (``(1, 3, 1, 2)`` with strides ``(6, 1, 1, 3)``: channels-last, which ATen's
+    suggestion, thunder's rule until 2026-11-29, calls contiguous); group norm, ``max_pool1d`` and pixel shuffle lay
+    out as ATen suggests (torch's meta kernel of pixel shuffle: contiguous). Every order of the input's dims,
+    against the CPU kernels (the strides of extents of one aside: nothing but ``stride()`` reads them)."""
+    import itertools
+
+    from thunder.driver.kernel_layouts import strides
+
+    fn, rest, extents = _NORM_AND_SHUFFLE[name]
+    decided = None  # an input where the rule, not the meta kernel, gives eager's layout
+    for shape in itertools.product(*extents):
+        for order in itertools.permutations(range(len(shape))):
+            x = _operand(shape, order, torch.float32)
+            try:
+                out = fn(x, *rest)
+            except (RuntimeError, ValueError):  # one value per channel in training
+                continue
+            args = tuple(torch.empty_strided(a.shape, a.stride(), device="meta") if isinstance(a, torch.Tensor) else a
+                         for a in (x, *rest))
+            rule, meta = strides(fn, tuple(out.shape), out, args, {}), fn(*args).stride()
+            assert _same_layout(out.shape, rule or meta, out.stride()), (x.shape, x.stride())
+            if decided is None and not _same_layout(out.shape, meta, out.stride()):
+                decided = x
+    if decided is not None:
+        _check(lambda x: (fn(x, *rest).stride(),), (decided,))
+
+
+def _same_layout(shape, a, b) -> bool:
+    """Whether strides ``a`` and ``b`` lay ``shape`` out alike (those of extents of one aside: nothing but ``stride()``
+    reads them)."""
+    return all(n == 1 or x == y for n, x, y in zip(shape, a, b))
+
+
 def _laid_out(rng, shape, high=None):
     """A tensor of ``shape`` (integers below ``high`` if given) laid out at random: contiguous, transposed, permuted,
     expanded along a dimension, or every other element of a wider tensor."""

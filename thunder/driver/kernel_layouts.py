@@ -80,13 +80,32 @@ def power_of_a_number(shape, out, args, kwargs):
     return _contiguous(shape) if out.device.type == "cpu" and isinstance(args[1], Number) else None
 
 
-@rule(F.batch_norm, torch.batch_norm, torch.native_batch_norm, F.group_norm, torch.group_norm, torch.native_group_norm,
-      F.max_pool1d, torch.max_pool1d)
+@rule(F.group_norm, torch.group_norm, torch.native_group_norm, F.max_pool1d, torch.max_pool1d, F.pixel_shuffle,
+      torch.pixel_shuffle)
 def suggested_by_the_input(shape, out, args, kwargs):
     """The CPU kernels lay out their result as ATen suggests for the input (channels-last, else contiguous)."""
     if out.device.type != "cpu" or not isinstance(args[0], torch.Tensor):
         return None
     return _contiguous(shape, suggest_memory_format(args[0]))
+
+
+_CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
+
+
+@rule(F.batch_norm, torch.batch_norm, torch.native_batch_norm)
+def batch_norm(shape, out, args, kwargs):
+    """The CPU kernel lays out its result contiguous where the input is contiguous, else channels-last where the input
+    is that (both ignoring the strides of extents of one: ``(1, 3, 1, 2)`` with strides ``(6, 1, 1, 3)`` is
+    channels-last, where ATen's suggestion is contiguous), else as ATen suggests."""
+    x = args[0]
+    if out.device.type != "cpu" or not isinstance(x, torch.Tensor) or len(shape) != x.dim():
+        return None
+    if x.is_contiguous():
+        return _contiguous(shape)
+    channels_last = _CHANNELS_LAST.get(x.dim())
+    if channels_last is not None and x.is_contiguous(memory_format=channels_last):
+        return _contiguous(shape, channels_last)
+    return _contiguous(shape, suggest_memory_format(x))
 
 
 @rule(torch.conv1d, torch.conv2d, F.conv1d, F.conv2d, torch.conv_transpose1d, torch.conv_transpose2d,
