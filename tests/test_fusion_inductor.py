@@ -768,13 +768,26 @@ def _a_detached_tensor_updated(x):  # the update's value is a detach of it: one 
     return d, t
 
 
+def _a_diagonal_of_a_returned_slice_updated(x):  # diagonal runs whole (by torch's autograd in training): its output a
+    t = x.triu(1).roll(1)[..., :1]  # view of the slice, which the region returns (fused generated program nn 5683)
+    d = t.diagonal()
+    d.mul_(2)
+    return t, d
+
+
+def _an_unfold_of_a_slice_of_a_returned_value(x):  # Tensor.unfold: a view thunder runs with torch as it is
+    t = (x * 2).sin()
+    return t, t[:, 1:].unfold(1, 2, 1)
+
+
 @requires_compiler
 @pytest.mark.parametrize("fn,integers,grad", [
     (fn, False, grad) for fn in (_views_of_a_returned_value, _views_of_an_input_through_views, _two_views_of_one_value,
                                  _two_views_of_a_transposed_value,
                                  _one_of_split_returned, _a_view_returned_of_a_view_inside,
                                  _views_taken_again_after_an_update, _a_reduction_over_nothing, _an_expanded_reduction,
-                                 _a_detached_tensor_updated)
+                                 _a_detached_tensor_updated, _a_diagonal_of_a_returned_slice_updated,
+                                 _an_unfold_of_a_slice_of_a_returned_value)
     for grad in (False, True)] + [(_a_view_of_a_copy, True, False)],
     ids=lambda v: getattr(v, "__name__", str(v)))
 def test_outputs_share_memory_as_in_eager(fn, integers, grad):

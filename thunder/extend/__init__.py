@@ -36,6 +36,7 @@ from thunder.core.proxies import NumberProxy, TensorProxy, layout_hint
 from thunder.core.pytree import tree_map
 from thunder.core.statements import STATEMENTS, python_return
 from thunder.core.symbol import BoundSymbol, Symbol, Tag, has_tag, is_view
+from thunder.torch import fallback
 from thunder.torch.shapes import MAYBE_VIEWS
 from thunder.transforms.grad_rules import register_vjp
 from thunder.transforms.rename import substitute_inputs
@@ -504,6 +505,11 @@ def _a_view_in_eager(bsym) -> bool:
     autograd does not record (``detached_update``: a ``detach`` of it), an operation tagged ``RETURNS_INPUT``."""
     if is_view(bsym) or bsym.sym.name in ("detach", "data", "detached_update") or Tag.RETURNS_INPUT in bsym.tags:
         return True
+    if bsym.sym.name == "torch_autograd_forward":  # an operation torch's autograd differentiates (``diagonal``)
+        fn, args, kwargs = bsym.args[:3]
+        return fallback.may_return_a_view(fn, args, kwargs)
+    if getattr(bsym.sym, "is_fallback", False):  # an operation thunder runs with torch as it is (``Tensor.unfold``)
+        return fallback.may_return_a_view(bsym.sym.torch_impl, bsym.args, bsym.kwargs)
     decide = getattr(bsym.sym, "is_view", False)
     if callable(decide):
         try:

@@ -327,6 +327,24 @@ def _run_under_grad(fn, args, kwargs, values: dict):
         return None
 
 
+def may_return_a_view(fn, args, kwargs) -> bool:
+    """Whether some tensor output of ``fn(*args, **kwargs)`` (args holding proxies) shares memory with a tensor
+    argument in eager: asked of meta tensors laid out contiguous (``torch.diagonal``, ``Tensor.unfold``: yes; a
+    kernel that computes: no). Where that cannot be told (run-time extents, no meta run), it may."""
+    leaves = tree_leaves((args, kwargs))
+    if any(isinstance(x, TensorProxy) and any(isinstance(s, NumberProxy) for s in x.shape) for x in leaves):
+        return True
+    try:
+        out = _run_under_grad(fn, args, kwargs, {})
+    except Exception:  # noqa: BLE001 - undecidable: it may
+        return True
+    if out is None:
+        return True
+    out, metas = out
+    storages = {t.untyped_storage()._cdata for t in metas if isinstance(t, torch.Tensor)}
+    return any(isinstance(o, torch.Tensor) and o.untyped_storage()._cdata in storages for o in tree_leaves(out))
+
+
 def _outputs_requiring_grad(fn, args, kwargs, values: dict) -> list | None:
     """Which outputs eager's autograd marks as requiring grad (``x.new_tensor(data)`` does not, though ``x`` does);
     None where that cannot be found (see _run_under_grad)."""
