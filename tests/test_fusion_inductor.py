@@ -680,6 +680,10 @@ def _slice_returned(x):  # a layout with gaps: inductor keeps only the order of 
     return (x * 2).double()[..., 1:2], x + 1
 
 
+def _every_third_element_of_a_clone(x):  # dims interleaved with gaps: (20, 1, 15) for (3, 5, 2) (fused program 9009)
+    return x.clone()[..., ::3], x.sum()
+
+
 def _column_of_a_computed_value(x):  # dense in eager's layout, a slice of inductor's (generated program 6150)
     t = (x[0] / 2).narrow(-1, 0, 1)
     return t.flatten(), t
@@ -695,7 +699,7 @@ def _returned_beside_a_number(x):  # the forward's outputs are the program's pro
 
 @requires_compiler
 @pytest.mark.parametrize("fn", [_permuted, _stacked, _softmax_returned, _slice_returned, _column_of_a_computed_value,
-                                _softmax_of_a_masked_row, _returned_beside_a_number],
+                                _every_third_element_of_a_clone, _softmax_of_a_masked_row, _returned_beside_a_number],
                          ids=lambda f: f.__name__)
 @pytest.mark.parametrize("grad", [False, True])
 def test_outputs_the_program_sees_keep_eager_layouts(fn, grad):

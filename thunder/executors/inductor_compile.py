@@ -415,12 +415,14 @@ def _part_of_own_buffer(t, args, outs) -> bool:
 
 
 def _has_gaps(shape, strides) -> bool:
-    """Whether ``strides`` lay ``shape`` out with gaps between its elements and none shared (a slice's layout)."""
-    gaps, inner = False, 1
+    """Whether ``strides`` lay ``shape`` out with gaps between its elements and none shared: a slice's layout, or
+    one whose dims interleave (``x.clone()[..., ::2]`` of an ``x`` transposed in its last two dims: strides
+    ``(75, 25, 1, 10)`` for extents ``(4, 3, 5, 3)``, which inductor would write as ``(45, 15, 1, 5)``)."""
+    gaps, reach = False, 0  # the largest offset the dims so far reach
     for n, st in sorted(((n, st) for n, st in zip(shape, strides) if n != 1), key=lambda d: d[1]):
-        if st < inner:  # overlapping (an expanded dimension's stride 0)
+        if st <= reach:  # may share elements (an expanded dimension's stride 0)
             return False
-        gaps, inner = gaps or st > inner, st * n
+        gaps, reach = gaps or st > reach + 1, reach + st * (n - 1)
     return gaps
 
 
