@@ -13,6 +13,7 @@ import copy
 import shutil
 
 import threading
+import warnings
 
 import pytest
 import torch
@@ -1040,6 +1041,51 @@ def test_floor_division_is_eagers(dtype):
         assert torch.equal(out.nan_to_num(1.5), expected.nan_to_num(1.5)), (out, expected)
         if out.is_floating_point():
             assert torch.equal(out.signbit(), expected.signbit()), (out, expected)
+    assert _fused_ops(thunder.last_traces(jf)[-1])
+
+
+def _convolutions_of_an_updated_input(x, w):
+    x.clamp_(-1, 1)
+    return F.conv_transpose1d(x, w, stride=2), F.conv1d(x, w.transpose(0, 1)), F.batch_norm(x * 2, None, None, training=True)
+
+
+@requires_compiler
+def test_a_region_output_keeps_eagers_strides_in_extents_of_one():
+    """A region's output that an unfused kernel reads keeps eager's strides also where its extent is one: they address
+    nothing, but a convolution chooses its result's layout from them (a ``(1, 3, 1).mT`` input, strides ``(3, 1, 1)``,
+    is channels-last to it: its transposed convolution's result has strides ``(28, 1, 4)``; inductor wrote the
+    clamped input ``(3, 3, 1)``, giving ``(28, 7, 1)``). Found by a generated program (nn seed 7322)."""
+    x, w = torch.randn(1, 3, 1).mT, torch.linspace(-1, 1, 12).reshape(1, 4, 3)
+    x_ = x.clone().mT.contiguous().mT
+    jf = thunder.jit(_convolutions_of_an_updated_input, executors=FUSED)
+    outs, expected = jf(x_, w), _convolutions_of_an_updated_input(x, w)
+    for out, e in zip(outs, expected):
+        torch.testing.assert_close(out, e)
+        assert out.stride() == e.stride()
+    assert torch.equal(x_, x)
+    assert _fused_ops(thunder.last_traces(jf)[-1])
+
+
+def _divisions_of_an_index(x, b):
+    i = torch.arange(32, dtype=torch.int64).to(torch.float32)
+    fourier = 10000.0 ** (2 * torch.div(i, 2, rounding_mode="floor") / 32)  # timm's EdgeNeXt (positional encoding)
+    return (x / fourier, x * (i % 3), x * ((i - 7) % -3), x * (7.0 // (i + 1)), x * torch.remainder(7.0, i - 5),
+            x * torch.div(i - 7, -2, rounding_mode="floor"), x * (i // b), x * torch.remainder(i - 9, b))
+
+
+@requires_compiler
+@pytest.mark.parametrize("divisor", [3.0, -2.5])
+def test_divisions_of_a_value_computed_from_an_index_compile(divisor):
+    """Floor division and remainder of ``arange(n).float()`` (by numbers and by tensors) compile: inductor's analysis of
+    index expressions failed on the comparison of signs in thunder's decompositions (``(b < 0) != (mod < 0)``: sympy's
+    "A Boolean argument can only be used in Eq and Ne"), and the region ran unfused with a warning (timm's EdgeNeXt)."""
+    x, b = torch.randn(2, 32), torch.full((32,), divisor)
+    jf = thunder.jit(_divisions_of_an_index, executors=FUSED)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*could not compile")
+        outs = jf(x, b)
+    for out, expected in zip(outs, _divisions_of_an_index(x, b)):
+        assert torch.equal(out.nan_to_num(1.5), expected.nan_to_num(1.5)), (out, expected)
     assert _fused_ops(thunder.last_traces(jf)[-1])
 
 

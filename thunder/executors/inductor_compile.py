@@ -308,7 +308,17 @@ def _remainder(a, b):
     if not isinstance(a, torch.Tensor):  # remainder(number, tensor)
         a = torch.full((), a, dtype=torch.result_type(a, b), device=b.device)
     mod = torch.fmod(a, b)
-    return torch.where((mod != 0) & ((b < 0) != (mod < 0)), mod + b, mod)
+    return torch.where(_signs_differ(mod, b), mod + b, mod)
+
+
+def _signs_differ(mod, b):
+    """Where ``mod`` is nonzero and of the sign opposite to ``b``'s (where ``mod`` is NaN, the callers' results are NaN
+    either way). Written so that inductor's analysis of values computed from an index (``arange(n).float() % 3``,
+    ``7.0 // arange(n).float()``) does not fail, as it does on ``(mod != 0) & ((b < 0) != (mod < 0))``: sympy's "A
+    Boolean argument can only be used in Eq and Ne", or "not bool like"."""
+    if isinstance(b, torch.Tensor):
+        return torch.where(b < 0, mod > 0, mod < 0)
+    return mod > 0 if b < 0 else mod < 0
 
 
 def _floor_divide(a, b, *, inductors=None, **kwargs):
@@ -321,16 +331,17 @@ def _floor_divide(a, b, *, inductors=None, **kwargs):
     if kwargs.get("rounding_mode", "floor") != "floor" or not dtype.is_floating_point:
         return NotImplemented if inductors is None else inductors(a, b, **kwargs)
     device = (a if isinstance(a, torch.Tensor) else b).device
-    a, b = (torch.as_tensor(x, dtype=dtype, device=device) if not isinstance(x, torch.Tensor) else x.to(dtype)
-            for x in (a, b))
+    a = torch.as_tensor(a, dtype=dtype, device=device) if not isinstance(a, torch.Tensor) else a.to(dtype)
+    # a number divisor stays a number (see _signs_differ), rounded to the dtype as ATen's operand would be
+    b = b.to(dtype) if isinstance(b, torch.Tensor) else torch.tensor(b, dtype=dtype).item()
     mod = torch.fmod(a, b)
     div = (a - mod) / b
-    div = torch.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
+    div = torch.where(_signs_differ(mod, b), div - 1, div)
     floor = torch.floor(div)
     floor = torch.where(div - floor > 0.5, floor + 1, floor)
     quotient = a / b
     floor = torch.where(div != 0, floor, torch.copysign(torch.zeros_like(div), quotient))
-    return torch.where(b != 0, floor, quotient)
+    return torch.where(b != 0, floor, quotient) if isinstance(b, torch.Tensor) else floor if b != 0 else quotient
 
 
 def _check_layouts(args, strides):
@@ -389,7 +400,9 @@ def _with_dense_outputs(fn, dense: tuple):
 
 def _with_eager_layouts(fn, eager: tuple):
     """``fn``, its outputs at the positions ``eager`` names written with the strides given there where laid out
-    otherwise (sizes of one aside); traced, the copy joins the region's kernels."""
+    otherwise; traced, the copy joins the region's kernels. Where only the strides of extents of one differ, which
+    address nothing, the output is restrided in place (no copy): kernels that choose a layout from their input's
+    (a convolution's channels-last, ``suggest_memory_format``) read those too."""
 
     def laid_out(*args):
         outs = list(fn(*args))
@@ -401,6 +414,8 @@ def _with_eager_layouts(fn, eager: tuple):
             if (_has_gaps(o.shape, strides) or _part_of_own_buffer(o, args, outs)
                     or any(n > 1 and a != b for n, a, b in zip(o.shape, o.stride(), strides))):
                 outs[i] = torch.empty_strided(o.shape, strides, dtype=o.dtype, device=o.device).copy_(o)
+            elif o.stride() != tuple(strides):
+                outs[i] = o.as_strided(o.shape, strides)
         return tuple(outs)
 
     return laid_out
