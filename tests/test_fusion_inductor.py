@@ -1046,7 +1046,8 @@ def test_floor_division_is_eagers(dtype):
 
 def _convolutions_of_an_updated_input(x, w):
     x.clamp_(-1, 1)
-    return F.conv_transpose1d(x, w, stride=2), F.conv1d(x, w.transpose(0, 1)), F.batch_norm(x * 2, None, None, training=True)
+    return (F.conv_transpose1d(x, w, stride=2), F.conv1d(x, w.transpose(0, 1)), F.batch_norm(x * 2, None, None, training=True),
+            F.conv1d(F.layer_norm(x, x.shape[-1:]), w.transpose(0, 1)))  # layer norm: contiguous (fused nn 8849)
 
 
 @requires_compiler

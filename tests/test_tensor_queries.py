@@ -245,6 +245,30 @@ def test_normalizations_pooling_and_pixel_shuffle_are_laid_out_as_eager_for_ever
         _check(lambda x: (fn(x, *rest).stride(),), (decided,))
 
 
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.nn.functional.layer_norm(x, x.shape[-1:]),
+    lambda x: torch.nn.functional.layer_norm(x, x.shape[-2:], torch.ones(x.shape[-2:]), torch.zeros(x.shape[-2:])),
+    lambda x: torch.native_layer_norm(x, x.shape[-1:], None, None, 1e-5)[0],
+], ids=["layer_norm", "affine_over_two_dims", "native_layer_norm"])
+def test_layer_norm_is_laid_out_as_eager_also_in_extents_of_one(fn):
+    """The CPU kernel's result is contiguous, strides of extents of one too, where the meta kernel keeps the input's
+    (``(1, 1, 4)`` with strides ``(4, 1, 1)``: a convolution reading it takes it for channels-last; found by a fused
+    generated program, nn 8849, whose region wrote the layer norm as the meta kernel lays it out). Every order of the
+    input's dims, compared exactly."""
+    import itertools
+
+    from thunder.driver.kernel_layouts import strides
+
+    for shape in itertools.product((1, 2), (1, 3), (1, 4)):
+        for order in itertools.permutations(range(3)):
+            x = _operand(shape, order, torch.float32)
+            out, meta_x = fn(x), torch.empty_strided(x.shape, x.stride(), device="meta")
+            for callable_ in (torch.nn.functional.layer_norm, torch.layer_norm, torch.native_layer_norm):
+                rule = strides(callable_, tuple(out.shape), out, (meta_x,), {})
+                assert rule == out.stride(), (x.shape, x.stride(), rule, out.stride())
+    _check(lambda x: (fn(x).stride(),), (torch.randn(1, 4, 1).mT,))
+
+
 def _same_layout(shape, a, b) -> bool:
     """Whether strides ``a`` and ``b`` lay ``shape`` out alike (those of extents of one aside: nothing but ``stride()``
     reads them)."""

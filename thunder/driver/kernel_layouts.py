@@ -62,8 +62,10 @@ def division(shape, out, args, kwargs):
     return elementwise(shape, out, args, kwargs) if kwargs.get("rounding_mode") == "floor" else None
 
 
-@rule(F.logsigmoid, F.rrelu, torch.rrelu, torch.isin)
+@rule(F.logsigmoid, F.rrelu, torch.rrelu, torch.isin, F.layer_norm, torch.layer_norm, torch.native_layer_norm)
 def contiguous_on_cpu(shape, out, args, kwargs):
+    """Also layer norm's results: a fresh contiguous tensor, where the meta kernel keeps an input's strides of extents
+    of one (``(1, 1, 4)`` with strides ``(4, 1, 1)``), which a convolution reading it would see."""
     return _contiguous(shape) if out.device.type == "cpu" else None
 
 
