@@ -131,17 +131,27 @@ def _bitwise_with_the_compile_path(model, inputs, jitted) -> bool:
         bit_for_bit(grads[n], j_grads[n]) for n in grads)
 
 
+def _in_float64(model, inputs):
+    """A float64 copy of ``model`` and of the floating-point ``inputs``."""
+    up = lambda x: x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x  # noqa: E731
+    return copy.deepcopy(model).double(), {k: up(v) for k, v in inputs.items()}
+
+
+def _eager_in_float64(model, inputs, compile_path=False):
+    """Eager's results in float64 (``compile_path``: on the model's compile path), or None where eager fails."""
+    try:
+        double = _in_float64(model, inputs)
+        return _on_the_compile_path(*double) if compile_path else _run(*double, jit=False)
+    except Exception:  # noqa: BLE001
+        return None
+
+
 def _as_close_to_float64_as_eager(model, inputs, eager, jitted, compile_path=False) -> bool:
     """Whether thunder's results are within a few times eager's distance from eager's results in float64 (fused
     kernels round otherwise: a model whose gradients amplify rounding differs from float32 eager by more than the
     sweep's tolerance, yet no more than eager does from exact values). ``compile_path``: the float64 run is eager's on
     the model's compile path (``_on_the_compile_path``)."""
-    up = lambda x: x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x  # noqa: E731
-    try:
-        double = copy.deepcopy(model).double(), {k: up(v) for k, v in inputs.items()}
-        ref = _on_the_compile_path(*double) if compile_path else _run(*double, jit=False)
-    except Exception:  # noqa: BLE001
-        return False
+    ref = _eager_in_float64(model, inputs, compile_path)
     if ref is None:
         return False
     (loss, logits, grads), (j_loss, j_logits, j_grads), (r_loss, r_logits, r_grads) = eager, jitted, ref
@@ -154,11 +164,9 @@ def _same_in_float64(model, inputs, compile_path=False) -> bool:
     computation, whose float32 results differ by rounding sent through a discontinuity (a ReLU's input within rounding
     of zero passes its gradient in one run and not in the other: T5's feed-forward). ``compile_path``: eager's on the
     model's compile path (``_on_the_compile_path``)."""
-    up = lambda x: x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x  # noqa: E731
-    double = lambda: (copy.deepcopy(model).double(), {k: up(v) for k, v in inputs.items()})  # noqa: E731
+    eager = _eager_in_float64(model, inputs, compile_path)
     try:
-        eager = _on_the_compile_path(*double()) if compile_path else _run(*double(), jit=False)
-        jitted = _run(*double(), jit=True)
+        jitted = _run(*_in_float64(model, inputs), jit=True)
     except Exception:  # noqa: BLE001
         return False
     if eager is None:
