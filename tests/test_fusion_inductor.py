@@ -344,6 +344,36 @@ def test_identical_blocks_compile_once():
     assert compilations6 == compilations2  # some regions also compile for a second input layout
 
 
+def _region_between_products(a, b, w, keep_first: bool):
+    x, y = a @ w, b @ w  # the products feed one region; the one not returned dies in it and lends it its memory
+    z = (x * 2).sin() + y.cos()
+    return (z, x) if keep_first else (z, y)
+
+
+@requires_compiler
+def test_a_region_compiled_again_is_read_from_inductors_graph_cache():
+    """A second process (here: a second executor, whose regions thunder has not compiled) reads the compiled code
+    of a region from inductor's graph cache instead of generating it again: the first call of a program run before
+    costs a fraction. The key tells apart compilations that reuse the memory of different inputs: a hit of
+    another's would write the region's result over a value the program still returns."""
+    from torch._dynamo.utils import counters
+
+    a, b, w = torch.randn(4, 8), torch.randn(4, 8), torch.randn(8, 8)
+    for keep_first in (True, False):
+        expected = _region_between_products(a, b, w, keep_first)
+        hits = []
+        for name in ("inductor_cache_first", "inductor_cache_again"):
+            before = counters["inductor"]["fxgraph_cache_hit"]
+            ex = InductorExecutor(f"{name}_{keep_first}")
+            jf = thunder.jit(_region_between_products, executors=[ex, "torch"])
+            for out, exp in zip(jf(a, b, w, keep_first), expected):
+                torch.testing.assert_close(out, exp)
+            [region] = ex._compiled.values()
+            assert region.donate == ((1 if keep_first else 0, False),)  # the input that dies in the region
+            hits.append(counters["inductor"]["fxgraph_cache_hit"] - before)
+        assert hits[1] == 1, hits
+
+
 # ---------------------------------------------------------------------------------------------
 # 7. Executor priorities, 8. progress, 9. per-layout recompilation
 # ---------------------------------------------------------------------------------------------

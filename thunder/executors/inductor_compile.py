@@ -513,20 +513,21 @@ class CompiledRegion:
             return self._torch_boxed
         COMPILATIONS["no reuse" if not reuse else "first" if strides == self.expected else "layout"] += 1
         try:
-            with FakeTensorMode() as mode:
+            from torch.fx.experimental.symbolic_shapes import ShapeEnv
+            with FakeTensorMode(shape_env=ShapeEnv()) as mode:
                 fakes = [torch.empty_strided(tuple(p.shape), st, dtype=p.dtype, device=p.device)
                          for p, st in zip(self.region.params, strides)]
             # fallback_random: see [Note: random numbers in fused regions]; size_asserts: see _checking_layouts;
             # emulate_precision_casts: a cast to a lower precision rounds as in eager, also where the kernel goes on
             # computing in float32 (inductor would otherwise drop the rounding of x.half().float(): another value)
+            donated = tuple(i for i, _ in self.donate) if reuse else ()
             with inductor_config.patch(fallback_random=True, size_asserts=False, emulate_precision_casts=True), \
                     _known_cpu_isa(self.region), \
-                    inductor_workarounds():
+                    inductor_workarounds(depends_on=("donated inputs", donated)):
                 with mode:
                     gm = make_fx(self._traced_fn(), decomposition_table=_decompositions())(*fakes)
                 if strides == self.expected and reuse:
                     self.output_layouts = _output_strides(gm)
-                donated = tuple(i for i, _ in self.donate) if reuse else ()
                 with _deferred_kernel_waits(self):
                     compiled = (self.executor.inductor_compile(gm, fakes, donated=donated) if donated
                                 else self.executor.inductor_compile(gm, fakes))

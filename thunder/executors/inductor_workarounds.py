@@ -33,11 +33,12 @@ class UnsafeInductorKernel(RuntimeError):
 
 
 @contextlib.contextmanager
-def inductor_workarounds():
+def inductor_workarounds(depends_on: tuple = ()):
     """Within this block, inductor's code generation in this thread avoids the faults this module knows of. Its
-    compiled graphs are cached apart from others (a graph compiled without the workarounds, by torch.compile or an
-    older thunder, is not reused): the key of inductor's graph cache holds a post-grad pass that does nothing but
-    name them."""
+    compiled graphs are cached apart from others (a graph compiled without the workarounds, by torch.compile or
+    another version of this module, is not reused): the key of inductor's graph cache holds a post-grad pass that
+    does nothing but name them, and ``depends_on``, what else the compiled code depends on that inductor's key
+    leaves out (the inputs whose memory it may reuse)."""
     import torch._inductor.config as inductor_config
 
     _install()
@@ -45,7 +46,7 @@ def inductor_workarounds():
     _ACTIVE.on = True
     try:
         if inductor_config.post_grad_custom_post_pass is None:
-            with inductor_config.patch(post_grad_custom_post_pass=_cache_marker()):
+            with inductor_config.patch(post_grad_custom_post_pass=_cache_marker(tuple(depends_on))):
                 yield
         else:  # the program's own pass holds that place: no cache, rather than a cached unsafe kernel
             with inductor_config.patch(fx_graph_cache=False):
@@ -55,7 +56,15 @@ def inductor_workarounds():
 
 
 @functools.cache
-def _cache_marker():
+def _source_hash() -> str:
+    import hashlib
+
+    with open(__file__, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+@functools.cache
+def _cache_marker(depends_on: tuple):
     from torch._inductor.custom_graph_pass import CustomGraphPass
 
     class ThunderWorkarounds(CustomGraphPass):
@@ -63,7 +72,7 @@ def _cache_marker():
             pass
 
         def uuid(self):
-            return "thunder inductor workarounds: pytorch/pytorch#196681"
+            return f"thunder inductor workarounds {_source_hash()} (pytorch/pytorch#196681); {depends_on!r}"
 
     return ThunderWorkarounds()
 

@@ -11,6 +11,10 @@ program already, and its regions are functional), so a call costs little more th
 [Note: compiling regions]
 - Identical regions (the same primitives on inputs of the same shapes, dtypes and devices: repeated
   transformer blocks) are compiled once per executor and shared.
+- A region compiled before, in this process or an earlier one, is read from inductor's graph cache
+  (``TORCHINDUCTOR_CACHE_DIR``): its generated code and kernels, without generating them again. The cache's key
+  also holds what the code depends on that inductor does not see: the inputs whose memory it may reuse and the
+  version of thunder's workarounds (``inductor_workarounds``).
 - Kernels compile in inductor's worker pool while thunder goes on forming and compiling the next regions:
   the wait inductor's generated module does at import is deferred to the first call of any region, which
   waits for all pending kernels at once.
@@ -205,9 +209,10 @@ class InductorExecutor(FusionExecutor):
         from torch._guards import TracingContext, detect_fake_mode, tracing
         from torch._inductor.compile_fx import compile_fx_inner
 
+        context = TracingContext(detect_fake_mode(example_inputs))  # its shape environment: inductor's cache
         if not donated:
-            return compile_fx_inner(gm, example_inputs)
-        context = TracingContext(detect_fake_mode(example_inputs))
+            with tracing(context):
+                return compile_fx_inner(gm, example_inputs)
         context.fw_metadata = types.SimpleNamespace(bw_donated_idxs=list(donated), static_input_indices=[])
         with tracing(context):
             return compile_fx_inner(gm, example_inputs, is_backward=True)
