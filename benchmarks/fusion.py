@@ -51,6 +51,9 @@ before torch.compile for each model. ``--fresh-first-call`` goes further: each v
 measured in a fresh subprocess with its own cache directory
 (``python benchmarks/fusion.py --first-call-only --model M --variant V``, which prints the seconds),
 so no variant profits from another's compilation or from one-time initialization of this process.
+``--inductor-cache DIR`` keeps the cache in ``DIR`` instead: a second run with the same ``DIR`` measures first
+calls as a program's second run makes them, compiled code read from the cache (thunder's regions and
+torch.compile's graphs alike).
 
 Threads: torch runs with 2 intra-op threads by default (``--threads``), set before anything compiles.
 The script prints a markdown table for BENCHMARKS.md and a line describing the machine; it is not a test.
@@ -72,8 +75,21 @@ import tempfile
 import time
 from typing import Callable, NamedTuple
 
-os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="thunder-fusion-inductor-")
-atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
+def _kept_inductor_cache(argv) -> str | None:
+    """``--inductor-cache DIR``, read before torch is imported (inductor reads its cache's place then)."""
+    for i, a in enumerate(argv):
+        if a == "--inductor-cache" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--inductor-cache="):
+            return a.split("=", 1)[1]
+    return None
+
+
+if _kept_inductor_cache(sys.argv[1:]):
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.abspath(_kept_inductor_cache(sys.argv[1:]))
+else:
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="thunder-fusion-inductor-")
+    atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
 
 import torch  # noqa: E402
 
@@ -179,6 +195,7 @@ def prepare(base, batch, variant: str, device) -> Prepared:
     """A fresh copy of ``base`` under ``variant``: its first step timed, then its memory measured."""
     model = copy.deepcopy(base)
     compiled_before = collections.Counter(COMPILATIONS)
+    hits_before = inductor_cache_hits()
     runner = runner_for(model, variant)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     losses = []
@@ -191,7 +208,8 @@ def prepare(base, batch, variant: str, device) -> Prepared:
     if variant.startswith("thunder"):
         compiled = ", ".join(f"{n} {kind}" for kind, n in (COMPILATIONS - compiled_before).items())
         print(f"{variant}: first call {first:.2f} s, of which {first_call_passes(runner)}; region compilations: "
-              f"{compiled or 'none'}", file=sys.stderr, flush=True)
+              f"{compiled or 'none'}, {inductor_cache_hits() - hits_before} read from inductor's cache",
+              file=sys.stderr, flush=True)
         # executors that compile in the background ("inductor_background") run fused from here on
         thunder.executors.inductorex.wait_for_compilation()
     peak = peak_bytes(step, model, opt, device) if device.type == "cuda" else None
@@ -199,6 +217,13 @@ def prepare(base, batch, variant: str, device) -> Prepared:
         step()
     saved = None if variant == "torch.compile" else saved_bytes(runner, model, batch)
     return Prepared(runner, step, losses, first, saved, peak)
+
+
+def inductor_cache_hits() -> int:
+    """Compilations inductor has read from its graph cache so far in this process."""
+    from torch._dynamo.utils import counters
+
+    return counters["inductor"]["fxgraph_cache_hit"]
 
 
 def first_call_passes(runner) -> str:
@@ -446,6 +471,8 @@ def parse_args(argv=None):
                    help="GPU mode's models at full size (the default on CUDA), tiny, or host (12 narrow layers)")
     p.add_argument("--profile", metavar="FILE", help="profile one step of each variant; kernel tables to FILE")
     p.add_argument("--first-call-only", action="store_true", help="print one variant's first-call seconds")
+    p.add_argument("--inductor-cache", metavar="DIR", help="inductor's cache in DIR, kept (a fresh temporary one "
+                   "otherwise): run twice for first calls with a warm cache")
     p.add_argument("--model", help="with --first-call-only: the model")
     p.add_argument("--variant", help="with --first-call-only: the variant")
     p.add_argument("--scale", choices=["cpu", "gpu", "tiny", "host"], help=argparse.SUPPRESS)  # set for subprocesses

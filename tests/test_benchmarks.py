@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -60,6 +61,23 @@ def test_fusion_benchmark_first_call_only():
     out = run_fusion("--first-call-only", "--model", "llama", "--variant", "thunder[torch]", "--gpu-model-scale", "tiny")
     label, seconds = out.strip().splitlines()[-1].split()
     assert label == "first_call_s" and float(seconds) > 0
+
+
+@pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++")), reason="inductor needs a C++ compiler")
+def test_fusion_benchmark_reads_a_kept_inductor_cache(tmp_path):
+    """--inductor-cache DIR: a second run's regions are read from the cache the first left in DIR."""
+    reads = []
+    for _ in range(2):
+        proc = subprocess.run(
+            [sys.executable, os.path.join(ROOT, "benchmarks", "fusion.py"), "--first-call-only", "--model", "llama",
+             "--variant", "thunder[inductor,torch]", "--gpu-model-scale", "tiny", "--inductor-cache", str(tmp_path)],
+            capture_output=True, text=True, cwd=ROOT, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        m = re.search(r"region compilations: (.*), (\d+) read from inductor's cache", proc.stderr)
+        assert m, proc.stderr
+        reads.append((sum(int(n) for n in re.findall(r"(\d+) \w+", m.group(1))), int(m.group(2))))
+    (compiled, read_first), (compiled_again, read_again) = reads
+    assert compiled == compiled_again > 0 and read_first == 0 and read_again == compiled
 
 
 def test_fusion_benchmark_pairs():
