@@ -496,7 +496,9 @@ def test_task_heads_training_parity(name, auto, problem):
 
 # Fused by the inductor executor: the same training steps within float tolerance (inductor's kernels sum in other
 # orders than eager's), with the backward's recomputation and the regions' layouts chosen as on a GPU.
-_FUSED = ["llama", "gemma2", "qwen3", "gpt2", "bert", "mixtral", "longformer"]
+# (Qwen3's and Mixtral's blocks add compilations more than code: Llama's with normed queries and keys, or with
+# experts, which litgpt's Mixtral runs fused; `scripts/sweep_hf.py causal --fused` runs every type.)
+_FUSED = ["llama", "gemma2", "gpt2", "bert", "longformer"]
 
 
 @pytest.mark.parametrize("name", _FUSED)
