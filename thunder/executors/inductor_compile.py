@@ -508,12 +508,13 @@ class CompiledRegion:
         import torch._inductor.config as inductor_config
         from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx.experimental.proxy_tensor import make_fx
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
         if self.failed is not None:
             return self._torch_boxed
         COMPILATIONS["no reuse" if not reuse else "first" if strides == self.expected else "layout"] += 1
         try:
-            from torch.fx.experimental.symbolic_shapes import ShapeEnv
+            # a shape environment (static shapes all the same): without one inductor's graph cache is not consulted
             with FakeTensorMode(shape_env=ShapeEnv()) as mode:
                 fakes = [torch.empty_strided(tuple(p.shape), st, dtype=p.dtype, device=p.device)
                          for p, st in zip(self.region.params, strides)]
