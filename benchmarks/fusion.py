@@ -75,18 +75,12 @@ import tempfile
 import time
 from typing import Callable, NamedTuple
 
-def _kept_inductor_cache(argv) -> str | None:
-    """``--inductor-cache DIR``, read before torch is imported (inductor reads its cache's place then)."""
-    for i, a in enumerate(argv):
-        if a == "--inductor-cache" and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith("--inductor-cache="):
-            return a.split("=", 1)[1]
-    return None
-
-
-if _kept_inductor_cache(sys.argv[1:]):
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.abspath(_kept_inductor_cache(sys.argv[1:]))
+# ``--inductor-cache DIR``, read before torch is imported (inductor reads its cache's place then)
+_KEPT_CACHE = argparse.ArgumentParser(add_help=False)
+_KEPT_CACHE.add_argument("--inductor-cache")
+_kept_cache = _KEPT_CACHE.parse_known_args()[0].inductor_cache
+if _kept_cache:
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.abspath(_kept_cache)
 else:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="thunder-fusion-inductor-")
     atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
