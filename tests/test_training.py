@@ -460,7 +460,16 @@ _SHARED_CASTS = {
     # not a leaf, both operands of one product and used again: its two casts' gradients are added in the order torch's
     # autocast made the casts, the last operand's first
     "both_operands_and_again": lambda x, w, y: (lambda v: torch.matmul(v, v) + v)((y * 1)[:, :16]),
+    # keyword arguments take their places in the signature: ``mat2`` is cast first, then ``mat1``, then ``input``
+    "keywords_out_of_order": lambda x, w, y: (lambda v: torch.addmm(input=v, mat2=v, mat1=v) + v)((y * 1)[:, :16]),
+    # a list argument's tensors are cast first to last (the promotion of torch.stack's lower-precision tensors), so the
+    # later one's gradient is added first (generated program 684 under autocast)
+    "list_elements_first_to_last": lambda x, w, y: (lambda v: (torch.stack([y, v, v]) * _PARTS[:, None, None]).sum(0)
+                                                      + v * 3)((y * 1).to(torch.get_autocast_dtype("cpu"))),
+    "cat_elements_first_to_last": lambda x, w, y: (lambda v: torch.cat([v, y, v], 1).view(16, 3, 32).mul(
+        _PARTS[:, None]).sum(1) + v * 3)((y * 1).to(torch.get_autocast_dtype("cpu"))),
 }
+_PARTS = torch.tensor([1.0, 0.7, 1.3])  # the list elements' gradients: unequal parts
 
 
 def _autocast_twice(x, w):

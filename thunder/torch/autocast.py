@@ -163,8 +163,27 @@ def maybe_autocast(sym, args, kwargs, cache: CastCache | None = None):
         dtype = max((t.dtype for t in floats), key=lambda d: torch.finfo(d).bits)
         pred = lambda t: True  # noqa: E731
     cache = cache if lower else None  # eager caches the casts to the lower precision only
-    # last argument first, as torch's autocast wrappers cast them (``cached_cast(args)...`` evaluated right to left by
-    # the compilers torch is built with): the casts' order is the order autograd adds their gradients in
+    # The casts' order is the order autograd adds their gradients in: the last argument first, as torch's autocast
+    # wrappers cast them (``cached_cast(args)...`` evaluated right to left by the compilers torch is built with), the
+    # tensors of a list argument (``torch.stack``'s, ``torch.cat``'s) first to last, as ``cached_cast`` of a list
+    # loops over them. Keyword arguments take their places in the signature.
     leaves, spec = tree_flatten((args, kwargs))
-    cast = [_cast(x, device_type, pred, dtype, cache) for x in reversed(leaves)]
-    return tree_unflatten(cast[::-1], spec)
+    spans, start = [], 0  # per argument: its place in the signature, and the range of its leaves
+    places = _signature_places(sym, kwargs)
+    for k, group in enumerate((*args, *kwargs.values())):
+        n = len(tree_leaves(group))
+        spans.append((k if k < len(args) else places[k - len(args)], start, start + n))
+        start += n
+    assert start == len(leaves), "the arguments' leaves are not the call's"
+    cast = list(leaves)
+    for _, start, end in sorted(spans, reverse=True):
+        for i in range(start, end):
+            cast[i] = _cast(leaves[i], device_type, pred, dtype, cache)
+    return tree_unflatten(cast, spec)
+
+
+def _signature_places(sym, kwargs: dict) -> list:
+    """The places of keyword arguments among the parameters of ``sym``'s signature (after the others where unknown)."""
+    signature = getattr(sym, "signature", None)
+    names = list(signature.parameters) if signature is not None else []
+    return [names.index(k) if k in names else len(names) + i for i, k in enumerate(kwargs)]
