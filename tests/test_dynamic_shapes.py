@@ -566,3 +566,29 @@ def test_an_update_of_permuted_selected_rows_keeps_their_layout(update):
         expected, actual = f(x), jf(x)
         assert torch.equal(actual, expected)
         assert actual.stride() == expected.stride(), (actual.stride(), expected.stride())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_a_selection_under_autocast_then_views_trains_as_eager(dtype):
+    """Under autocast a fallback op (masked_select) runs as an autocast call, whose training forward re-traces it with
+    a fresh extent; the flip after it was recorded as traced, its shape holding the original extent, which the
+    backward read undefined (generated program 1766 under autocast: UnboundLocalError)."""
+
+    def fn(x, y):
+        t = x.masked_select(x > 0)
+        return torch.atan2(t, y).flip(-2).flatten(0, 1).log2()
+
+    jfn = thunder.jit(fn)
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        x0, y0 = torch.randn(3, 3), torch.randn(4, 1)
+        results = []
+        for f in (fn, jfn):
+            x, y = x0.clone().requires_grad_(), y0.clone().requires_grad_()
+            with torch.autocast("cpu", dtype=dtype):
+                out = f(x, y)
+            cotangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype)
+            results.append((out, *torch.autograd.grad(out, (x, y), cotangent)))
+        for a, e in zip(*results):
+            assert a.dtype == e.dtype and a.shape == e.shape and torch.equal(a.nan_to_num(), e.nan_to_num())
+    assert thunder.cache_hits(jfn) == 1

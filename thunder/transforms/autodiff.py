@@ -112,10 +112,17 @@ class _ForwardBuilder:
         if same or not _needs_grad(bsym):
             from thunder.transforms.rename import substitute_bsym
 
-            if self._defined_already(bsym):
+            if not self._defined_already(bsym):
+                new = substitute_bsym(bsym, self.env)
+                self.fwd.record(new)
+            else:
+                new = None
+            if any(isinstance(o, NumberProxy) and o.name in self.env for o in bsym.flat_outs):
+                # an extent a re-traced operation gave a fresh name: the original stays defined too, for the outputs
+                # recorded as they were traced, whose shapes hold it (a flip of a masked_select's result)
+                self.fwd.record(substitute_inputs(bsym, self.env))
+            if new is None:
                 return
-            new = substitute_bsym(bsym, self.env)
-            self.fwd.record(new)
             if recompute:
                 self.recomputable.update(o.name for o in new.flat_outs)
             if same:
