@@ -933,3 +933,37 @@ def test_outer_sums_the_gradient_of_its_second_vector_over_the_rows_as_eager(nam
         grads.append(torch.autograd.grad(out, (a, b), cotangent))
     for e, t in zip(*grads):
         assert torch.equal(e, t) and torch.equal(e.signbit(), t.signbit())
+
+
+# In-place updates of views whose gradient holds zeros: eager's CopySlices copies the view's gradient into the root's,
+# keeping a -0 on either side, where a sum of the root's two parts (the write's, the view's elements zeroed; the
+# read's, scattered into zeros) makes it +0 ([Note: the gradient of a view's root updated in place]; fuzz 1170, 2728)
+_VIEW_UPDATES_OF_ZEROS = {
+    "slice_then_floor": lambda x: (lambda t: (t[:, ::2].mul_(-3), t.floor_())[1])(x * 1),
+    "slice_then_times_zero": lambda x: (lambda t: (t[:, ::2].mul_(-3), t.mul_(0))[1])(x * 1),
+    "select_then_times_zero": lambda x: (lambda t: (t[..., 0].mul_(-3), t.mul_(0))[1])(x * 1),
+    "diagonal_then_times_zero": lambda x: (lambda t: (t.diagonal().mul_(-3), t.mul_(0))[1])(x * 1),
+    "view_then_times_zero": lambda x: (lambda t: (t.view(-1).mul_(-3), t.mul_(0))[1])(x * 1),
+    "strided_slice_returned_with_its_root": lambda x: _strided_slice_updated(x.clip(-1, 2)),
+}
+
+
+def _strided_slice_updated(t):
+    v = t[..., ::2]
+    v.mul_(-0.5)
+    t.floor_()
+    return v, t
+
+
+@pytest.mark.parametrize("name", list(_VIEW_UPDATES_OF_ZEROS))
+def test_a_view_updated_in_place_keeps_the_signs_of_zeros_of_its_roots_gradient(name):
+    fn = _VIEW_UPDATES_OF_ZEROS[name]
+    grads = []
+    for f in (fn, thunder.jit(fn)):
+        x = torch.randn(6, 6, generator=torch.Generator().manual_seed(0), requires_grad=True)
+        out = f(x)
+        outs = out if isinstance(out, tuple) else (out,)
+        cotangents = [torch.randn(o.shape, generator=torch.Generator().manual_seed(i + 1)) for i, o in enumerate(outs)]
+        grads.append(torch.autograd.grad(outs, x, cotangents)[0])
+    assert bool((grads[0] == 0).any()) and bool(grads[0].signbit()[grads[0] == 0].any()), "no -0 to keep"
+    assert_bitwise(grads[1], grads[0], name)

@@ -95,6 +95,7 @@ class _ForwardBuilder:
         self.tape: list[_TapeEntry] = []
         self.recomputable: set[str] = set()  # forward values of checkpointed regions
         self.same: dict[str, str] = {}  # a value that is its input itself in eager -> that input's name (_Sums)
+        self.update_roots: set[str] = set()  # roots of in-place updates of their views (see _copy_into_sum)
 
     def _defined_already(self, bsym) -> bool:
         """Whether ``bsym`` only computes extents a re-traced operation has defined under fresh names (its size)."""
@@ -145,7 +146,7 @@ class _ForwardBuilder:
             if recompute:
                 self.recomputable.update(o.name for o in new.flat_outs)
             inputs = tuple({a.name: a for a in new.flat_args if isinstance(a, TensorProxy)}.values())
-            self.tape.append(_TapeEntry(inputs, list(new.flat_outs), _decomposition_backward(new, inputs),
+            self.tape.append(_TapeEntry(inputs, list(new.flat_outs), _decomposition_backward(new, inputs, self.update_roots),
                                         len(new.flat_outs), continues_sums=True, keeps_parts=True))
             return
         if rule is None:
@@ -168,6 +169,8 @@ class _ForwardBuilder:
         outs = [o for o in flat_proxies(out)]
         self.tape.append(_TapeEntry(args, outs, backward, len(outs), kwargs,
                                     continues_sums=getattr(backward, "continues_sums", False)))
+        if bsym.sym.name == "root_of_a_view_update":
+            self.update_roots.add(outs[0].name)
 
 
 # [Note: the order of a gradient's sum]
@@ -187,9 +190,10 @@ class _Sums(dict):
     ``y = x.contiguous()`` of a contiguous ``x``) has no sum of its own: its parts are added to its input's as they
     arrive, as in eager, where they reach ``x``'s node directly."""
 
-    def __init__(self, same: dict, sums: dict = ()):
+    def __init__(self, same: dict, sums: dict = (), update_roots: frozenset = frozenset()):
         super().__init__(sums)
         self.same = same
+        self.update_roots = update_roots
 
     def key(self, name):
         return self.same.get(name, name)
@@ -210,7 +214,7 @@ class _Sums(dict):
         return super().pop(self.key(name), *default)
 
 
-def _decomposition_backward(bsym, inputs):
+def _decomposition_backward(bsym, inputs, update_roots: set = frozenset()):
     """Backward of ``bsym`` through its decomposition, traced into the current (backward) trace: the inputs'
     gradients, ``sums`` (their sums so far, by name) included."""
 
@@ -223,7 +227,7 @@ def _decomposition_backward(bsym, inputs):
         builder = _ForwardBuilder(trace)
         for sub in bsym.subsymbols:
             builder.process(sub)
-        grads = _Sums({}, sums)
+        grads = _Sums({}, sums, update_roots)
         for o, ct in zip(bsym.flat_outs, cotangents):
             if ct is not None and isinstance(o, TensorProxy):
                 _accumulate(grads, builder.env.get(o.name, o), ct, trace)
@@ -255,7 +259,9 @@ def _run_tape(tape, grads: dict, trace):
             names = {a.name for a in flat_proxies((entry.args, entry.kwargs)) if isinstance(a, TensorProxy)}
             # two inputs with one sum (``x`` and ``x.contiguous()``) cannot both go on with it: they add totals
             replace = len({grads.key(n) for n in names}) == len(names)
-            goes_on = [n for n in names if n in grads and (entry.keeps_parts or not isinstance(grads[n], _Parts))]
+            # (not a view-updated root's: its parts are copied into one another, see _copy_into_sum)
+            goes_on = [n for n in names if n in grads and (entry.keeps_parts or not isinstance(grads[n], _Parts))
+                       and grads.key(n) not in grads.update_roots]
             kwargs["sums"] = {n: grads[n] for n in goes_on} if replace else {}
         in_grads = entry.backward(*cts, **kwargs)
         if isinstance(in_grads, ArgGrads):
@@ -286,12 +292,27 @@ def _accumulate(grads: dict, arg, g, trace, replace: bool = False):
     prev = grads.get(arg.name)
     if isinstance(prev, _Parts):  # [Note: the gradient of a returned input]
         prev.append(g)
-    elif prev is None or replace:
+    elif prev is None or (replace and arg.name not in grads.update_roots):
         grads[arg.name] = g
+    elif arg.name in grads.update_roots:
+        grads[arg.name] = _copy_into_sum(prev, g)
     else:
         from thunder.core import prims
 
         grads[arg.name] = prims.add(prev, g)
+
+
+# [Note: the gradient of a view's root updated in place]
+# ``x[..., 0] *= -3`` reads the view from the root of the update (``root_of_a_view_update``) and writes the new value
+# back into it: the root's gradient has two parts, the write's (the gradient with the view's elements zeroed) and the
+# read's (the view's gradient scattered into zeros). Eager's ``CopySlices`` instead copies the view's gradient into
+# the root's: the same values but for signs of zeros, which a sum loses (+0 + -0 is +0; -0 * 3's gradient of a zero
+# is -0, kept by eager). Each part is zero wherever the other holds the copy, so the copy is the sum in which a zero
+# is negative when either part's is: -((-a) - b), which is a + b otherwise (negation is exact).
+def _copy_into_sum(a, b):
+    from thunder.core import prims
+
+    return prims.neg(prims.sub(prims.neg(a), b))
 
 
 def _build_backward(builder: _ForwardBuilder, fwd: TraceCtx, flat_outputs: list, params: list,
@@ -300,7 +321,7 @@ def _build_backward(builder: _ForwardBuilder, fwd: TraceCtx, flat_outputs: list,
     bwd.name = "backward_fn"
     bwd.params = ["saved_for_backward", "cotangents"]
     bwd.decorators = ["@torch.no_grad()", "@no_autocast"]
-    grads = _Sums(builder.same)
+    grads = _Sums(builder.same, update_roots=builder.update_roots)
     for name in returned:  # see [Note: the gradient of a returned input]
         grads[name] = _Parts()
     cotangents = []
