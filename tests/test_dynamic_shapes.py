@@ -592,3 +592,29 @@ def test_a_selection_under_autocast_then_views_trains_as_eager(dtype):
         for a, e in zip(*results):
             assert a.dtype == e.dtype and a.shape == e.shape and torch.equal(a.nan_to_num(), e.nan_to_num())
     assert thunder.cache_hits(jfn) == 1
+
+
+# The gradient of a broadcast over a run-time extent: eager's sum_to sums a dimension expanded from 1 only where the
+# extent is not 1 when it runs (a sum over one element makes a -0 +0: nn program 3514), a dimension the broadcast
+# added always
+_BROADCASTS_OF_RUNTIME_EXTENTS = {
+    "expanded_dimension": lambda x, w: x[x > 0] * w,  # w: [1] against [i0]
+    "expanded_inner_dimension": lambda x, w: x[x > 0][:, None] * w[:, None].expand(1, 3),
+    "added_dimension": lambda x, w: w.expand(x[x > 0].shape[0], 1) * 1,
+}
+
+
+@pytest.mark.parametrize("name", list(_BROADCASTS_OF_RUNTIME_EXTENTS))
+@pytest.mark.parametrize("selected", [1, 3])
+def test_the_gradient_of_a_broadcast_over_a_run_time_extent_is_summed_as_eager_sums_it(name, selected):
+    fn = _BROADCASTS_OF_RUNTIME_EXTENTS[name]
+    x = torch.tensor([1.0, 2.0, 3.0, -1.0, -2.0])
+    x[selected:3] = -1.0  # ``selected`` positive elements
+    results = []
+    for f in (fn, thunder.jit(fn)):
+        w = torch.tensor([-0.5], requires_grad=True)
+        out = f(x, w)
+        cotangent = torch.full(out.shape, -0.0)  # -0 times the values: -0 where nothing is summed
+        results.append((out, torch.autograd.grad(out, w, cotangent)[0]))
+    (out, grad), (j_out, j_grad) = results
+    assert torch.equal(out, j_out) and torch.equal(grad, j_grad) and torch.equal(grad.signbit(), j_grad.signbit())

@@ -551,6 +551,18 @@ for _name in ("sum", "prod", "amax", "amin"):
     globals()[_name] = make_prim(_name, _reduction_meta(_name))
 
 
+def sum_to_meta(a, dims: tuple, runtime_dims: tuple):
+    """``a`` summed over ``dims`` and over those of ``runtime_dims`` (dimensions of run-time extents) whose extent is
+    not 1 when it runs, every one of them kept, of extent 1: the gradient of a broadcast as eager's ``sum_to`` sums
+    it, which skips a dimension that was not broadcast (a sum over an extent of 1 makes a -0 +0)."""
+    shape = tuple(1 if d in dims or d in runtime_dims else n for d, n in enumerate(a.shape))
+    return new_tensor(shape, a.dtype, a.device, requires_grad(a))
+
+
+sum_to = make_prim("sum_to", sum_to_meta)
+sum_to.is_view = True  # it may return its input (nothing to sum): an alias of it, as far as updates go
+
+
 def var_meta(a, dims, *, correction):
     return new_tensor(_reduced_shape(a, dims), dtypes.to_real(a.dtype), a.device, requires_grad(a))
 

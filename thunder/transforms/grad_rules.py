@@ -17,7 +17,7 @@ from typing import NamedTuple
 import torch
 
 from thunder.core import prims
-from thunder.core.extents import is_one, prod, same, same_shape
+from thunder.core.extents import is_one, is_runtime, prod, same, same_shape
 from thunder.core.proxies import TensorProxy
 
 VJP_RULES: dict[str, callable] = {}
@@ -73,9 +73,20 @@ def _reduce_to(g, shape):
     if same_shape(tuple(g.shape), shape):
         return g
     lead = g.ndim - len(shape)
-    dims = list(range(lead)) + [lead + i for i, s in enumerate(shape) if is_one(s) and not is_one(g.shape[lead + i])]
-    out = prims.sum(g, tuple(dims)) if dims else g
+    expanded = [lead + i for i, s in enumerate(shape) if is_one(s) and not is_one(g.shape[lead + i])]
+    out = _sum_broadcast(g, range(lead), expanded)
     return prims.reshape(out, shape) if not same_shape(tuple(out.shape), shape) else out
+
+
+def _sum_broadcast(g, new_dims, dims):
+    """``g`` summed over the dimensions a broadcast added (``new_dims``) and those it expanded from 1 (``dims``), as
+    eager's ``sum_to`` sums a broadcast's gradient: the ones it added always, an expanded one of a run-time extent
+    only where that is not 1 when it runs (``prims.sum_to``, which keeps their extents, of 1)."""
+    runtime = tuple(d for d in dims if is_runtime(g.shape[d]))
+    dims = tuple(sorted({*new_dims, *(d for d in dims if d not in runtime)}))
+    if runtime:
+        return prims.sum_to(g, dims, runtime)
+    return prims.sum(g, dims) if dims else g
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,9 +289,8 @@ def broadcast_in_dim_rule(a, shape, broadcast_dimensions):
         bdims = set(broadcast_dimensions)
         # a new dimension of size 1 (unsqueeze) is not summed but reshaped away: a view, as eager's squeeze, whose
         # layout the gradient keeps (a sum would write it contiguous, and later reductions sum by layout)
-        summed = [d for d in range(len(shape)) if d not in bdims and not is_one(shape[d])]
-        summed += [d for i, d in enumerate(broadcast_dimensions) if is_one(a.shape[i]) and not is_one(shape[d])]
-        r = prims.sum(g, tuple(sorted(summed))) if summed else g
+        r = _sum_broadcast(g, [d for d in range(len(shape)) if d not in bdims and not is_one(shape[d])],
+                           [d for i, d in enumerate(broadcast_dimensions) if is_one(a.shape[i]) and not is_one(shape[d])])
         return (prims.reshape(r, tuple(a.shape)) if not same_shape(tuple(r.shape), tuple(a.shape)) else r, None, None)
 
     return out, backward
