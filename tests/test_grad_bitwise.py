@@ -578,6 +578,12 @@ _FOUND_GRADS = {
     "contiguous_in_one_call": lambda x: (lambda y: (y * 2, torch.addcmul(x, y, x), y * 4))(x.contiguous()),
     # eager's CatBackward gives a bfloat16 tensor concatenated twice with float32 its two parts in the inputs' order,
     # each rounded to bfloat16 (generated program 873645): not its type promotions' conversions, the last first
+    # eager's masked_fill gradient is grad.masked_fill(mask, 0), laid out as the gradient: where(mask, 0, g) took the
+    # layout of a mask computed from a gather by transposed indices, and the gather's backward (an accumulating
+    # index_put) adds the gradient's duplicates in its layout's order (generated program 17359)
+    "masked_fill_of_a_gather_by_transposed_indices": lambda x: (lambda y: y.masked_fill(y == 0.001, 0.25))(
+        x[:4].view(2, 2)[torch.tensor([[1, 0, 1], [1, 1, 1], [1, 1, 0]]).t(),
+                         torch.tensor([[0, 1, 1], [1, 0, 0], [1, 1, 1]])]),
     **{f"{name}_promoting_a_tensor_used_twice": (lambda cat: lambda x: (lambda t: (cat(t, x), t))(x.bfloat16()))(cat)
        for name, cat in (("cat", lambda t, x: torch.cat([t, x, t])), ("hstack", lambda t, x: torch.hstack([t, t, x])),
                          ("roll_of_cat", lambda t, x: torch.roll(torch.cat([t, x, t]), 7)))},

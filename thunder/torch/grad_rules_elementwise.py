@@ -18,8 +18,6 @@ import math
 
 import torch
 
-from thunder.core import prims
-from thunder.core.extents import same_shape
 from thunder.core.proxies import TensorProxy
 from thunder.torch import elementwise as ew
 from thunder.torch.fallback import fallback_symbol, inplace_fallback_symbol
@@ -309,15 +307,13 @@ def where_rule(condition, input=None, other=None):
 
 @register_vjp(ew.masked_fill)
 def masked_fill_rule(a, mask, value):
-    """Eager's gradient: ``grad.masked_fill(mask, 0)``, a contiguous tensor of the shape ``a`` and ``mask`` broadcast
-    to, then summed to ``a``'s shape. Through the decomposition (``where(mask, 0, g)``) it would be laid out as the
-    mask, and a sum over broadcast dimensions adds in the mask's order (another rounding; generated program 503). Only
-    where ``a`` is broadcast: otherwise the decomposition's, whose layout is the one eager's ``CopySlices`` gives the
-    gradient of an in-place ``masked_fill_`` of a permuted view (its base's; thunder's gradients of other in-place
-    updates of such views are laid out as the view, values equal). A fill value that requires grad goes through the
-    decomposition too."""
-    broadcast = not same_shape(tuple(a.shape), prims.broadcast_shapes(tuple(a.shape), tuple(mask.shape)))
-    if not broadcast or (_t(value) and value.requires_grad):
+    """Eager's gradient: ``grad.masked_fill(mask, 0)``, laid out as the gradient, then summed to ``a``'s shape where
+    ``a`` is broadcast. Through the decomposition (``where(mask, 0, g)``) it would be laid out as the mask: a sum over
+    broadcast dimensions (generated program 503), or an accumulating ``index_put`` of a gather's backward (17359), then
+    adds in the mask's order, another rounding. (The gradient of an in-place ``masked_fill_`` of a view reaches it
+    contiguous, as eager's ``CopySlices`` hands it on: ``view_update``.) A fill value that requires grad goes through
+    the decomposition."""
+    if _t(value) and value.requires_grad:
         return NotImplemented
     out = ew.masked_fill(a, mask, value)
     return out, lambda g: (_grad_for(ew.masked_fill(g, mask, 0), a), None, None)
