@@ -656,6 +656,12 @@ _RETURNED = {
     "batched_product": lambda x: (x.reshape(2, 2, 2) @ x.reshape(2, 2, 2), x),
     "decomposition": lambda x: (F.softsign(x), x * 2, x),  # x / (1 + |x|): its two parts arrive one by one
     "flatten_of_a_vector": lambda x: (F.softsign(x.flatten()), x.flatten()),  # x itself in eager
+    # both arguments of an op torch's autograd differentiates: its node's two parts arrive one by one (fuzz 1376,
+    # 27227, 32775), where torch's engine had summed them first; and where the op is a graph of several nodes, the sum
+    "logaddexp_of_itself": lambda x: (torch.logaddexp(x, F.dropout(x, 0.5, training=False)), x),
+    "logaddexp_of_itself_squared": lambda x: (torch.logaddexp(x, x.float()) ** 2, x.float()),
+    "tensordot_of_itself": lambda x: (torch.tensordot(x.reshape(2, 4), F.dropout(x, 0.0).reshape(2, 4), dims=([1], [1])),
+                                      x),
 }
 
 

@@ -70,10 +70,11 @@ def torch_autograd_forward(fn, args, kwargs, groups, out_like=None):
     return tree_unflatten([o.detach() if isinstance(o, torch.Tensor) else o for o in flat], out_spec), graph
 
 
-def torch_autograd_backward(graph, *cotangents, sums=None):
+def torch_autograd_backward(graph, *cotangents, sums=None, split=()):
     """The gradients of the graph's inputs; ``sums``: per input, its gradient's sum so far or None. A sum is given to
     torch's engine with the outputs' cotangents (the input as one more output), so the graph's parts are added to it
-    one by one, as eager's engine adds them ([Note: the order of a gradient's sum])."""
+    one by one, as eager's engine adds them ([Note: the order of a gradient's sum]). ``split``: (input, n) of inputs
+    passed n times whose gradient comes as its n parts (``_edge_parts``), in place of their sum."""
     if graph.inputs is None:
         raise RuntimeError(
             "Trying to backward through the graph a second time (or directly access saved tensors after they have "
@@ -89,6 +90,12 @@ def torch_autograd_backward(graph, *cotangents, sums=None):
                 outs.append(i)
                 grads.append(s)
     keep = torch._C._autograd._get_current_graph_task_keep_graph()
+    if split:
+        parts = _edge_parts(graph, outs, grads, dict(split), keep) if len(outs) == 1 else None
+        if parts is not None:
+            if not keep:
+                graph.inputs = graph.outputs = None
+            return parts
     result = _one_node_grads(graph, outs, grads) if len(outs) == 1 else None
     if result is None and outs:
         result = torch.autograd.grad(outs, graph.inputs, grads, retain_graph=keep, allow_unused=True,
@@ -101,8 +108,49 @@ def torch_autograd_backward(graph, *cotangents, sums=None):
     # float it is float64): eager's engine casts each gradient to its input's dtype, a backward trace's operations do
     # not. Others stay ZeroTensors: the operations after them give zeros (0.0) as eager's do, where a product of
     # materialized zeros and negative values would be -0.0
-    return tuple(torch.zeros_like(r) if isinstance(r, torch.Tensor) and r.ndim == 0 and r._is_zerotensor() else r
-                 for r in result)
+    result = tuple(torch.zeros_like(r) if isinstance(r, torch.Tensor) and r.ndim == 0 and r._is_zerotensor() else r
+                   for r in result)
+    if split:  # the sum as the first part, the others -0: adding -0 changes nothing, not even a zero's sign
+        n_parts = dict(split)
+        result = tuple(p for i, r in enumerate(result)
+                       for p in ((r, *(torch.full_like(r, -0.0) for _ in range(n_parts[i] - 1))) if i in n_parts else (r,)))
+    return result
+
+
+def _edge_parts(graph, outs, grads, n_parts: dict, keep: bool):
+    """``torch_autograd_backward``'s result with the inputs of ``n_parts`` (position -> parts) given their parts one
+    by one, where the graph is one node whose edges reach each such input once per part, in the order of the call's
+    arguments: eager's engine adds them one by one to a gradient sum (a returned input's, [Note: the gradient of a
+    returned input]: ``xlogy(x, x)`` of an ``x`` the program returns gives ``(ct + self's) + other's``, not
+    ``ct + (self's + other's)``). The engine runs the node (it computes the edges a running graph task needs only, so
+    calling it here could skip them); a hook on it keeps its gradients per edge. None where the graph is not so
+    simple."""
+    (out,), (g,) = outs, grads
+    node = out.grad_fn
+    if node is None or out.output_nr != 0 or len(node._input_metadata) != 1:
+        return None
+    where = []  # the input each edge leads to (its position among the graph's inputs), or None
+    for next_node, _ in node.next_functions:
+        variable = getattr(next_node, "variable", None) if next_node is not None else None
+        i = next((j for j, t in enumerate(graph.inputs) if t is variable), None) if variable is not None else None
+        if next_node is not None and i is None:
+            return None  # an edge into more graph: the parts are sums of their own
+        where.append(i)
+    if any(where.count(i) != n_parts.get(i, 1) for i in range(len(graph.inputs))):
+        return None
+    captured = []
+    handle = node.register_hook(lambda edge_grads, _: captured.append(edge_grads))
+    try:
+        torch.autograd.grad([out], graph.inputs, [g], retain_graph=keep, allow_unused=True)
+    finally:
+        handle.remove()
+    parts = [[] for _ in graph.inputs]
+    for i, eg in zip(where, captured[0]):
+        if i is not None:
+            if eg is None:
+                return None
+            parts[i].append(eg)
+    return tuple(p for ps in parts for p in ps)
 
 
 def _one_node_grads(graph, outs, grads):
@@ -159,12 +207,15 @@ def _forward_meta(fn, args, kwargs, groups, out_like=None):
     return out, Var(get_tracectx().make_name("graph"))
 
 
-def _backward_meta(graph, *cotangents, like, sums=None):
-    """``like``: (shape, dtype, device) of each gradient — metadata, so the inputs are not kept alive for it."""
+def _backward_meta(graph, *cotangents, like, sums=None, split=()):
+    """``like``: (shape, dtype, device) of each gradient — metadata, so the inputs are not kept alive for it;
+    ``split``: (input, n) of inputs whose gradient comes as n parts."""
     trace = get_tracectx()
     for s, (shape, dtype, _) in zip(sums or (), like):  # each sum goes on as its input's gradient
         assert s is None or (tuple(s.shape), s.dtype) == (tuple(shape), dtype), f"a sum of {s.shape} for a {shape} input"
-    return tuple(trace.tensor(shape, dtype, device) for shape, dtype, device in like)
+    n_parts = dict(split)
+    return tuple(trace.tensor(shape, dtype, device) for i, (shape, dtype, device) in enumerate(like)
+                 for _ in range(n_parts.get(i, 1)))
 
 
 torch_autograd_forward_sym = Symbol("torch_autograd_forward", _forward_meta, module="ltorch", is_prim=True)
@@ -172,8 +223,8 @@ torch_autograd_backward_sym = Symbol("torch_autograd_backward", _backward_meta, 
 torch_autograd_forward_sym.torch_impl = torch_autograd_forward
 
 
-def torch_autograd_backward_impl(graph, *cotangents, like, sums=None):
-    return torch_autograd_backward(graph, *cotangents, sums=sums)
+def torch_autograd_backward_impl(graph, *cotangents, like, sums=None, split=()):
+    return torch_autograd_backward(graph, *cotangents, sums=sums, split=split)
 
 
 torch_autograd_backward_sym.torch_impl = torch_autograd_backward_impl
@@ -259,23 +310,30 @@ def torch_autograd_rule(fn, out_meta=None, unreached=None, layout_hints=False):
             for i, o in enumerate(flat_out):
                 set_layout_hint(o, functools.partial(predict, 0, i))
 
-        def backward(*cotangents, sums=None):
+        def backward(*cotangents, sums=None, parts=frozenset()):
             cts = [g for o, g in zip(flat_out, cotangents) if isinstance(o, TensorProxy)]
             given = tuple(sums.get(name) for name in first) if sums else ()
+            # inputs passed several times whose gradient is a returned input's parts: one part per place
+            split = tuple((k, len(groups[name])) for k, name in enumerate(first)
+                          if name in parts and len(groups[name]) > 1)
+            extra = {"split": split} if split else {}
             if any(s is not None for s in given):
-                grads = torch_autograd_backward_sym(graph, *cts, like=like, sums=given)
+                grads = torch_autograd_backward_sym(graph, *cts, like=like, sums=given, **extra)
             else:
-                grads = torch_autograd_backward_sym(graph, *cts, like=like)
-            if predict is not None:
-                for i, g in enumerate(grads):
-                    set_layout_hint(g, functools.partial(predict, 1, i))
+                grads = torch_autograd_backward_sym(graph, *cts, like=like, **extra)
             flat = [None] * len(leaves)
-            for i, g in zip(first.values(), grads):
-                flat[i] = g
+            grads = iter(grads)
+            split_inputs = {k for k, _ in split}
+            for k, name in enumerate(first):
+                for i in (groups[name] if k in split_inputs else groups[name][:1]):
+                    flat[i] = next(grads)
+                    if predict is not None:
+                        set_layout_hint(flat[i], functools.partial(predict, 1, k))
             grad_args, grad_kwargs = tree_unflatten(flat, spec)
             return ArgGrads(tuple(grad_args), grad_kwargs)
 
         backward.continues_sums = True  # see [Note: the order of a gradient's sum]
+        backward.splits_parts = True  # see _edge_parts
         return out, backward
 
     return rule

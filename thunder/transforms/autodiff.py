@@ -263,6 +263,8 @@ def _run_tape(tape, grads: dict, trace):
             goes_on = [n for n in names if n in grads and (entry.keeps_parts or not isinstance(grads[n], _Parts))
                        and grads.key(n) not in grads.update_roots]
             kwargs["sums"] = {n: grads[n] for n in goes_on} if replace else {}
+            if getattr(entry.backward, "splits_parts", False):  # a returned input's parts one by one, as they arrive
+                kwargs["parts"] = frozenset(n for n in names if isinstance(grads.get(n), _Parts))
         in_grads = entry.backward(*cts, **kwargs)
         if isinstance(in_grads, ArgGrads):
             _accumulate(grads, entry.args, in_grads.args, trace, replace)
