@@ -957,6 +957,7 @@ _VIEW_UPDATES_OF_ZEROS = {
     "diagonal_then_times_zero": lambda x: (lambda t: (t.diagonal().mul_(-3), t.mul_(0))[1])(x * 1),
     "view_then_times_zero": lambda x: (lambda t: (t.view(-1).mul_(-3), t.mul_(0))[1])(x * 1),
     "strided_slice_returned_with_its_root": lambda x: _strided_slice_updated(x.clip(-1, 2)),
+    "ellipsis_of_a_scalar_then_times_zero": lambda x: (lambda t: (t[...].mul_(-3), t.mul_(0))[1])(x[0, 0] * 1),  # 38100
 }
 
 

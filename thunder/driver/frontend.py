@@ -690,9 +690,10 @@ class Tracer:
         """Gives the root ``key`` of a view about to be updated the value ``root_of_a_view_update`` of its value: its
         gradient, the update's part and its later uses' (the update reads the view taken again from it, and writes
         the root's new value from it), is then laid out as its memory, as eager's. False where that layout is not
-        known while tracing."""
+        known while tracing. (A 0-dim root too: its two parts of the gradient are copied into one another, as eager
+        copies them: see [Note: the gradient of a view's root updated in place] in thunder/transforms/autodiff.py.)"""
         value = self.aliases.root_value(key)
-        if not value.requires_grad or value.ndim == 0:
+        if not value.requires_grad:
             return False
         try:
             strides = tuple(self.layouts.peek(self.aliases.originals.get(key, value)).stride())
