@@ -980,3 +980,37 @@ def test_a_view_updated_in_place_keeps_the_signs_of_zeros_of_its_roots_gradient(
         grads.append(torch.autograd.grad(outs, x, cotangents)[0])
     assert bool((grads[0] == 0).any()) and bool(grads[0].signbit()[grads[0] == 0].any()), "no -0 to keep"
     assert_bitwise(grads[1], grads[0], name)
+
+
+# A view taken before its base is updated in place and used after: eager's autograd makes its node again as
+# AsStridedBackward, whose gradient is laid out as the base, where the view's own gradient (a transpose's) is laid
+# out as the view; a reduction of it after (the gradient of a 0-dim divisor) sums in that layout's order
+# (``root_of_a_retaken_view``; generated program 1744)
+_RETAKEN_VIEWS = {
+    "transpose": lambda x, t: _retaken(x, t, lambda v: v.t()),
+    "permute_of_a_gather": lambda x, t: _retaken(x, t, lambda v: v.permute(1, 0), gather=True),
+    "strided_slice": lambda x, t: _retaken(x, t, lambda v: v[:, ::2]),
+}
+
+
+def _retaken(x, t, view, gather=False):
+    x = x.detach()  # the gradient reaches the divisor alone (sigmoid_ saves its output, which div_ then changes)
+    base = x[torch.arange(40).reshape(8, 5).t(), torch.arange(40).reshape(5, 8) % 64] if gather else x * 1
+    v = view(base)
+    torch.sigmoid_(v)
+    base.div_(t.mean())
+    return v
+
+
+@pytest.mark.parametrize("name", list(_RETAKEN_VIEWS))
+def test_a_view_taken_again_after_its_bases_update_gets_its_gradient_laid_out_as_the_base(name):
+    fn = _RETAKEN_VIEWS[name]
+    results = []
+    for f in (fn, thunder.jit(fn)):
+        x = torch.randn(40, 64, generator=torch.Generator().manual_seed(0)).requires_grad_()
+        t = torch.randn(1, 4, generator=torch.Generator().manual_seed(1)).requires_grad_()
+        out = f(x, t)
+        cotangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(2), dtype=out.dtype)
+        results.append((out, *torch.autograd.grad(out, t, cotangent)))
+    for a, b in zip(*results):
+        assert_bitwise(b, a, name)

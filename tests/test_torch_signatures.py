@@ -167,6 +167,7 @@ IGNORED = {
     ("torch_autograd_backward", "cotangents"): "the executor's",
     ("contiguous_as_suggested", "like"): "the torch executor lays the value out as torch suggests for it",
     ("root_of_a_view_update", "strides"): "an identity forward; the gradient rule lays the gradient out with them",
+    ("root_of_a_retaken_view", "strides"): "an identity forward; the gradient rule lays the gradient out with them",
 }
 
 

@@ -40,8 +40,8 @@ from thunder.core.trace import TraceCtx, tracectx
 from thunder.torch import TORCH_TO_SYMBOL
 from thunder.torch import shapes as ltorch_shapes
 from thunder.torch.fallback import fallback_symbol, describe, first_positional, inplace_call, inplace_fallback_symbol
-from thunder.torch.inplace import (PlanKind, plan_for, detached_update, laid_out_as, root_of_a_view_update,
-                                   view_update)
+from thunder.torch.inplace import (PlanKind, plan_for, detached_update, laid_out_as, root_of_a_retaken_view,
+                                   root_of_a_view_update, view_update)
 from thunder.torch.registry import (Updates, has_number_proxy, number_values, property_key, takes_list_as_varargs,
                                     torch_positions)
 from thunder.torch.utils import convert
@@ -362,6 +362,7 @@ class Tracer:
         self.layouts = Layouts()
         self.aliases.on_new_value = lambda key, value: self.layouts.add_value(value, self.aliases.originals[key])
         self.aliases.write_root = self._write_root
+        self.aliases.retaken_root = self._root_of_a_retaken_view
         self.grads: dict[str, object] = {}  # input name -> proxy of its .grad (or None) as the program read it
         self.checkpoint_depth = 0
         self.autocast_casts = ltorch_autocast.CastCache(self._is_unchanged_leaf)
@@ -704,6 +705,17 @@ class Tracer:
         self.aliases.key_of[marked.name] = key
         self.aliases.on_new_value(key, marked)
         return True
+
+    def _root_of_a_retaken_view(self, key: str, value):
+        """``value``, the root ``key`` of a view taken before an update of the root and used after, marked so that the
+        view's part of its gradient is laid out as its memory (``root_of_a_retaken_view``), where autograd records it."""
+        if not (torch.is_grad_enabled() and value.requires_grad):
+            return value
+        try:
+            strides = tuple(self.layouts.peek(self.aliases.originals.get(key, value)).stride())
+        except UnknownLayout:
+            return value
+        return self.call(root_of_a_retaken_view, (value, strides), {})
 
     @staticmethod
     def _differentiated_narrower(self_value, new, args, kwargs, plan) -> bool:

@@ -237,6 +237,9 @@ class Aliases:
         # called with (key of a root, a view's new value, a function computing the root's from it) when a view is updated:
         # the frontend lays the value out as the root's memory is (see Tracer._write_root)
         self.write_root = lambda key, value, compute: compute()
+        # called with (key of a root, its value) when a view taken before the root's update is taken again from it:
+        # the value to take it from (see Tracer._root_of_a_retaken_view)
+        self.retaken_root = lambda key, value: value
 
     def key(self, proxy: TensorProxy) -> str:
         return self.key_of.get(proxy.name, proxy.name)
@@ -291,6 +294,8 @@ class Aliases:
         if detached < len(steps) - 1:  # a view of a detach()ed tensor is autograd's view of it, not of the root: it
             value = self.resolve(self.originals[view.keys[detached]])  # sees that tensor's gradient history
             steps = steps[detached + 1:]
+        else:
+            value = self.retaken_root(view.root, value)
         for step in steps:
             value = step.apply(value)
         if self.view_values.get(key, self.originals[key]).requires_grad and not value.requires_grad:

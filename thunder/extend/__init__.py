@@ -502,8 +502,10 @@ def _viewed(bsym) -> TensorProxy | None:
 def _a_view_in_eager(bsym) -> bool:
     """Whether eager's operation returns (or may return) a view of its input, or the input itself: a view symbol,
     indexing by basic indices (``sym.is_view`` decides from the arguments), ``detach``, the new value of an update
-    autograd does not record (``detached_update``: a ``detach`` of it), an operation tagged ``RETURNS_INPUT``."""
-    if is_view(bsym) or bsym.sym.name in ("detach", "data", "detached_update") or Tag.RETURNS_INPUT in bsym.tags:
+    autograd does not record (``detached_update``: a ``detach`` of it), the root a view is taken again from
+    (``root_of_a_retaken_view``: the tensor itself), an operation tagged ``RETURNS_INPUT``."""
+    if (is_view(bsym) or bsym.sym.name in ("detach", "data", "detached_update", "root_of_a_retaken_view")
+            or Tag.RETURNS_INPUT in bsym.tags):
         return True
     if bsym.sym.name == "torch_autograd_forward":  # an operation torch's autograd differentiates (``diagonal``)
         fn, args, kwargs = bsym.args[:3]

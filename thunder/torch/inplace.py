@@ -203,16 +203,29 @@ def root_of_a_view_update(a, strides):
     return prims.shallow_copy(a)
 
 
-def _register_root_of_a_view_update_rule():
+@torchsymbol(name="root_of_a_retaken_view", torch_impl=_root_of_a_view_update_impl)
+def root_of_a_retaken_view(a, strides):
+    """``a``, the root of a view taken before ``a`` was updated in place and used after (its memory laid out with
+    ``strides``): ``a`` itself, from which the view is taken again; the view's part of ``a``'s gradient is laid out
+    as ``a``'s memory. Eager's autograd makes the view's node again as ``AsStridedBackward``, whose gradient is a
+    tensor laid out as the base, the view's part written into it; the kernels reading it later (a sum for a
+    broadcast operand) round by that layout (generated program 1744)."""
+    from thunder.core import prims
+
+    return prims.shallow_copy(a)
+
+
+def _register_root_rules():
     from thunder.core import prims
     from thunder.transforms.grad_rules import register_vjp
 
-    @register_vjp(root_of_a_view_update)
-    def rule(a, strides):
-        return root_of_a_view_update(a, strides), lambda g: (prims.in_layout(g, strides, 0, True), None)
+    for sym in (root_of_a_view_update, root_of_a_retaken_view):
+        @register_vjp(sym)
+        def rule(a, strides, sym=sym):
+            return sym(a, strides), lambda g: (prims.in_layout(g, strides, 0, True), None)
 
 
-_register_root_of_a_view_update_rule()
+_register_root_rules()
 
 
 def _float_power_check(a, new):
