@@ -1149,7 +1149,7 @@ SKIPPED = {
     "view_update": "the new value of a view updated in place, in the autograd graph; differential tests in tests/test_inplace.py",
     "root_of_a_view_update": "a tensor whose view is updated in place, its gradient laid out as its memory (identity "
                              "forward); differential tests in tests/test_inplace.py",
-    "root_of_a_retaken_view": "a tensor a view of which is taken again after an update, the view's part of its gradient "
-                              "laid out as its memory (identity forward); tests in tests/test_grad_bitwise.py",
+    "root_of_a_retaken_view": "a tensor a view of which is taken again after an update, the view's part of its "
+                              "gradient laid out as its memory (identity forward); tests in tests/test_grad_bitwise.py",
     "manual_seed": "changes the random state (no tensor result); tests/test_side_effects.py compares it with eager",
 }

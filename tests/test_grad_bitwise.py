@@ -660,8 +660,8 @@ _RETURNED = {
     # 27227, 32775), where torch's engine had summed them first; and where the op is a graph of several nodes, the sum
     "logaddexp_of_itself": lambda x: (torch.logaddexp(x, F.dropout(x, 0.5, training=False)), x),
     "logaddexp_of_itself_squared": lambda x: (torch.logaddexp(x, x.float()) ** 2, x.float()),
-    "tensordot_of_itself": lambda x: (torch.tensordot(x.reshape(2, 4), F.dropout(x, 0.0).reshape(2, 4), dims=([1], [1])),
-                                      x),
+    "tensordot_of_itself": lambda x: (
+        torch.tensordot(x.reshape(2, 4), F.dropout(x, 0.0).reshape(2, 4), dims=([1], [1])), x),
 }
 
 

@@ -694,11 +694,8 @@ class Tracer:
         known while tracing. (A 0-dim root too: its two parts of the gradient are copied into one another, as eager
         copies them: see [Note: the gradient of a view's root updated in place] in thunder/transforms/autodiff.py.)"""
         value = self.aliases.root_value(key)
-        if not value.requires_grad:
-            return False
-        try:
-            strides = tuple(self.layouts.peek(self.aliases.originals.get(key, value)).stride())
-        except UnknownLayout:
+        strides = self._memory_strides(key, value) if value.requires_grad else None
+        if strides is None:
             return False
         marked = self.call(root_of_a_view_update, (value, strides), {})
         self.aliases.current[key] = marked
@@ -707,15 +704,19 @@ class Tracer:
         return True
 
     def _root_of_a_retaken_view(self, key: str, value):
-        """``value``, the root ``key`` of a view taken before an update of the root and used after, marked so that the
-        view's part of its gradient is laid out as its memory (``root_of_a_retaken_view``), where autograd records it."""
-        if not (torch.is_grad_enabled() and value.requires_grad):
-            return value
+        """``value``, the root ``key`` of a view taken before an update of the root and used after, marked so that
+        the view's part of its gradient is laid out as its memory (``root_of_a_retaken_view``) where autograd
+        records it."""
+        strides = self._memory_strides(key, value) if torch.is_grad_enabled() and value.requires_grad else None
+        return value if strides is None else self.call(root_of_a_retaken_view, (value, strides), {})
+
+    def _memory_strides(self, key: str, value) -> tuple | None:
+        """The strides of the memory of the root ``key`` (whose value is ``value``), or None where not known while
+        tracing."""
         try:
-            strides = tuple(self.layouts.peek(self.aliases.originals.get(key, value)).stride())
+            return tuple(self.layouts.peek(self.aliases.originals.get(key, value)).stride())
         except UnknownLayout:
-            return value
-        return self.call(root_of_a_retaken_view, (value, strides), {})
+            return None
 
     @staticmethod
     def _differentiated_narrower(self_value, new, args, kwargs, plan) -> bool:

@@ -165,15 +165,17 @@ def _reduction(fn):
 sum_prim = _reduction(torch.sum)
 
 
-def sum_to(a, dims, runtime_dims):
-    """See ``prims.sum_to``."""
-    dims = [*dims, *(d for d in runtime_dims if a.shape[d] != 1)]
-    return torch.sum(a, sorted(dims), keepdim=True) if dims else a
 prod_prim = _reduction(torch.prod)
 amax_prim = _reduction(torch.amax)
 amin_prim = _reduction(torch.amin)
 for _n, _f in (("sum_prim", sum_prim), ("prod_prim", prod_prim), ("amax_prim", amax_prim), ("amin_prim", amin_prim)):
     _f.__name__ = _n
+
+
+def sum_to(a, dims, runtime_dims):
+    """See ``prims.sum_to``."""
+    dims = [*dims, *(d for d in runtime_dims if a.shape[d] != 1)]
+    return torch.sum(a, sorted(dims), keepdim=True) if dims else a
 
 
 def var_prim(a, dims, *, correction):
@@ -293,7 +295,8 @@ _PRIM_IMPLS = {
     prims.convert_element_type: convert_element_type, prims.broadcast_in_dim: broadcast_in_dim,
     prims.reshape: torch.reshape, prims.transpose: torch.permute, prims.slice_prim: slice_prim, prims.squeeze: squeeze,
     prims.cat: torch.cat, prims.pad: pad, prims.flip: torch.flip, prims.take: take, prims.gather: gather_prim,
-    prims.scatter_add: scatter_add_prim, prims.index_add: index_add_prim, prims.sum: sum_prim, prims.sum_to: sum_to, prims.prod: prod_prim,
+    prims.scatter_add: scatter_add_prim, prims.index_add: index_add_prim, prims.sum: sum_prim, prims.sum_to: sum_to,
+    prims.prod: prod_prim,
     prims.amax: amax_prim, prims.amin: amin_prim, prims.var: var_prim, prims.var_mean: var_mean_prim,
     prims.argmax: argmax_prim, prims.argmin: argmin_prim, prims.cumsum: cumsum_prim, prims.full: full,
     prims.iota: iota, prims.uniform: uniform, prims.randn: randn, prims.matmul: torch.matmul, prims.linear: F.linear,

@@ -113,8 +113,21 @@ def torch_autograd_backward(graph, *cotangents, sums=None, split=()):
     if split:  # the sum as the first part, the others -0: adding -0 changes nothing, not even a zero's sign
         n_parts = dict(split)
         result = tuple(p for i, r in enumerate(result)
-                       for p in ((r, *(torch.full_like(r, -0.0) for _ in range(n_parts[i] - 1))) if i in n_parts else (r,)))
+                       for p in (r, *(torch.full_like(r, -0.0) for _ in range(n_parts.get(i, 1) - 1))))
     return result
+
+
+def _edge_inputs(node, inputs) -> list | None:
+    """For each of ``node``'s edges, the position among ``inputs`` of the leaf it leads to (None for an empty edge);
+    None where an edge leads into more graph."""
+    where = []
+    for next_node, _ in node.next_functions:
+        variable = getattr(next_node, "variable", None) if next_node is not None else None  # an AccumulateGrad's leaf
+        i = next((j for j, t in enumerate(inputs) if t is variable), None) if variable is not None else None
+        if next_node is not None and i is None:
+            return None
+        where.append(i)
+    return where
 
 
 def _edge_parts(graph, outs, grads, n_parts: dict, keep: bool):
@@ -129,14 +142,8 @@ def _edge_parts(graph, outs, grads, n_parts: dict, keep: bool):
     node = out.grad_fn
     if node is None or out.output_nr != 0 or len(node._input_metadata) != 1:
         return None
-    where = []  # the input each edge leads to (its position among the graph's inputs), or None
-    for next_node, _ in node.next_functions:
-        variable = getattr(next_node, "variable", None) if next_node is not None else None
-        i = next((j for j, t in enumerate(graph.inputs) if t is variable), None) if variable is not None else None
-        if next_node is not None and i is None:
-            return None  # an edge into more graph: the parts are sums of their own
-        where.append(i)
-    if any(where.count(i) != n_parts.get(i, 1) for i in range(len(graph.inputs))):
+    where = _edge_inputs(node, graph.inputs)  # (None: an edge into more graph, whose parts are sums of their own)
+    if where is None or any(where.count(i) != n_parts.get(i, 1) for i in range(len(graph.inputs))):
         return None
     captured = []
     handle = node.register_hook(lambda edge_grads, _: captured.append(edge_grads))
@@ -169,16 +176,10 @@ def _one_node_grads(graph, outs, grads):
             or torch.is_grad_enabled()
             or g.shape != out.shape or g.dtype != out.dtype or g.device != out.device):
         return None
-    where = []  # the input each edge leads to (its position), or None
-    for next_node, _ in node.next_functions:
-        if next_node is None:
-            where.append(None)
-            continue
-        variable = getattr(next_node, "variable", None)  # an AccumulateGrad node's leaf
-        i = next((j for j, t in enumerate(graph.inputs) if t is variable), None) if variable is not None else None
-        if i is None or i in where:
-            return None
-        where.append(i)
+    where = _edge_inputs(node, graph.inputs)
+    reached = [i for i in where or () if i is not None]
+    if where is None or len(set(reached)) != len(reached):
+        return None
     edge_grads = node(g)
     if not isinstance(edge_grads, tuple):
         edge_grads = (edge_grads,)

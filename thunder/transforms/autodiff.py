@@ -113,16 +113,15 @@ class _ForwardBuilder:
         if same or not _needs_grad(bsym):
             from thunder.transforms.rename import substitute_bsym
 
-            if not self._defined_already(bsym):
+            defined = self._defined_already(bsym)
+            if not defined:
                 new = substitute_bsym(bsym, self.env)
                 self.fwd.record(new)
-            else:
-                new = None
             if any(isinstance(o, NumberProxy) and o.name in self.env for o in bsym.flat_outs):
                 # an extent a re-traced operation gave a fresh name: the original stays defined too, for the outputs
                 # recorded as they were traced, whose shapes hold it (a flip of a masked_select's result)
                 self.fwd.record(substitute_inputs(bsym, self.env))
-            if new is None:
+            if defined:
                 return
             if recompute:
                 self.recomputable.update(o.name for o in new.flat_outs)
@@ -146,8 +145,9 @@ class _ForwardBuilder:
             if recompute:
                 self.recomputable.update(o.name for o in new.flat_outs)
             inputs = tuple({a.name: a for a in new.flat_args if isinstance(a, TensorProxy)}.values())
-            self.tape.append(_TapeEntry(inputs, list(new.flat_outs), _decomposition_backward(new, inputs, self.update_roots),
-                                        len(new.flat_outs), continues_sums=True, keeps_parts=True))
+            self.tape.append(_TapeEntry(inputs, list(new.flat_outs),
+                                        _decomposition_backward(new, inputs, self.update_roots), len(new.flat_outs),
+                                        continues_sums=True, keeps_parts=True))
             return
         if rule is None:
             if not bsym.subsymbols:
@@ -294,10 +294,12 @@ def _accumulate(grads: dict, arg, g, trace, replace: bool = False):
     prev = grads.get(arg.name)
     if isinstance(prev, _Parts):  # [Note: the gradient of a returned input]
         prev.append(g)
-    elif prev is None or (replace and arg.name not in grads.update_roots):
+    elif prev is None:
         grads[arg.name] = g
-    elif arg.name in grads.update_roots:
+    elif arg.name in grads.update_roots:  # (whose sum goes on in no backward: see _run_tape)
         grads[arg.name] = _copy_into_sum(prev, g)
+    elif replace:
+        grads[arg.name] = g
     else:
         from thunder.core import prims
 

@@ -289,8 +289,9 @@ def broadcast_in_dim_rule(a, shape, broadcast_dimensions):
         bdims = set(broadcast_dimensions)
         # a new dimension of size 1 (unsqueeze) is not summed but reshaped away: a view, as eager's squeeze, whose
         # layout the gradient keeps (a sum would write it contiguous, and later reductions sum by layout)
-        r = _sum_broadcast(g, [d for d in range(len(shape)) if d not in bdims and not is_one(shape[d])],
-                           [d for i, d in enumerate(broadcast_dimensions) if is_one(a.shape[i]) and not is_one(shape[d])])
+        added = [d for d in range(len(shape)) if d not in bdims and not is_one(shape[d])]
+        expanded = [d for i, d in enumerate(broadcast_dimensions) if is_one(a.shape[i]) and not is_one(shape[d])]
+        r = _sum_broadcast(g, added, expanded)
         return (prims.reshape(r, tuple(a.shape)) if not same_shape(tuple(r.shape), tuple(a.shape)) else r, None, None)
 
     return out, backward
