@@ -662,6 +662,12 @@ _RETURNED = {
     "logaddexp_of_itself_squared": lambda x: (torch.logaddexp(x, x.float()) ** 2, x.float()),
     "tensordot_of_itself": lambda x: (
         torch.tensordot(x.reshape(2, 4), F.dropout(x, 0.0).reshape(2, 4), dims=([1], [1])), x),
+    # a composite op: the parts come from the nodes inside it, as many as its graph has edges into the input (fuzz
+    # nn 47640, 7293, 39310)
+    "pairwise_distance_of_itself": lambda x: (F.pairwise_distance(x, x) * x, x.type_as(x)),
+    "tensordot_of_itself_directly": lambda x: (torch.tensordot(x, x, dims=1) * x, x),
+    "cosine_similarity_of_itself": lambda x: (F.cosine_similarity(x, x, dim=0) * x, x),
+    "cosine_similarity_once": lambda x: (F.cosine_similarity(x, x.flip(0), dim=0) * x, x),
 }
 
 
@@ -781,6 +787,28 @@ def test_masked_fill_gradient_of_generated_program_503():
     (expected,) = torch.autograd.grad(program(x0, x1), x0, cot)
     (actual,) = torch.autograd.grad(thunder.jit(program)(x0, x1), x0, cot)
     assert torch.equal(actual, expected)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("value_shape", [(), (1,), (1, 1)])
+@pytest.mark.parametrize("value_dtype", [torch.float32, torch.float64])
+def test_a_masked_assignment_sums_the_values_gradient_over_the_selection_as_eager(value_shape, value_dtype, seed):
+    """``t[mask] = v`` runs ``index_put_`` in eager: ``v``'s gradient is the sum of the selected elements of the
+    cotangent; thunder summed ``where(mask, grad, 0)`` over the whole tensor, which adds in another order
+    (generated program 57055)."""
+    def f(x, v):
+        t = x % 1.5
+        t[t > 0.5] = v.sum() if v.dtype != x.dtype else v
+        return t
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(3, 40, 7, generator=g, requires_grad=True)
+    v = torch.randn(value_shape, generator=g, dtype=value_dtype, requires_grad=True)
+    cot = torch.randn(3, 40, 7, generator=g)
+    expected = torch.autograd.grad(f(x, v), (x, v), cot)
+    actual = torch.autograd.grad(thunder.jit(f)(x, v), (x, v), cot)
+    for a, e in zip(actual, expected):
+        assert torch.equal(a, e) and torch.equal(a.signbit(), e.signbit())
 
 
 _BROADCAST_COPIES = {  # (source shape, source dtype, destination dtype, how the source is written)

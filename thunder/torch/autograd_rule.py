@@ -19,7 +19,7 @@ from thunder.core.pytree import maybe_node, tree_flatten, tree_leaves, tree_unfl
 from thunder.core.symbol import Symbol
 from thunder.core.trace import get_tracectx
 from thunder.torch import fallback
-from thunder.transforms.grad_rules import ArgGrads
+from thunder.transforms.grad_rules import ArgGrads, EdgeParts
 
 
 class AutogradGraph:
@@ -91,7 +91,7 @@ def torch_autograd_backward(graph, *cotangents, sums=None, split=()):
                 grads.append(s)
     keep = torch._C._autograd._get_current_graph_task_keep_graph()
     if split:
-        parts = _edge_parts(graph, outs, grads, dict(split), keep) if len(outs) == 1 else None
+        parts = _edge_parts(graph, outs, grads, dict(split), keep) if outs else None
         if parts is not None:
             if not keep:
                 graph.inputs = graph.outputs = None
@@ -132,32 +132,79 @@ def _edge_inputs(node, inputs) -> list | None:
 
 def _edge_parts(graph, outs, grads, n_parts: dict, keep: bool):
     """``torch_autograd_backward``'s result with the inputs of ``n_parts`` (position -> parts) given their parts one
-    by one, where the graph is one node whose edges reach each such input once per part, in the order of the call's
-    arguments: eager's engine adds them one by one to a gradient sum (a returned input's, [Note: the gradient of a
-    returned input]: ``xlogy(x, x)`` of an ``x`` the program returns gives ``(ct + self's) + other's``, not
-    ``ct + (self's + other's)``). The engine runs the node (it computes the edges a running graph task needs only, so
-    calling it here could skip them); a hook on it keeps its gradients per edge. None where the graph is not so
-    simple."""
-    (out,), (g,) = outs, grads
-    node = out.grad_fn
-    if node is None or out.output_nr != 0 or len(node._input_metadata) != 1:
-        return None
-    where = _edge_inputs(node, graph.inputs)  # (None: an edge into more graph, whose parts are sums of their own)
-    if where is None or any(where.count(i) != n_parts.get(i, 1) for i in range(len(graph.inputs))):
-        return None
+    by one: each gradient an edge of the graph brings them, in the order eager's engine adds them to a gradient sum (a
+    returned input's, [Note: the gradient of a returned input]: ``xlogy(x, x)`` of an ``x`` the program returns gives
+    ``(ct + self's) + other's``, not ``ct + (self's + other's)``; ``pairwise_distance(x, x)``'s parts come from a
+    subtraction inside it). The engine runs the graph; hooks on the nodes with edges into those inputs keep their
+    gradients per edge, in the order the nodes run. None where the parts are not as many as expected
+    (``_edge_counts``), or one would be cast or reduced on its way to the input."""
+    edges = _nodes_into(outs, graph.inputs, n_parts)
     captured = []
-    handle = node.register_hook(lambda edge_grads, _: captured.append(edge_grads))
+    handles = [node.register_hook(functools.partial(lambda w, edge_grads, _: captured.append((w, edge_grads)), where))
+               for node, where in edges]
     try:
-        torch.autograd.grad([out], graph.inputs, [g], retain_graph=keep, allow_unused=True)
+        result = torch.autograd.grad(outs, graph.inputs, grads, retain_graph=keep, allow_unused=True,
+                                     materialize_grads=True)
     finally:
-        handle.remove()
-    parts = [[] for _ in graph.inputs]
-    for i, eg in zip(where, captured[0]):
-        if i is not None:
-            if eg is None:
-                return None
-            parts[i].append(eg)
-    return tuple(p for ps in parts for p in ps)
+        for h in handles:
+            h.remove()
+    parts = {i: [] for i in n_parts}
+    for where, edge_grads in captured:
+        for i, eg in zip(where, edge_grads):
+            if i in parts:
+                t = graph.inputs[i]
+                if eg is None or eg.shape != t.shape or eg.dtype != t.dtype or eg.layout != t.layout:
+                    return None
+                parts[i].append(eg)
+    if any(len(parts[i]) != n for i, n in n_parts.items()):
+        return None
+    return tuple(p for k, r in enumerate(result) for p in parts.get(k, (r,)))
+
+
+def _nodes_into(outs, inputs, wanted) -> list:
+    """The nodes of the graph from ``outs`` with an edge into an input at a position in ``wanted``, each with the
+    input position of each of its edges (None: an edge elsewhere)."""
+    found, seen = [], set()
+    stack = [o.grad_fn for o in outs if o.grad_fn is not None]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        where = []
+        for next_node, _ in node.next_functions:
+            variable = getattr(next_node, "variable", None) if next_node is not None else None
+            i = next((j for j, t in enumerate(inputs) if t is variable), None) if variable is not None else None
+            where.append(i if i in wanted else None)
+            if next_node is not None and variable is None:
+                stack.append(next_node)
+        if any(i is not None for i in where):
+            found.append((node, where))
+    return found
+
+
+def _edge_counts(fn, leaves, spec, groups) -> list | None:
+    """Per group of argument positions (one tensor passed at each), how many edges of eager's autograd graph of ``fn``
+    lead into it: the parts of its gradient (``pairwise_distance(x, x)``: 2, ``cosine_similarity(x, x)``: 4), from
+    a run on meta tensors; None where that run fails."""
+    try:
+        metas = [fallback.meta_tensor(x) for x in leaves]
+        for group in groups:
+            t = metas[group[0]].requires_grad_()
+            for i in group:
+                metas[i] = t
+        args, kwargs = tree_unflatten(metas, spec)
+        with torch._C.DisableTorchFunction(), torch.enable_grad():
+            out = [o for o in tree_leaves(fn(*args, **kwargs)) if isinstance(o, torch.Tensor) and o.requires_grad]
+    except Exception:  # noqa: BLE001 - no meta run (a value-dependent op): the parts are not known
+        return None
+    inputs = [metas[g[0]] for g in groups]
+    counts = [0] * len(groups)
+    for _, where in _nodes_into(out, inputs, range(len(groups))):
+        for i in where:
+            if i is not None:
+                counts[i] += 1
+    return counts
 
 
 def _one_node_grads(graph, outs, grads):
@@ -314,9 +361,10 @@ def torch_autograd_rule(fn, out_meta=None, unreached=None, layout_hints=False):
         def backward(*cotangents, sums=None, parts=frozenset()):
             cts = [g for o, g in zip(flat_out, cotangents) if isinstance(o, TensorProxy)]
             given = tuple(sums.get(name) for name in first) if sums else ()
-            # inputs passed several times whose gradient is a returned input's parts: one part per place
-            split = tuple((k, len(groups[name])) for k, name in enumerate(first)
-                          if name in parts and len(groups[name]) > 1)
+            # a returned input's gradient reached by several edges: its parts one by one (see _edge_parts)
+            counts = _edge_counts(fn, leaves, spec, list(groups.values())) if parts.intersection(first) else None
+            split = tuple((k, n) for k, (name, n) in enumerate(zip(first, counts or [len(g) for g in groups.values()]))
+                          if name in parts and n > 1)
             extra = {"split": split} if split else {}
             if any(s is not None for s in given):
                 grads = torch_autograd_backward_sym(graph, *cts, like=like, sums=given, **extra)
@@ -324,12 +372,13 @@ def torch_autograd_rule(fn, out_meta=None, unreached=None, layout_hints=False):
                 grads = torch_autograd_backward_sym(graph, *cts, like=like, **extra)
             flat = [None] * len(leaves)
             grads = iter(grads)
-            split_inputs = {k for k, _ in split}
+            n_parts = dict(split)
             for k, name in enumerate(first):
-                for i in (groups[name] if k in split_inputs else groups[name][:1]):
-                    flat[i] = next(grads)
-                    if predict is not None:
-                        set_layout_hint(flat[i], functools.partial(predict, 1, k))
+                i = groups[name][0]
+                flat[i] = EdgeParts(next(grads) for _ in range(n_parts[k])) if k in n_parts else next(grads)
+                if predict is not None:
+                    for g in (flat[i] if k in n_parts else (flat[i],)):
+                        set_layout_hint(g, functools.partial(predict, 1, k))
             grad_args, grad_kwargs = tree_unflatten(flat, spec)
             return ArgGrads(tuple(grad_args), grad_kwargs)
 

@@ -301,6 +301,11 @@ def _concrete(x, values: dict, fake_mode):
         return torch.empty(shape, dtype=x.dtype, device=x.device)
 
 
+def meta_tensor(x):
+    """A meta tensor for a tensor proxy of known shape (anything else as it is)."""
+    return _concrete(x, {}, None)
+
+
 def _run_under_grad(fn, args, kwargs, values: dict):
     """``fn`` run on meta tensors that require grad where the proxies do: (its output, the flattened meta arguments),
     or None where that run fails or ``fn``'s meta function is hand-written (it makes new tensors: it says nothing of

@@ -594,7 +594,10 @@ def setitem(a, key, value):
     """
     _check_one_ellipsis(key)
     if isinstance(key, TensorProxy) and key.dtype is torch.bool:
-        one_value = isinstance(value, Number) or isinstance(value, TensorProxy) and all(is_one(s) for s in value.shape)
+        # a value that needs a gradient runs torch's own: its gradient sums the selected elements alone (eager's
+        # ``index_put`` backward), not the whole tensor with zeros beside them, whose order of adding differs
+        one_value = isinstance(value, Number) or (isinstance(value, TensorProxy) and not value.requires_grad
+                                                  and all(is_one(s) for s in value.shape))
         if not one_value or not same_shape(tuple(key.shape), tuple(a.shape[:key.ndim])):
             return fallback.fallback_call(_setitem_impl, (a, key, value), {})
         value = convert(value, a.dtype)

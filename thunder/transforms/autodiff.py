@@ -11,6 +11,7 @@ values are saved for the backward is decided later, once transforms have changed
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 
 import torch
@@ -23,7 +24,7 @@ from thunder.core.symbol import BoundSymbol, Tag
 from thunder.core.trace import TraceCtx, tracectx
 from thunder.executors import pythonex as px
 from thunder.transforms.dce import dce, has_effects
-from thunder.transforms.grad_rules import ArgGrads, get_vjp, is_cheap_rule
+from thunder.transforms.grad_rules import ArgGrads, EdgeParts, get_vjp, is_cheap_rule
 from thunder.transforms.rename import substitute, substitute_inputs
 
 
@@ -287,6 +288,12 @@ def _accumulate(grads: dict, arg, g, trace, replace: bool = False):
         return
     if not isinstance(arg, TensorProxy) or not arg.requires_grad:
         return
+    if isinstance(g, EdgeParts):
+        if isinstance(grads.get(arg.name), _Parts):
+            for p in g:
+                _accumulate(grads, arg, p, trace)
+            return
+        g = functools.reduce(prims.add, g)
     assert tuple(g.shape) == tuple(arg.shape), f"gradient of {arg.name} has shape {tuple(g.shape)}, expected {tuple(arg.shape)}"
     from thunder.torch.utils import convert
 

@@ -30,6 +30,11 @@ class ArgGrads(NamedTuple):
     kwargs: dict
 
 
+class EdgeParts(tuple):
+    """A gradient given as its parts, in the order eager's engine adds them: where it goes to a returned input (see
+    [Note: the gradient of a returned input] in thunder/transforms/autodiff.py), each part is added on its own."""
+
+
 def register_vjp(*symbols):
     def deco(rule):
         for sym in symbols:
