@@ -811,6 +811,34 @@ def test_a_masked_assignment_sums_the_values_gradient_over_the_selection_as_eage
         assert torch.equal(a, e) and torch.equal(a.signbit(), e.signbit())
 
 
+_OVERWRITES_OF_PERMUTED = {
+    "copy_mean_into_rot90": lambda x, v: torch.rot90(x, 1, (-2, -1)).copy_(v),
+    "fill_into_transposed_double": lambda x, v: (x.mT * 2).fill_(v),
+    "copy_into_permuted_sin": lambda x, v: x.permute(2, 0, 1).sin().copy_(v.reshape(1, 1)),
+}
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("name", list(_OVERWRITES_OF_PERMUTED))
+def test_a_value_written_over_a_permuted_tensor_sums_its_gradient_in_the_tensors_memory_order(name, seed):
+    """``t.copy_(v)`` of a tensor laid out permuted (``rot90``'s result): ``v``'s gradient is the sum of ``t``'s, which
+    eager adds in ``t``'s memory order (its gradient is laid out as ``t``); thunder's was laid out contiguous (generated
+    program nn 32823)."""
+    def f(x, w):
+        t = _OVERWRITES_OF_PERMUTED[name](x, w.mean())
+        return torch.where(t != w[0, 0], t, w[0, 0])
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(3, 5, 10, generator=g)[..., ::2].requires_grad_()
+    w = torch.randn(4, 7, generator=g, requires_grad=True)
+    out = f(x, w)
+    cot = torch.randn(out.shape, generator=g)
+    expected = torch.autograd.grad(out, (x, w), cot)
+    actual = torch.autograd.grad(thunder.jit(f)(x, w), (x, w), cot)
+    for a, e in zip(actual, expected):
+        assert torch.equal(a, e)
+
+
 _BROADCAST_COPIES = {  # (source shape, source dtype, destination dtype, how the source is written)
     "float64_scalar_into_float32": ((), torch.float64, torch.float32, "copy_"),
     "float32_row_into_float64": ((1, 300), torch.float32, torch.float64, "copy_"),

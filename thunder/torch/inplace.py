@@ -63,7 +63,11 @@ def _overwriting(a, value):
 
     if not a.requires_grad:
         return value
-    everywhere = prims.full(tuple(a.shape), True, device=a.device, dtype=torch.bool)
+    # one True broadcast (all strides 0): the selection's gradient, where(everywhere, grad, 0), is laid out as the
+    # gradient, as eager's (a contiguous mask would lay it out contiguous, and the sum of it for a broadcast value
+    # would add in another order: generated program nn 32823)
+    true = prims.full((), True, device=a.device, dtype=torch.bool)
+    everywhere = prims.broadcast_in_dim(true, tuple(a.shape), ())
     return prims.where(everywhere, value, a)
 
 
