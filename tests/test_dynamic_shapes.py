@@ -568,6 +568,27 @@ def test_an_update_of_permuted_selected_rows_keeps_their_layout(update):
         assert actual.stride() == expected.stride(), (actual.stride(), expected.stride())
 
 
+@pytest.mark.parametrize("view", ["mT", "permute", "transpose_0_1"])
+def test_an_update_through_a_permuted_view_of_selected_rows_keeps_the_bases_layout(view):
+    """Generated program nn 54759: ``t4.mT.masked_fill_(...)`` of a stack of selected rows (a run-time extent) writes
+    the update back into ``t4``, which keeps its contiguous layout in eager; thunder's write-back (the view's inverse
+    permutation of an out-of-place result) left it permuted, the layouts being unknown while tracing."""
+    views = {"mT": lambda t: t.mT, "permute": lambda t: t.permute(2, 0, 1), "transpose_0_1": lambda t: t.transpose(0, 1)}
+
+    def f(x):
+        rows = x[x.sum(1) > 0]
+        t = torch.stack([rows, rows * 2, rows * 3], -1)
+        v = views[view](t)
+        v.masked_fill_(v > 1, 0)
+        return t, v
+
+    jf = thunder.jit(f)
+    for seed in (0, 1):
+        x = torch.randn(8, 2, generator=torch.Generator().manual_seed(seed))
+        for e, a in zip(f(x), jf(x)):
+            assert torch.equal(a, e) and a.stride() == e.stride(), (a.stride(), e.stride())
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_a_selection_under_autocast_then_views_trains_as_eager(dtype):
     """Under autocast a fallback op (masked_select) runs as an autocast call, whose training forward re-traces it with

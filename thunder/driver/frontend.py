@@ -791,7 +791,9 @@ class Tracer:
         for bsym in scope[start:]:
             self.layouts.add_output(_torch_callable(bsym.sym), *_torch_call_arguments(bsym), bsym.output)
         root = self.aliases.originals[key]
-        if new is not root and tuple(new.shape) == tuple(root.shape) and self._laid_out_otherwise(new, root):
+        # run-time extents: laid_out_as compares the layouts when it runs (a permuted view's write-back into a stack
+        # of selected rows, generated program nn 54759)
+        if new is not root and tuple(new.shape) == tuple(root.shape) and self._laid_out_otherwise(new, root, unknown=True):
             new = _relaid(new, root)
         return new
 
