@@ -815,6 +815,14 @@ def _an_unfold_of_a_slice_of_a_returned_value(x):  # Tensor.unfold: a view thund
     return t, t[:, 1:].unfold(1, 2, 1)
 
 
+def _views_after_an_update_shaped_as_a_value_of_another_region(x):  # fused generated program 15715: view_as(y, t)
+    t = 0 * x  # of the first region reads t whole, taken out of the second region to run after it (t was no output)
+    g = F.gelu(x.t())
+    v = t.view_as(t)[..., ::2].flatten()
+    v.copy_(1.0)
+    return v, t.view_as(t)[..., ::2], g, t
+
+
 @requires_compiler
 @pytest.mark.parametrize("fn,integers,grad", [
     (fn, False, grad) for fn in (_views_of_a_returned_value, _views_of_an_input_through_views, _two_views_of_one_value,
@@ -823,7 +831,8 @@ def _an_unfold_of_a_slice_of_a_returned_value(x):  # Tensor.unfold: a view thund
                                  _views_taken_again_after_an_update, _a_reduction_over_nothing, _an_expanded_reduction,
                                  _a_detached_tensor_updated, _a_diagonal_of_a_returned_slice_updated,
                                  _an_unfold_of_a_slice_of_a_returned_value)
-    for grad in (False, True)] + [(_a_view_of_a_copy, True, False)],
+    for grad in (False, True)] + [(_a_view_of_a_copy, True, False),
+                                  (_views_after_an_update_shaped_as_a_value_of_another_region, False, False)],
     ids=lambda v: getattr(v, "__name__", str(v)))
 def test_outputs_share_memory_as_in_eager(fn, integers, grad):
     """The tensors a fused program returns share memory with each other and with its inputs exactly as eager's do:

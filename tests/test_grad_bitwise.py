@@ -839,6 +839,35 @@ def test_a_value_written_over_a_permuted_tensor_sums_its_gradient_in_the_tensors
         assert torch.equal(a, e)
 
 
+_SLICE_ASSIGNMENTS = {
+    "empty_slice": lambda t: t.__setitem__(slice(1, None), 1.0),
+    "row": lambda t: t.__setitem__(0, 2.5),
+    "strided_columns": lambda t: t.__setitem__((..., slice(None, None, 2)), -1.0),
+    "block_from_a_tensor": lambda t: t.__setitem__((slice(None), slice(1, 3)), torch.arange(7.0)),
+    "mask": lambda t: t.__setitem__(t > 1, 0.5),
+}
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("name", list(_SLICE_ASSIGNMENTS))
+def test_an_assignment_into_slices_of_a_permuted_tensor_lays_its_gradient_out_as_the_tensor(name, seed):
+    """``t[1:] = v`` copies into a view of ``t`` (eager's ``CopySlices``), whose gradient is laid out as ``t``'s memory:
+    a permuted ``t`` (the quotient of a transposed integer tensor) gives the divisor's gradient summed in that order
+    (generated program nn 73566); a mask's ``index_put_`` keeps the layout of the gradient it receives."""
+    def f(x, d):
+        t = x / d
+        _SLICE_ASSIGNMENTS[name](t)
+        return t
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(-4, 5, (2, 4, 7, 5), generator=g).mT
+    d = torch.randn((), generator=g).requires_grad_()
+    cot = torch.randn(2, 4, 5, 7, generator=g)
+    (expected,) = torch.autograd.grad(f(x, d), d, cot)
+    (actual,) = torch.autograd.grad(thunder.jit(f)(x, d), d, cot)
+    assert torch.equal(actual, expected)
+
+
 _BROADCAST_COPIES = {  # (source shape, source dtype, destination dtype, how the source is written)
     "float64_scalar_into_float32": ((), torch.float64, torch.float32, "copy_"),
     "float32_row_into_float64": ((1, 300), torch.float32, torch.float64, "copy_"),

@@ -501,6 +501,10 @@ class Tracer:
         if key is _SETITEM:
             target, index, value = args
             target = self._retaken(first, target)
+            if self._copies_into_slices(first, target, index):
+                strides = self._memory_strides(self.aliases.key(first), target)
+                if strides is not None:
+                    target = self.call(root_of_a_view_update, (target, strides), {})
             out = self.call(ltorch_shapes.setitem, (target, index, value), {})
             self.inplace(first, out, retake=_sets_itself(index, target.shape))
             return None
@@ -686,6 +690,15 @@ class Tracer:
         if not self._mark_root(view.root) and scope and any(o is value for o in scope[-1].flat_outs):
             return value
         return self.aliases.retake(first)
+
+    def _copies_into_slices(self, first, target, index) -> bool:
+        """Whether ``first[index] = value`` of a tensor that is no view is recorded by autograd as eager's
+        ``CopySlices`` of it: a basic index (slices, integers) is a view of it copied into, whose gradient is laid out
+        as its memory (generated program nn 73566); tensor indices run ``index_put_``, whose gradient is laid out as
+        the gradient it receives."""
+        return (torch.is_grad_enabled() and isinstance(first, TensorProxy) and isinstance(target, TensorProxy)
+                and target.requires_grad and self.aliases.view_of(first) is None
+                and ltorch_shapes._is_basic_index(index))
 
     def _mark_root(self, key: str) -> bool:
         """Gives the root ``key`` of a view about to be updated the value ``root_of_a_view_update`` of its value: its

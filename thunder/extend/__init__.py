@@ -320,7 +320,9 @@ def _readers(trace, out, regions, ex) -> tuple[dict, dict]:
     reader, kind "region", "dense" (``ex.wants_dense_input``), "returned" (by the trace: to the caller, or saved for
     the backward) or "other"."""
     consumed_after = set()
-    region_at = {at: prims_ for at, _, prims_, _ in regions}
+    # a region reads what its primitives read, and what its members do: those taken out to run after it
+    # (``_returned_views_taken_out``) read their arguments whole (``view_as(y, x)`` reads ``x``, its reshape prim not)
+    region_at = {at: [*members, *prims_] for at, members, prims_, _ in regions}
     used_later, readers = {}, {}
     for k in range(len(out) - 1, -1, -1):
         if k in region_at:

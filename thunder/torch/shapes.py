@@ -600,10 +600,11 @@ def setitem(a, key, value):
                                                   and all(is_one(s) for s in value.shape))
         if not one_value or not same_shape(tuple(key.shape), tuple(a.shape[:key.ndim])):
             return fallback.fallback_call(_setitem_impl, (a, key, value), {})
-        value = convert(value, a.dtype)
-        value = expand_to(reshape(value, ()), tuple(a.shape)) if isinstance(value, TensorProxy) else value
-        mask = prims.broadcast_in_dim(key, tuple(a.shape), tuple(range(key.ndim)))
-        return prims.where(mask, value, a)
+        from thunder.torch.elementwise import masked_fill
+
+        # masked_fill's gradient, eager's index_put's: the gradient with the selection zeroed, laid out as it
+        value = reshape(value, ()) if isinstance(value, TensorProxy) else value
+        return masked_fill(a, prims.broadcast_in_dim(key, tuple(a.shape), tuple(range(key.ndim))), value)
     bounds = _unit_step_bounds(a, key) if _is_basic_index(key) and not is_symbolic_shape(a.shape) else None
     if bounds is None:
         return fallback.fallback_call(_setitem_impl, (a, key, value), {})
