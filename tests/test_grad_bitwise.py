@@ -868,6 +868,33 @@ def test_an_assignment_into_slices_of_a_permuted_tensor_lays_its_gradient_out_as
     assert torch.equal(actual, expected)
 
 
+_ZERO_PARTS = {  # sgn's gradient of a real tensor is a ZeroTensor
+    "sgn_then_pow": lambda x: x.sgn().cummax(0)[0].pow(x),
+    "sgn_beside_a_product_by_zero": lambda x: torch.sgn(x) + x * 0.0 * -1.0,
+    "fmax_of_sgn": lambda x: torch.fmax((x % 1.0) / x, torch.sgn(x)),
+}
+
+
+@pytest.mark.parametrize("name", list(_ZERO_PARTS))
+def test_a_zero_tensor_part_turns_the_negative_zeros_of_a_gradient_sum_positive_as_eager(name):
+    """Eager's engine adds a part to a gradient sum it holds alone in place: a ZeroTensor part (``sgn``'s gradient)
+    materializes as zeros, and -0.0 + 0.0 is 0.0; thunder handed the sum to the engine, which added the ZeroTensor out
+    of place and kept -0.0 (generated programs 40586, 73332, nn 34435)."""
+    fn = _ZERO_PARTS[name]
+    jfn = thunder.jit(fn)
+    for seed in range(3):
+        x = torch.randn(4, 1, 2, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        x[0, 0, 0] = 0.0
+        grads = []
+        for f in (fn, jfn):
+            leaf = x.clone().requires_grad_()
+            out = f(leaf)
+            cot = torch.randn(out.shape, generator=torch.Generator().manual_seed(7), dtype=out.dtype)
+            grads.append(torch.autograd.grad(out, leaf, cot)[0])
+        e, a = grads
+        assert torch.equal(a.nan_to_num(1.5), e.nan_to_num(1.5)) and torch.equal(a.signbit(), e.signbit()), (seed, e, a)
+
+
 _BROADCAST_COPIES = {  # (source shape, source dtype, destination dtype, how the source is written)
     "float64_scalar_into_float32": ((), torch.float64, torch.float32, "copy_"),
     "float32_row_into_float64": ((1, 300), torch.float32, torch.float64, "copy_"),

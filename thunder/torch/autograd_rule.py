@@ -97,6 +97,11 @@ def torch_autograd_backward(graph, *cotangents, sums=None, split=()):
                 graph.inputs = graph.outputs = None
             return parts
     result = _one_node_grads(graph, outs, grads) if len(outs) == 1 else None
+    n_out = len(outs) - sum(s is not None for s in sums or ())
+    if result is None and n_out and len(outs) > n_out and _one_edge_each(outs[:n_out], graph.inputs):
+        # the graph's one part of each input's gradient, added to its sum here (see _added_to_sums)
+        parts = torch.autograd.grad(outs[:n_out], graph.inputs, grads[:n_out], retain_graph=keep, allow_unused=True)
+        result = _added_to_sums(parts, sums, graph.inputs)
     if result is None and outs:
         result = torch.autograd.grad(outs, graph.inputs, grads, retain_graph=keep, allow_unused=True,
                                      materialize_grads=True)
@@ -205,6 +210,25 @@ def _edge_counts(fn, leaves, spec, groups) -> list | None:
             if i is not None:
                 counts[i] += 1
     return counts
+
+
+def _one_edge_each(outs, inputs) -> bool:
+    """Whether the graph is one node (of all of ``outs``) with at most one edge into each input, and none elsewhere."""
+    node = outs[0].grad_fn
+    if node is None or any(o.grad_fn is not node for o in outs):
+        return False
+    where = _edge_inputs(node, inputs)
+    reached = [i for i in where or () if i is not None]
+    return where is not None and len(set(reached)) == len(reached)
+
+
+def _added_to_sums(parts, sums, inputs):
+    """Each input's gradient: its sum so far with the graph's one part added, as eager's engine adds a part to a sum it
+    holds alone, in place: a ZeroTensor part (``sgn``'s gradient) adds zeros, which turn the sum's -0.0 into 0.0
+    (generated programs 40586, 73332), where adding the ZeroTensor out of place, as the engine does to a sum it was
+    given, leaves it."""
+    return [torch.zeros_like(t) if p is None and s is None else p if s is None else s if p is None
+            else s + 0.0 if p._is_zerotensor() else s + p for s, p, t in zip(sums, parts, inputs)]
 
 
 def _one_node_grads(graph, outs, grads):
