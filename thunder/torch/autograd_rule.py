@@ -73,8 +73,9 @@ def torch_autograd_forward(fn, args, kwargs, groups, out_like=None):
 def torch_autograd_backward(graph, *cotangents, sums=None, split=()):
     """The gradients of the graph's inputs; ``sums``: per input, its gradient's sum so far or None. A sum is given to
     torch's engine with the outputs' cotangents (the input as one more output), so the graph's parts are added to it
-    one by one, as eager's engine adds them ([Note: the order of a gradient's sum]). ``split``: (input, n) of inputs
-    passed n times whose gradient comes as its n parts (``_edge_parts``), in place of their sum."""
+    one by one, as eager's engine adds them ([Note: the order of a gradient's sum]); where the graph is one node with
+    one part for each input, the part is added here (``_added_to_sums``). ``split``: (input, n) of inputs whose
+    gradient comes as the n parts the graph's edges bring it (``_edge_parts``), in place of their sum."""
     if graph.inputs is None:
         raise RuntimeError(
             "Trying to backward through the graph a second time (or directly access saved tensors after they have "
