@@ -823,6 +823,13 @@ def _views_after_an_update_shaped_as_a_value_of_another_region(x):  # fused gene
     return v, t.view_as(t)[..., ::2], g, t
 
 
+def _an_update_through_a_detach_of_a_returned_value(x):  # fused generated program 17231: in training, the update's
+    t = torch.cat([x, x]).unsqueeze(1).erf().sign()  # value is laid out as t's memory (laid_out_as: an extent of one),
+    d = t.detach()  # which eager's t, its detach and the expand of that share: the region wrote them apart
+    d.div_(torch.cat([x, x]).unsqueeze(1))
+    return t, d.expand(1, *d.shape), d
+
+
 @requires_compiler
 @pytest.mark.parametrize("fn,integers,grad", [
     (fn, False, grad) for fn in (_views_of_a_returned_value, _views_of_an_input_through_views, _two_views_of_one_value,
@@ -830,7 +837,7 @@ def _views_after_an_update_shaped_as_a_value_of_another_region(x):  # fused gene
                                  _one_of_split_returned, _a_view_returned_of_a_view_inside,
                                  _views_taken_again_after_an_update, _a_reduction_over_nothing, _an_expanded_reduction,
                                  _a_detached_tensor_updated, _a_diagonal_of_a_returned_slice_updated,
-                                 _an_unfold_of_a_slice_of_a_returned_value)
+                                 _an_unfold_of_a_slice_of_a_returned_value, _an_update_through_a_detach_of_a_returned_value)
     for grad in (False, True)] + [(_a_view_of_a_copy, True, False),
                                   (_views_after_an_update_shaped_as_a_value_of_another_region, False, False)],
     ids=lambda v: getattr(v, "__name__", str(v)))

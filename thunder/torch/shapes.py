@@ -580,9 +580,11 @@ def getitem(a, key):
 getitem.is_view = lambda a, key: _is_basic_index(key)  # tensor indices copy, as in torch
 
 # The names of the operations whose result is their input itself, or a view of it, only when its strides allow (or their
-# arguments: ``to`` and the dtype methods return the input when they change nothing).
+# arguments: ``to`` and the dtype methods return the input when they change nothing). ``laid_out_as`` (thunder's, the
+# new value of a tensor updated in place, in its memory) is its value itself where the layouts agree: the memory of
+# the tensor and of the update's other aliases (a ``detach`` of it, generated program 17231 fused).
 MAYBE_VIEWS = frozenset({"reshape", "reshape_as", "flatten", "contiguous", "to", "float", "double", "half", "bfloat16",
-                         "int", "long", "bool", "einsum"})  # einsum of one operand permuting it: a view
+                         "int", "long", "bool", "einsum", "laid_out_as"})  # einsum of one operand permuting it: a view
 
 
 @torchsymbol(name="setitem", torch_impl=_setitem_impl)
