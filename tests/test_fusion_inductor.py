@@ -1661,3 +1661,30 @@ def test_a_value_handed_to_an_unfused_operation_is_written_as_eager_lays_it_out(
     expected, actual = f(x), thunder.jit(f, executors=FUSED)(x)
     torch.testing.assert_close(actual, expected)
     assert actual.stride() == expected.stride()
+
+
+_AFTER_A_ZERO_GRADIENT = {  # sgn's gradient of a real tensor is a ZeroTensor, which eager's products keep zero
+    "pow_of_negative_bases": lambda x: torch.sgn(torch.pow(x, torch.log_softmax(x, -1))),
+    "product_with_infinities": lambda x: torch.sgn(x * (1 / (x - x.detach()))),
+    "division_by_zero": lambda x: torch.sgn((x * 3).exp() / x.detach().abs().floor()),
+}
+
+
+@requires_compiler
+@pytest.mark.parametrize("name", list(_AFTER_A_ZERO_GRADIENT))
+def test_a_region_reading_a_zero_tensor_gradient_gives_eagers_zeros(name):
+    """A region whose input is a ZeroTensor at run time runs as the torch executor: eager's operations keep a
+    ZeroTensor's products zero, where a kernel reading it as zeros gives NaN for 0 * inf (fused generated program
+    18397: the gradient of a power of negative bases behind ``sgn``)."""
+    fn = _AFTER_A_ZERO_GRADIENT[name]
+    x = torch.randn(2, 3, 5, generator=torch.Generator().manual_seed(0))
+    jf = thunder.jit(fn, executors=FUSED)
+    for call in range(2):
+        grads = []
+        for f in (fn, jf):
+            leaf = x.clone().requires_grad_()
+            out = f(leaf)
+            grads.append(torch.autograd.grad(out, leaf, torch.ones_like(out))[0])
+        expected, actual = grads
+        assert torch.equal(actual.nan_to_num(1.5), expected.nan_to_num(1.5)), (call, expected, actual)
+    assert _fused_ops(thunder.last_backward_traces(jf)[-1])

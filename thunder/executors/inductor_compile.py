@@ -561,6 +561,15 @@ class CompiledRegion:
     def _torch_boxed(self, args):
         return self.torch_fn(*args)
 
+    def _with_zero_tensors(self, args):
+        """The outputs for inputs among which a ZeroTensor (``sgn``'s gradient, say), computed by the torch executor:
+        torch's operations on a ZeroTensor give zeros whatever the other operand, as in eager (times an infinity
+        too), where a kernel reading it as zeros would give NaN (fused generated program 18397). Outputs that are
+        ZeroTensors are made zeros in memory, for the kernels that read them."""
+        outs = self.torch_fn(*args)
+        return type(outs)(torch.zeros_like(o) if isinstance(o, torch.Tensor) and o._is_zerotensor() else o
+                          for o in outs)
+
     def fall_back(self, error):
         from thunder.executors.inductorex import warn_fallback
 
@@ -658,6 +667,8 @@ class CompiledRegion:
             from thunder.extend import resolve_lazy_inputs
 
             def run_resolved(*args):
+                if any(args[i]._is_zerotensor() for i in lazy_inputs):
+                    return self._with_zero_tensors(args)
                 return call(resolve_lazy_inputs(args, lazy_inputs))
 
             return run_resolved
