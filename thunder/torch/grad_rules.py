@@ -819,30 +819,3 @@ def stack_rule(tensors, dim=0):
         return [p if p.dtype is t.dtype else prims.convert_element_type(p, t.dtype) for p, t in zip(parts, tensors)], None
 
     return out, backward
-
-
-# expand: eager's ExpandBackward is ``sum_to(grad, a.shape)``, which sums every new leading dimension, one of extent 1
-# too (a sum: -0.0 becomes 0.0, generated program nn 78642); through the decomposition (broadcast_in_dim) a new
-# dimension of extent 1 is reshaped away, as ``unsqueeze``'s gradient is.
-def _expand_rule(sym):
-    @register_vjp(sym)
-    def rule(a, *args):
-        out = sym(a, *args)
-
-        def backward(g):
-            from thunder.core.extents import is_one, same_shape
-            from thunder.transforms.grad_rules import _sum_broadcast
-
-            lead = g.ndim - a.ndim
-            expanded = [lead + i for i, n in enumerate(a.shape) if is_one(n) and not is_one(g.shape[lead + i])]
-            r = _sum_broadcast(g, range(lead), expanded)
-            r = r if same_shape(tuple(r.shape), tuple(a.shape)) else prims.reshape(r, tuple(a.shape))
-            return (r, *(None for _ in args))
-
-        return out, backward
-
-    return rule
-
-
-for _sym in (_shapes.expand, _shapes.expand_as, _shapes.broadcast_to):
-    _expand_rule(_sym)
