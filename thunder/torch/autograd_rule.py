@@ -85,6 +85,7 @@ def torch_autograd_backward(graph, *cotangents, sums=None, split=()):
         if g is not None and o.requires_grad:
             outs.append(o)
             grads.append(g)
+    n_out = len(outs)  # the graph's outputs given cotangents; the inputs given sums follow them
     if outs and sums:
         for i, s in zip(graph.inputs, sums):
             if s is not None:
@@ -98,7 +99,6 @@ def torch_autograd_backward(graph, *cotangents, sums=None, split=()):
                 graph.inputs = graph.outputs = None
             return parts
     result = _one_node_grads(graph, outs, grads) if len(outs) == 1 else None
-    n_out = len(outs) - sum(s is not None for s in sums or ())
     if result is None and n_out and len(outs) > n_out and _one_edge_each(outs[:n_out], graph.inputs):
         # the graph's one part of each input's gradient, added to its sum here (see _added_to_sums)
         parts = torch.autograd.grad(outs[:n_out], graph.inputs, grads[:n_out], retain_graph=keep, allow_unused=True)
@@ -128,12 +128,17 @@ def _edge_inputs(node, inputs) -> list | None:
     None where an edge leads into more graph."""
     where = []
     for next_node, _ in node.next_functions:
-        variable = getattr(next_node, "variable", None) if next_node is not None else None  # an AccumulateGrad's leaf
-        i = next((j for j, t in enumerate(inputs) if t is variable), None) if variable is not None else None
+        i = _leaf_position(next_node, inputs)
         if next_node is not None and i is None:
             return None
         where.append(i)
     return where
+
+
+def _leaf_position(next_node, inputs) -> int | None:
+    """The position among ``inputs`` of the leaf an edge's node accumulates into (an AccumulateGrad's), or None."""
+    variable = getattr(next_node, "variable", None) if next_node is not None else None
+    return next((j for j, t in enumerate(inputs) if t is variable), None) if variable is not None else None
 
 
 def _edge_parts(graph, outs, grads, n_parts: dict, keep: bool):
@@ -179,10 +184,9 @@ def _nodes_into(outs, inputs, wanted) -> list:
         seen.add(node)
         where = []
         for next_node, _ in node.next_functions:
-            variable = getattr(next_node, "variable", None) if next_node is not None else None
-            i = next((j for j, t in enumerate(inputs) if t is variable), None) if variable is not None else None
+            i = _leaf_position(next_node, inputs)
             where.append(i if i in wanted else None)
-            if next_node is not None and variable is None:
+            if next_node is not None and getattr(next_node, "variable", None) is None:
                 stack.append(next_node)
         if any(i is not None for i in where):
             found.append((node, where))
