@@ -895,6 +895,32 @@ def test_a_zero_tensor_part_turns_the_negative_zeros_of_a_gradient_sum_positive_
         assert torch.equal(a.nan_to_num(1.5), e.nan_to_num(1.5)) and torch.equal(a.signbit(), e.signbit()), (seed, e, a)
 
 
+_EXPANSIONS = {
+    "expand_new_leading_one": lambda x: x.expand(1, *x.shape),
+    "expand_new_leading_dims": lambda x: x.expand(2, 1, *x.shape),
+    "broadcast_to_new_leading_one": lambda x: x.broadcast_to((1, *x.shape)),
+    "expand_as_new_leading_one": lambda x: x.expand_as(torch.empty(1, *x.shape)),
+    "unsqueeze": lambda x: x.unsqueeze(0),  # a view: its gradient is squeezed, not summed
+    "expand_to_its_own_shape": lambda x: x.expand(*x.shape) * 2,  # x itself: no rule of its own
+    "expand_new_leading_one_with_minus_one": lambda x: x.expand(1, -1, 4),
+}
+
+
+@pytest.mark.parametrize("name", list(_EXPANSIONS))
+def test_an_expansions_gradient_sums_its_new_leading_dims_as_eager(name):
+    """Eager's ``ExpandBackward`` sums the gradient over every new leading dimension (``sum_to``), one of extent 1 too,
+    which turns -0.0 into 0.0; ``unsqueeze``'s reshapes it away (generated program nn 78642: a multi-margin loss of
+    ``x.expand(1, *x.shape)``)."""
+    fn = _EXPANSIONS[name]
+    x = torch.randn(3, 4, requires_grad=True)
+    out = fn(x)
+    cot = torch.randn(out.shape, generator=torch.Generator().manual_seed(0))
+    cot.view(-1)[::3] = -0.0
+    (expected,) = torch.autograd.grad(out, x, cot)
+    (actual,) = torch.autograd.grad(thunder.jit(fn)(x), x, cot)
+    assert torch.equal(actual, expected) and torch.equal(actual.signbit(), expected.signbit())
+
+
 _BROADCAST_COPIES = {  # (source shape, source dtype, destination dtype, how the source is written)
     "float64_scalar_into_float32": ((), torch.float64, torch.float32, "copy_"),
     "float32_row_into_float64": ((1, 300), torch.float32, torch.float64, "copy_"),

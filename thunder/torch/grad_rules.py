@@ -819,3 +819,34 @@ def stack_rule(tensors, dim=0):
         return [p if p.dtype is t.dtype else prims.convert_element_type(p, t.dtype) for p, t in zip(parts, tensors)], None
 
     return out, backward
+
+
+# [Note: an expansion by new leading dimensions of extent 1]
+# Eager's ``ExpandBackward`` is ``sum_to(grad, a.shape)``, which sums over every new leading dimension, one of
+# extent 1 too, and a sum turns -0.0 into 0.0 (generated program nn 78642: ``x.expand(1, *x.shape)``). Through the
+# decomposition (``broadcast_in_dim``), such a dimension is reshaped away, as ``unsqueeze``'s gradient is. Where an
+# expansion adds only such dimensions and expands none of ``a``'s, this rule sums them; everywhere else it declines:
+# the decomposition's rule sums already, and an expansion to ``a``'s own shape is ``a`` (its gradient is ``a``'s).
+def _expand_rule(sym, target_shape):
+    @register_vjp(sym)
+    def rule(a, *args):
+        from thunder.core.extents import is_one, same_shape
+
+        shape = target_shape(a, *args)
+        lead = len(shape) - a.ndim
+        if lead <= 0 or not all(is_one(n) for n in shape[:lead]) or not same_shape(shape[lead:], tuple(a.shape)):
+            return NotImplemented
+        return sym(a, *args), lambda g: (prims.sum(g, tuple(range(lead))), *(None for _ in args))
+
+    return rule
+
+
+def _expanded_shape(a, *shape):
+    shape = _shapes._shape_arg(shape)
+    lead = len(shape) - a.ndim
+    return tuple(a.shape[i - lead] if i >= lead and isinstance(n, int) and n == -1 else n for i, n in enumerate(shape))
+
+
+_expand_rule(_shapes.expand, _expanded_shape)
+_expand_rule(_shapes.expand_as, lambda a, other: tuple(other.shape))
+_expand_rule(_shapes.broadcast_to, lambda a, shape: _expanded_shape(a, tuple(shape)))
