@@ -1152,3 +1152,39 @@ def test_a_view_taken_again_after_its_bases_update_gets_its_gradient_laid_out_as
         results.append((out, *torch.autograd.grad(out, t, cotangent)))
     for a, b in zip(*results):
         assert_bitwise(b, a, name)
+
+
+_PASSING_ON = {  # ops whose eager gradient is the cotangent itself (or masked, or scaled by one) somewhere
+    "frac": torch.frac, "positive": torch.positive, "fmod": lambda x: torch.fmod(x, 0.3),
+    "remainder": lambda x: torch.remainder(x, 0.3), "fmod-tensor": lambda x: torch.fmod(x, torch.full_like(x, 0.3)),
+    "remainder-tensor": lambda x: torch.remainder(x, torch.full_like(x, 0.3)), "nan_to_num": torch.nan_to_num,
+    "clamp": lambda x: x.clamp(-0.4, 0.4), "clamp_min": lambda x: x.clamp_min(0.1), "clamp_max": lambda x: x.clamp_max(0.1),
+    "x-minus-trunc": lambda x: x - x.trunc(), "trunc": torch.trunc, "floor": torch.floor, "round-decimals": lambda x: x.round(decimals=2),
+    "where": lambda x: torch.where(x > 0, x, x * 2), "copysign": lambda x: torch.copysign(x, torch.tensor(-1.0)),
+    "mul-one": lambda x: x * 1, "div-one": lambda x: x / 1, "add-zero": lambda x: x + 0, "pow-one": lambda x: x ** 1,
+    "lerp-weight-zero": lambda x: torch.lerp(x, torch.ones_like(x), 0.0), "maximum": lambda x: torch.maximum(x, torch.zeros_like(x)),
+    "fmax": lambda x: torch.fmax(x, torch.zeros_like(x)), "abs": torch.abs, "relu": torch.relu, "hardtanh": F.hardtanh,
+    "hardshrink": F.hardshrink, "softshrink": F.softshrink, "threshold": lambda x: F.threshold(x, 0.1, 0.0),
+    "leaky_relu": F.leaky_relu, "elu": F.elu, "relu6": F.relu6, "deg2rad": torch.deg2rad, "float": lambda x: x.float(),
+}
+_SIGNED_ZERO_COTANGENTS = {
+    "zeros": [-0.0, 0.0, -0.0, 0.0, -0.0, 0.0, -0.0, 0.0],
+    "mixed": [-1.0, 1.0, -1.0, 1.0, -0.0, -0.0, 0.0, 0.0],
+}
+
+
+@pytest.mark.parametrize("cotangent", list(_SIGNED_ZERO_COTANGENTS))
+@pytest.mark.parametrize("name", list(_PASSING_ON))
+def test_a_gradient_passed_on_keeps_the_signs_of_the_cotangents_zeros(name, cotangent):
+    """Where eager's formula passes the cotangent on (``FracBackward`` is ``grad``), a -0.0 in it stays -0.0;
+    a decomposition that adds a zero part (``frac`` as ``a - trunc(a)``: -0.0 + 0.0 is 0.0) loses it
+    (generated program nn 90640)."""
+    fn = _PASSING_ON[name]
+    x = torch.tensor([0.5, -0.25, 0.0, -0.0, 1.5, -2.5, 0.05, -0.05], dtype=torch.float64)
+    ct = torch.tensor(_SIGNED_ZERO_COTANGENTS[cotangent], dtype=torch.float64)
+    grads = []
+    for f in (fn, thunder.jit(fn)):
+        xx = x.clone().requires_grad_()
+        out = f(xx)
+        grads.append(torch.autograd.grad(out, xx, ct.to(out.dtype))[0])
+    assert_bitwise(grads[1], grads[0], f"{name} gradient")
