@@ -531,6 +531,39 @@ def test_inplace_through_each_kind_of_view(how):
     _assert_same(thunder.jit(f)(x), f(x), "outputs")
 
 
+_INTEGER_TENSOR_KEYS = {  # torch's indexing reads a 0-dim integer tensor as the integer it holds: a view
+    "alone": lambda i: i, "with_a_slice": lambda i: (i, slice(1, 3)), "after_an_ellipsis": lambda i: (Ellipsis, i),
+    "twice": lambda i: (i, i), "with_none": lambda i: (None, i), "int32": lambda i: i.int(), "int8": lambda i: i.to(torch.int8),
+}
+
+
+@pytest.mark.parametrize("then", ["update_the_view", "update_the_base"])
+@pytest.mark.parametrize("key", list(_INTEGER_TENSOR_KEYS))
+def test_an_index_by_a_0dim_integer_tensor_is_a_view_as_in_eager(key, then):
+    """``x[torch.tensor(1)]`` is ``x[1]`` in eager, a view: updates through it reach ``x`` and the reverse (thunder
+    took it for a copy, as ``x[torch.tensor([1])]`` is, and lost the update: found by the op suite's getitem sample
+    with signed-zero cotangents)."""
+    make_key = _INTEGER_TENSOR_KEYS[key]
+
+    def f(x, i):
+        y = x * 1
+        v = y[make_key(i)]
+        if then == "update_the_view":
+            v.mul_(-2)
+        else:
+            y.add_(1)
+        return y, v * 1
+
+    x = torch.randn(3, 4, requires_grad=True)
+    i = torch.tensor(1)
+    expected, actual = f(x, i), thunder.jit(f)(x, i)
+    _assert_same(actual, expected, "outputs")
+    cts = [torch.randn(o.shape, generator=torch.Generator().manual_seed(k)) for k, o in enumerate(expected)]
+    (ge,) = torch.autograd.grad(expected, x, cts)
+    (ga,) = torch.autograd.grad(actual, x, cts)
+    torch.testing.assert_close(ga, ge, rtol=0, atol=0)
+
+
 def test_non_contiguous_reshape_is_a_copy():
     """reshape of a transposed tensor copies in eager: updating the copy leaves the original alone."""
     def f(x):

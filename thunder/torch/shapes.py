@@ -455,6 +455,17 @@ def pad(a, pad, mode="constant", value=None):
 # ---------------------------------------------------------------------------------------------
 
 
+def _integer_tensor_as_int(key) -> bool:
+    """Whether ``key`` holds a 0-dim integer tensor (not uint8 or bool: those are masks), which torch's indexing
+    reads as the integer it holds: ``x[torch.tensor(1)]`` is ``x[1]``, a view of ``x``, not a copy."""
+    items = key if isinstance(key, tuple) else (key,)
+    ints = [isinstance(x, TensorProxy) and x.ndim == 0 and x.dtype in _INDEX_INTS for x in items]
+    return any(ints) and _is_basic_index(tuple(x for x, i in zip(items, ints) if not i))
+
+
+_INDEX_INTS = (torch.int8, torch.int16, torch.int32, torch.int64)
+
+
 def _is_basic_index(key) -> bool:
     items = key if isinstance(key, tuple) else (key,)
     return all(x is None or x is Ellipsis or isinstance(x, (int, slice)) and not isinstance(x, bool) for x in items)
@@ -570,6 +581,8 @@ def getitem(a, key):
     out = _basic_getitem(a, key) if _is_basic_index(key) else None
     if out is not None:
         return out
+    if _integer_tensor_as_int(key):  # a view in eager: torch's own indexing
+        return fallback.fallback_call(operator.getitem, (a, key), {})
     if isinstance(key, TensorProxy) and key.dtype in (torch.int64, torch.int32) and key.ndim <= 1 and a.ndim >= 1:
         index = key if key.ndim == 1 else reshape(key, (1,))
         out = prims.take(a, index, 0)
@@ -577,7 +590,8 @@ def getitem(a, key):
     return fallback.fallback_call(operator.getitem, (a, key), {})
 
 
-getitem.is_view = lambda a, key: _is_basic_index(key)  # tensor indices copy, as in torch
+# tensor indices copy, as in torch, but for 0-dim integer ones (``_integer_tensor_as_int``)
+getitem.is_view = lambda a, key: _is_basic_index(key) or _integer_tensor_as_int(key)
 
 # The names of the operations whose result is their input itself, or a view of it, only when its strides allow (or their
 # arguments: ``to`` and the dtype methods return the input when they change nothing). ``laid_out_as`` (thunder's, the
