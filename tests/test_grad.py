@@ -3,8 +3,8 @@
 Table-driven by ``tests/opinfos.py`` (the same records as the forward tests): for each sample in
 float64, float32 and bfloat16, every floating-point tensor argument requires grad; thunder's gradients
 (a forward and a backward trace behind a torch.autograd.Function) must equal eager autograd's bit for
-bit for a random cotangent (the rules compute as eager's formulas do, in the same dtypes: see
-[Note: bitwise gradients of elementwise ops]), and every tensor the traces compute must have the
+bit, zeros' signs too, for a random cotangent holding zeros of both signs (the rules compute as eager's
+formulas do, in the same dtypes: see [Note: bitwise gradients of elementwise ops]), and every tensor the traces compute must have the
 metadata its proxy says. Samples whose outputs are not differentiable in eager are skipped
 automatically, as are samples eager cannot differentiate.
 """
@@ -56,13 +56,30 @@ def _diff_outputs(out):
     return [o for o in leaves if isinstance(o, torch.Tensor) and o.requires_grad]
 
 
+def _with_signed_zeros(ct):
+    """``ct`` with every third element -0.0 and every fifth 0.0: a gradient keeps their signs where eager's does (a
+    rule that adds a zero part, or writes 0.0 where eager multiplies by 0, turns -0.0 into 0.0 or the reverse)."""
+    flat = ct.reshape(-1)
+    flat[::3] = -0.0
+    flat[1::5] = 0.0
+    return flat.reshape(ct.shape)
+
+
+def _assert_same_signs(actual, expected, what):
+    if actual.is_complex():
+        actual, expected = torch.view_as_real(actual), torch.view_as_real(expected)
+    if actual.is_floating_point():
+        differ = (actual.signbit() != expected.signbit()) & ~actual.isnan() & ~expected.isnan()
+        assert not bool(differ.any()), f"{what}: signs of zeros differ at {differ.nonzero().tolist()[:5]}"
+
+
 def _grads(fn, args, kwargs, cotangent_seed):
     torch.manual_seed(_SEED)
     out = fn(*args, **kwargs)
     outs = _diff_outputs(out)
     inputs = _grad_leaves((args, kwargs), [])
     g = torch.Generator().manual_seed(cotangent_seed)
-    cts = [torch.randn(o.shape, dtype=o.dtype, generator=g) for o in outs]
+    cts = [_with_signed_zeros(torch.randn(o.shape, dtype=o.dtype, generator=g)) for o in outs]
     grads = torch.autograd.grad(outs, inputs, cts, allow_unused=True)
     return [torch.zeros_like(i) if gr is None else gr for i, gr in zip(inputs, grads)]
 
@@ -91,6 +108,7 @@ def test_grad(info: OpInfo, dtype):
         for a, e in zip(actual, expected):
             torch.testing.assert_close(a, e, atol=0, rtol=0, equal_nan=True,
                                        msg=lambda m: f"{info.name} gradient on {sample}: {m}")
+            _assert_same_signs(a, e, f"{info.name} gradient on {sample}")
         checked += 1
     if checked == 0:
         pytest.skip(f"{info.name}: no differentiable {dtype} sample")

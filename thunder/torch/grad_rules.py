@@ -464,6 +464,28 @@ def clamp_max_rule(a, max):
 from thunder.torch import reductions as red, shapes as shp  # noqa: E402
 
 
+# amax/amin of a 0-dim tensor over dim 0: eager's gradient has shape (1,) (``restore_reduced_dims`` adds the dimension
+# reduced), which the engine sums to the input's shape () (``sum_to``): -0.0 becomes 0.0 (generated program nn 99727).
+# Elsewhere the rule of prims.amax/amin (the decomposition's) is eager's.
+def _amax_amin_of_a_0dim_tensor(sym):
+    @register_vjp(sym)
+    def rule(a, dim=(), keepdim=False):
+        if a.ndim != 0 or keepdim or dim is None or (isinstance(dim, (tuple, list)) and not dim):
+            return NotImplemented
+        out = sym(a, dim, keepdim)
+
+        def backward(g):
+            mask = prims.convert_element_type(prims.eq(a, out), a.dtype)  # 0 where a is NaN
+            part = prims.mul(prims.div(g, mask), mask)  # eager's (grad / count) * mask, of one element
+            return prims.sum(prims.reshape(part, (1,)), (0,)), None, None
+
+        return out, backward
+
+
+_amax_amin_of_a_0dim_tensor(red.amax)
+_amax_amin_of_a_0dim_tensor(red.amin)
+
+
 value_selecting_backward = _aten_symbol(
     aten.value_selecting_reduction_backward.default, "value_selecting_backward",
     lambda g, dim, indices, sizes, keepdim: (tuple(sizes), g.dtype, g.device))
@@ -652,6 +674,22 @@ def split_rule(a, split_size_or_sections, dim=0):
         pieces = [g if g is not None else prims.full(tuple(o.shape), 0.0, device=o.device, dtype=o.dtype)
                   for g, o in zip(cotangents, outs)]
         return (_shapes.cat(pieces, d), None, None)
+
+    return outs, backward
+
+
+# unbind: eager's unbind_backward stacks the cotangents (zeros for the unused pieces); through the decomposition each
+# piece's gradient would be a zero-padded copy of the whole (select's), summed, which turns -0.0 into 0.0
+@register_vjp(_shapes.unbind)
+def unbind_rule(a, dim=0):
+    outs = _shapes.unbind(a, dim)
+
+    def backward(*cotangents):
+        if not outs:
+            return prims.full(tuple(a.shape), 0.0, device=a.device, dtype=a.dtype), None
+        pieces = [g if g is not None else prims.full(tuple(o.shape), 0.0, device=o.device, dtype=o.dtype)
+                  for g, o in zip(cotangents, outs)]
+        return _shapes.stack(pieces, dim % a.ndim), None
 
     return outs, backward
 

@@ -322,6 +322,16 @@ def masked_fill_rule(a, mask, value):
     return out, lambda g: (_grad_for(ew.masked_fill(g, mask, 0), a), None, None)
 
 
+# nan_to_num: eager's ``grad * isfinite(self)``, a product, where the decomposition's ``where`` writes 0.0: a negative
+# part of the gradient at a NaN or an infinity gives -0.0 in eager
+@register_vjp(ew.nan_to_num)
+def nan_to_num_rule(a, nan=0.0, posinf=None, neginf=None):
+    if not a.dtype.is_floating_point:
+        return NotImplemented
+    out = ew.nan_to_num(a, nan, posinf, neginf)
+    return out, lambda g: (_grad_for(ew.mul(g, ew.isfinite(a)), a), None, None, None)
+
+
 @register_vjp(ew.lerp)
 def lerp_rule(start, end, weight):
     out = ew.lerp(start, end, weight)

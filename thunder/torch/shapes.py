@@ -314,6 +314,11 @@ def split(a, split_size_or_sections, dim=0):
     else:
         sections = list(split_size_or_sections)
         check(sum(sections) == size, lambda: f"split_with_sizes expects split_sizes to sum exactly to {size}")
+    return _pieces(a, sections, dim)
+
+
+def _pieces(a, sections, dim):
+    """The slices of ``a`` along ``dim`` of the extents ``sections``, one after the other."""
     out, start = [], 0
     for s in sections:
         piece = _slice_dim(a, dim, start, start + s, 1)
@@ -332,7 +337,8 @@ def tensor_split(a, indices_or_sections, dim=0):
     else:
         bounds = [0] + list(indices_or_sections) + [size]
         sections = [max(0, min(e, size) - min(s, size)) for s, e in zip(bounds[:-1], bounds[1:])]
-    return split(a, sections, dim)
+    # eager's tensor_split takes each piece as a slice, whose gradients are summed (split's rule concatenates them)
+    return _pieces(a, sections, dim)
 
 
 @torchsymbol(torch.chunk, methods=("chunk",), view=True)
