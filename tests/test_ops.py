@@ -118,7 +118,9 @@ def _close(x, y, rtol, atol) -> bool:
         return torch.equal(x, y)
     if rtol == 0 and atol == 0:
         nan = x.isnan()
-        return torch.equal(nan, y.isnan()) and torch.equal(x.masked_fill(nan, 0), y.masked_fill(nan, 0))
+        signs = x.signbit() if x.dtype.is_floating_point else None  # of zeros too: bit for bit
+        return (torch.equal(nan, y.isnan()) and torch.equal(x.masked_fill(nan, 0), y.masked_fill(nan, 0))
+                and (signs is None or torch.equal(signs | nan, y.signbit() | nan)))
     return torch.allclose(x, y, rtol=rtol, atol=atol, equal_nan=True)
 
 
