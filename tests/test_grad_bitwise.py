@@ -1188,3 +1188,26 @@ def test_a_gradient_passed_on_keeps_the_signs_of_the_cotangents_zeros(name, cota
         out = f(xx)
         grads.append(torch.autograd.grad(out, xx, ct.to(out.dtype))[0])
     assert_bitwise(grads[1], grads[0], f"{name} gradient")
+
+
+_UNUSED_COTANGENTS = {  # the first output's cotangent is -0.0 everywhere; the others are left unused
+    "input_scaled_in_place": lambda x: (x.mul_(2), x * 1)[1],
+    "input_assigned_a_row": lambda x: (x.__setitem__(0, 0.5), x * 1)[1],
+    "input_relu_in_place": lambda x: (F.relu(x, inplace=True), x + 1)[1],
+    "input_updated_and_returned": lambda x: x.mul_(2),
+    "an_output_also_read_inside": lambda x: (lambda y: (y.sum(0), y))(x * 2),
+}
+
+
+@pytest.mark.parametrize("name", list(_UNUSED_COTANGENTS))
+def test_an_unused_outputs_zero_cotangent_leaves_the_others_signs_of_zero(name):
+    """Eager never reaches an output no loss uses (an input updated in place that the caller does not read again);
+    thunder adds its zero cotangent to the rest, -0.0 so that a -0.0 there stays -0.0 (0.0 turned it into 0.0)."""
+    fn = _UNUSED_COTANGENTS[name]
+    grads = []
+    for f in (fn, thunder.jit(fn)):
+        x0 = torch.tensor([[1.0, -2.0, 0.5], [3.0, 0.25, -1.0]], dtype=torch.float64, requires_grad=True)
+        out = f(x0 * 1)
+        out = out[0] if isinstance(out, tuple) else out
+        grads.append(torch.autograd.grad(out, x0, torch.full_like(out, -0.0))[0])
+    assert_bitwise(grads[1], grads[0], f"{name} gradient")

@@ -158,12 +158,15 @@ class ThunderFunction(torch.autograd.Function):
         # optimizer then skips them, where a zero gradient would still decay and move them). Their cotangents are
         # zeros; the other inputs get their gradients. The zeros are one element expanded: a gradient they are
         # added to keeps its own layout (elementwise kernels ignore broadcast operands when they lay out their
-        # result), as in eager, which adds nothing there; a later reduction then sums in eager's order.
+        # result), as in eager, which adds nothing there; a later reduction then sums in eager's order. They are
+        # -0.0, the zero that adds nothing: g + -0.0 is g, where g + 0.0 turns a -0.0 into 0.0 (the cotangent of an
+        # input updated in place, which the caller does not use again, added to that of the outputs it reaches).
         cotangents = list(cotangents)
         for i in unused:
             shape, dtype, device = info.output_meta[i]
             shape = shape if shape is not None else ctx.shapes[i]
-            cotangents[i] = torch.zeros((), dtype=dtype, device=device).expand(shape)
+            cotangents[i] = torch.full((), -0.0 if dtype.is_floating_point or dtype.is_complex else 0, dtype=dtype,
+                                       device=device).expand(shape)
         reached = frozenset().union(*(r for i, r in enumerate(info.inputs_reached) if cotangents[i] is not None
                                       and i not in unused))
         grads = ctx.entry.backward([saved, others], cotangents)
