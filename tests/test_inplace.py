@@ -564,6 +564,35 @@ def test_an_index_by_a_0dim_integer_tensor_is_a_view_as_in_eager(key, then):
     torch.testing.assert_close(ga, ge, rtol=0, atol=0)
 
 
+_BROADCAST_TENSORS_UPDATES = {  # (shapes of a and b, what is updated after broadcast_tensors(a, b))
+    "first_input_broadcast": (((1, 5), (4, 1)), "a"),
+    "second_input_as_is": (((1, 5), (4, 5)), "b"),
+    "second_output_as_is": (((1, 5), (4, 5)), "y"),
+    "both_as_is": (((4, 5), (4, 5)), "x"),
+}
+
+
+@pytest.mark.parametrize("case", list(_BROADCAST_TENSORS_UPDATES))
+def test_the_outputs_of_broadcast_tensors_are_views_of_their_inputs(case):
+    """Output i of ``torch.broadcast_tensors`` is a view of input i, not only of the first: an update of either
+    reaches the other (thunder recorded views of the first input alone, and lost the update of ``b`` or ``y``)."""
+    (sa, sb), updated = _BROADCAST_TENSORS_UPDATES[case]
+
+    def f(a, b):
+        a, b = a * 1, b * 1
+        x, y = torch.broadcast_tensors(a, b)
+        {"a": a, "b": b, "x": x, "y": y}[updated].mul_(-3)
+        return a, b, x * 1, y * 1
+
+    a, b = torch.randn(*sa, requires_grad=True), torch.randn(*sb, requires_grad=True)
+    expected, actual = f(a, b), thunder.jit(f)(a, b)
+    _assert_same(actual, expected, "outputs")
+    ge = torch.autograd.grad(sum(o.sum() for o in expected), (a, b))
+    ga = torch.autograd.grad(sum(o.sum() for o in actual), (a, b))
+    for g1, g2 in zip(ga, ge):
+        torch.testing.assert_close(g1, g2)
+
+
 def test_non_contiguous_reshape_is_a_copy():
     """reshape of a transposed tensor copies in eager: updating the copy leaves the original alone."""
     def f(x):

@@ -580,15 +580,20 @@ class Tracer:
             if not isinstance(o, TensorProxy) or o is base:
                 continue
             chain = view_chain(bsym, base, o)
+            o_position, o_base, o_others = position, base, others
+            if chain is None and is_view:  # a view of another argument (``broadcast_tensors``: output i of input i)
+                o_position, chain = next(((j, c) for j, x in enumerate(args) if isinstance(x, TensorProxy) and x is not base
+                                          and (c := view_chain(bsym, x, o)) is not None), (position, None))
+                o_base, o_others = args[o_position], args[:o_position] + args[o_position + 1:]
             definite = is_view and chain is not None and all(_is_view_prim(b) or _is_fallback_view(b) for b in chain)
             if is_view and not definite and not getattr(sym, "is_fallback", False):
                 continue  # a view op that copies here (advanced indexing)
-            decide = None if definite else functools.partial(self.layouts.aliases, torch_fn, args, kwargs, i, base)
+            decide = None if definite else functools.partial(self.layouts.aliases, torch_fn, args, kwargs, i, o_base)
             index = i if isinstance(out, (tuple, list)) else None
             usable = chain is not None and all(_is_view_prim(b) or _is_fallback_view(b) for b in chain)
-            step = ViewStep(sym, others, kwargs, index, chain or (), kind="view" if usable else "opaque", aliases=decide,
-                            base_position=position)
-            self.aliases.add_view(base, o, step)
+            step = ViewStep(sym, o_others, kwargs, index, chain or (), kind="view" if usable else "opaque",
+                            aliases=decide, base_position=o_position)
+            self.aliases.add_view(o_base, o, step)
 
     def _unknown(self, func, first, args, kwargs):
         tensors = _tensor_leaves((args, kwargs))

@@ -213,7 +213,7 @@ def broadcast_to(a, shape):
     return expand(a, tuple(shape))
 
 
-@torchsymbol(torch.broadcast_tensors)
+@torchsymbol(torch.broadcast_tensors, view=True)
 def broadcast_tensors(*tensors):
     shape = tuple(prims.broadcast_shapes(*(tuple(t.shape) for t in tensors)))
     return tuple(expand_to(t, shape) for t in tensors)
