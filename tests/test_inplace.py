@@ -593,6 +593,31 @@ def test_the_outputs_of_broadcast_tensors_are_views_of_their_inputs(case):
         torch.testing.assert_close(g1, g2)
 
 
+_VIEWS_OF_SEVERAL_INPUTS = {  # torch's own ops (fallbacks) whose output i is a view of input i
+    "meshgrid_ij": lambda a, b: torch.meshgrid(a, b, indexing="ij"),
+    "meshgrid_xy": lambda a, b: torch.meshgrid(a, b, indexing="xy"),
+    "atleast_1d": lambda a, b: torch.atleast_1d(a, b), "atleast_2d": lambda a, b: torch.atleast_2d(a, b),
+    "atleast_3d": lambda a, b: torch.atleast_3d(a, b),
+}
+
+
+@pytest.mark.parametrize("updated", [0, 1])
+@pytest.mark.parametrize("name", list(_VIEWS_OF_SEVERAL_INPUTS))
+def test_a_fallbacks_output_is_a_view_of_the_input_eager_aliases(name, updated):
+    """An op torch runs (no decomposition of thunder's) with several tensor inputs: each output is a view of the input
+    eager's output aliases, which meta tensors tell, not always of the first (an update of ``b`` was lost)."""
+    op = _VIEWS_OF_SEVERAL_INPUTS[name]
+
+    def f(a, b):
+        a, b = a * 1, b * 1
+        outs = op(a, b)
+        (a, b)[updated].mul_(-3)
+        return a, b, [o * 1 for o in outs]
+
+    a, b = torch.randn(3), torch.randn(4)
+    _assert_same(thunder.jit(f)(a, b), f(a, b), "outputs")
+
+
 def test_non_contiguous_reshape_is_a_copy():
     """reshape of a transposed tensor copies in eager: updating the copy leaves the original alone."""
     def f(x):

@@ -584,7 +584,12 @@ class Tracer:
             if chain is None and is_view:  # a view of another argument (``broadcast_tensors``: output i of input i)
                 o_position, chain = next(((j, c) for j, x in enumerate(args) if isinstance(x, TensorProxy) and x is not base
                                           and (c := view_chain(bsym, x, o)) is not None), (position, None))
-                o_base, o_others = args[o_position], args[:o_position] + args[o_position + 1:]
+            elif getattr(sym, "is_fallback", False):  # torch's own op: a view of whichever argument eager's aliases
+                o_position = next((j for j, x in enumerate(args) if j > position and isinstance(x, TensorProxy)
+                                   and x.dtype == o.dtype and x.device == o.device
+                                   and self.layouts.aliases(torch_fn, args, kwargs, i, x)), position)
+                chain = chain if o_position == position else view_chain(bsym, args[o_position], o)
+            o_base, o_others = args[o_position], args[:o_position] + args[o_position + 1:]
             definite = is_view and chain is not None and all(_is_view_prim(b) or _is_fallback_view(b) for b in chain)
             if is_view and not definite and not getattr(sym, "is_fallback", False):
                 continue  # a view op that copies here (advanced indexing)
