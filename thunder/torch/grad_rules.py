@@ -665,15 +665,18 @@ from thunder.torch import shapes as _shapes  # noqa: E402
 from thunder.torch.utils import canonicalize_dim  # noqa: E402
 
 
+def _or_zeros(cotangents, outs) -> list:
+    """The cotangents of a split's pieces, zeros for the pieces no loss used (eager's split and unbind backwards)."""
+    return [g if g is not None else prims.full(tuple(o.shape), 0.0, device=o.device, dtype=o.dtype)
+            for g, o in zip(cotangents, outs)]
+
+
 @register_vjp(_shapes.split)
 def split_rule(a, split_size_or_sections, dim=0):
     outs = _shapes.split(a, split_size_or_sections, dim)
 
     def backward(*cotangents):
-        d = dim % a.ndim
-        pieces = [g if g is not None else prims.full(tuple(o.shape), 0.0, device=o.device, dtype=o.dtype)
-                  for g, o in zip(cotangents, outs)]
-        return (_shapes.cat(pieces, d), None, None)
+        return (_shapes.cat(_or_zeros(cotangents, outs), dim % a.ndim), None, None)
 
     return outs, backward
 
@@ -687,9 +690,7 @@ def unbind_rule(a, dim=0):
     def backward(*cotangents):
         if not outs:
             return prims.full(tuple(a.shape), 0.0, device=a.device, dtype=a.dtype), None
-        pieces = [g if g is not None else prims.full(tuple(o.shape), 0.0, device=o.device, dtype=o.dtype)
-                  for g, o in zip(cotangents, outs)]
-        return _shapes.stack(pieces, dim % a.ndim), None
+        return _shapes.stack(_or_zeros(cotangents, outs), dim % a.ndim), None
 
     return outs, backward
 
@@ -879,12 +880,6 @@ def _expand_rule(sym, target_shape):
     return rule
 
 
-def _expanded_shape(a, *shape):
-    shape = _shapes._shape_arg(shape)
-    lead = len(shape) - a.ndim
-    return tuple(a.shape[i - lead] if i >= lead and isinstance(n, int) and n == -1 else n for i, n in enumerate(shape))
-
-
-_expand_rule(_shapes.expand, _expanded_shape)
+_expand_rule(_shapes.expand, _shapes.expanded_shape)
 _expand_rule(_shapes.expand_as, lambda a, other: tuple(other.shape))
-_expand_rule(_shapes.broadcast_to, lambda a, shape: _expanded_shape(a, tuple(shape)))
+_expand_rule(_shapes.broadcast_to, lambda a, shape: _shapes.expanded_shape(a, tuple(shape)))

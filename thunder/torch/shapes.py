@@ -195,12 +195,17 @@ def movedim(a, source, destination):
 
 @torchsymbol(methods=("expand",), view=True, torch_impl=torch.Tensor.expand)
 def expand(a, *shape):
+    return expand_to(a, expanded_shape(a, *shape))
+
+
+def expanded_shape(a, *shape) -> tuple:
+    """The shape ``a.expand(*shape)`` has: each -1 among ``a``'s own dimensions is ``a``'s extent there."""
     shape = list(_shape_arg(shape))
     offset = len(shape) - a.ndim
     for i in range(a.ndim):
         if shape[offset + i] == -1:
             shape[offset + i] = a.shape[i]
-    return expand_to(a, tuple(shape))
+    return tuple(shape)
 
 
 @torchsymbol(methods=("expand_as",), view=True, torch_impl=torch.Tensor.expand_as)
