@@ -1166,6 +1166,9 @@ _PASSING_ON = {  # ops whose eager gradient is the cotangent itself (or masked, 
     "fmax": lambda x: torch.fmax(x, torch.zeros_like(x)), "abs": torch.abs, "relu": torch.relu, "hardtanh": F.hardtanh,
     "hardshrink": F.hardshrink, "softshrink": F.softshrink, "threshold": lambda x: F.threshold(x, 0.1, 0.0),
     "leaky_relu": F.leaky_relu, "elu": F.elu, "relu6": F.relu6, "deg2rad": torch.deg2rad, "float": lambda x: x.float(),
+    # a cumulative sum over one element (generated program nn 137417): eager's cumsum_backward hands the cotangent on
+    "cumsum-extent-one": lambda x: torch.cumsum(x.unsqueeze(1), 1).squeeze(1),
+    "cumsum-extent-one-dtype": lambda x: torch.cumsum(x.unsqueeze(1), 1, dtype=torch.float32).squeeze(1),
 }
 _SIGNED_ZERO_COTANGENTS = {
     "zeros": [-0.0, 0.0, -0.0, 0.0, -0.0, 0.0, -0.0, 0.0],

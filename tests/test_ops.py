@@ -427,6 +427,34 @@ def test_add_of_a_bool_tensor_and_a_number_scaled_by_alpha_has_eagers_dtype(othe
     assert actual_dtype == expected_dtype == expected.dtype and torch.equal(actual, expected)
 
 
+@pytest.mark.parametrize("op", [torch.add, torch.sub], ids=["add", "sub"])
+@pytest.mark.parametrize("a_dtype,b_dtype,alpha", [
+    (torch.int32, torch.bool, 2), (torch.bfloat16, torch.bool, 2), (torch.bfloat16, torch.int64, 0.5),
+    (torch.float64, torch.int32, 0.1), (torch.int64, torch.bool, 3), (torch.float32, torch.bool, 0.25),
+], ids=str)
+@pytest.mark.parametrize("a_shape,b_shape", [((), ()), ((), (3,)), ((3,), (3,))], ids=str)
+def test_alpha_takes_no_part_in_the_promotion_of_add_and_sub(op, a_dtype, b_dtype, alpha, a_shape, b_shape):
+    """``torch.add(int32_tensor, bool_tensor, alpha=2)`` is int32: eager casts b to the result's dtype, then scales
+    it. Thunder scaled b first (a bool tensor times 2 is int64) and traced an int64 result where torch's kernel
+    wrote int32 (the metadata check of generated program nn 136547); a fused region would have computed int64."""
+    g = torch.Generator().manual_seed(0)
+    a = (torch.randn(a_shape, generator=g) * 100).to(a_dtype)
+    b = torch.randn(b_shape, generator=g) > 0 if b_dtype is torch.bool else (torch.randn(b_shape, generator=g) * 100).to(b_dtype)
+
+    def fn(a, b):
+        return op(a, b, alpha=alpha)
+
+    jfn = thunder.jit(fn, transforms=[CheckMetadata()])
+    if op is torch.sub and b_dtype is torch.bool:  # eager refuses to subtract a bool tensor; so does thunder
+        with pytest.raises(RuntimeError, match="Subtraction, the `-` operator, with a bool tensor"):
+            fn(a, b)
+        with pytest.raises(RuntimeError, match="Subtraction, the `-` operator, with a bool tensor"):
+            jfn(a, b)
+        return
+    expected, actual = fn(a, b), jfn(a, b)
+    assert actual.dtype == expected.dtype and torch.equal(actual, expected)
+
+
 @pytest.mark.parametrize("name", list(_FOUND))
 def test_found_by_generated_programs(name):
     fn, make = _FOUND[name]

@@ -121,7 +121,21 @@ def _scaled(a, b, alpha):
             return b and alpha
     check(dtype.is_floating_point or dtype.is_complex or dtype is torch.bool or not isinstance(alpha, float),
           "For integral input tensors, argument alpha must not be a floating point number.", RuntimeError)
+    if isinstance(b, TensorProxy) and _alpha_promotes(b.dtype, alpha):
+        # eager casts b to the result's dtype before scaling: alpha takes no part in the promotion (an int32 tensor
+        # plus a bool one times 2 is int32, where bool * 2 alone would be int64)
+        b = convert(b, dtype)
     return mul(b, alpha)
+
+
+def _alpha_promotes(dtype, alpha) -> bool:
+    """Whether ``b * alpha`` is of a higher category than ``b`` (a bool tensor times an int, an integer one times a
+    float, a real one times a complex)."""
+    if dtype is torch.bool:
+        return not isinstance(alpha, bool)
+    if not (dtype.is_floating_point or dtype.is_complex):
+        return isinstance(alpha, (float, complex))
+    return isinstance(alpha, complex) and not dtype.is_complex
 
 
 @number_torchsymbol(torch.sub, torch.subtract, methods=("sub", "subtract", "__sub__"), inplace_methods=("sub_", "__isub__"))

@@ -19,7 +19,7 @@ from thunder.core import prims
 from thunder.core.proxies import TensorProxy
 from thunder.core.trace import get_tracectx
 from thunder.torch.registry import torchsymbol
-from thunder.transforms.grad_rules import cat_slices, register_cheap_vjp, register_vjp
+from thunder.transforms.grad_rules import cat_slices, register_cheap_vjp, register_vjp, reversed_cumsum
 
 aten = torch.ops.aten
 
@@ -790,8 +790,7 @@ def cumsum_rule(a, dim, *, dtype=None):
     d = _reductions._dims(a, dim)[0]
 
     def backward(g):
-        g = prims.flip(prims.convert_element_type(g, a.dtype), (d,))
-        return (prims.flip(prims.cumsum(g, d), (d,)),)
+        return (reversed_cumsum(prims.convert_element_type(g, a.dtype), d, a),)
 
     return out, backward
 

@@ -500,7 +500,16 @@ def var_mean_rule(a, dims, *, correction):
 @register_vjp(prims.cumsum)
 def cumsum_rule(a, dim):
     out = prims.cumsum(a, dim)
-    return out, lambda g: (prims.flip(prims.cumsum(prims.flip(g, (dim,)), dim), (dim,)), None)
+    return out, lambda g: (reversed_cumsum(g, dim, a), None)
+
+
+def reversed_cumsum(g, dim: int, a):
+    """The gradient of ``cumsum(a, dim)`` for the cotangent ``g``: its sums in reverse, as eager's
+    ``cumsum_backward``, which hands ``g`` on as it is where ``dim`` holds one element (a sum starting from 0.0
+    would turn a -0.0 into 0.0)."""
+    if is_one(a.shape[dim]) or (all(type(s) is int for s in a.shape) and math.prod(a.shape) <= 1):
+        return g
+    return prims.flip(prims.cumsum(prims.flip(g, (dim,)), dim), (dim,))
 
 
 # ---------------------------------------------------------------------------------------------
