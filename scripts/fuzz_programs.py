@@ -34,6 +34,8 @@ def main():
     ap.add_argument("--perturb", action="store_true", help="spoil thunder's first output (checks the comparison)")
     ap.add_argument("--nn", action="store_true", help="neural-network ops (convolutions, pooling, norms, losses) too")
     ap.add_argument("--autocast", action="store_true", help="the forwards under CPU bfloat16 autocast")
+    ap.add_argument("--relayout", action="store_true", help="a third call with the inputs laid out otherwise "
+                    "(transposed, sliced, contiguous), to the same jitted function")
     ap.add_argument("--fused", action="store_true", help="thunder with executors inductor and torch: values within "
                     "float tolerance of eager's, or no farther from float64's than eager's (referee64)")
     args = ap.parse_args()
@@ -69,7 +71,7 @@ def main():
         crash_log.write(f"seed {seed} (nn={args.nn}) was running\n")
         crash_log.flush()
         try:
-            res = pg.run_program(prog, perturb=args.perturb, referee64=args.fused)
+            res = pg.run_program(prog, perturb=args.perturb, referee64=args.fused, relayout=args.relayout)
         except Exception as e:  # noqa: BLE001 - the runner itself must not stop the campaign
             res = pg.Result(seed, "CRASH", f"runner: {type(e).__name__}: {e}", prog)
         kinds[res.kind] += 1

@@ -1252,11 +1252,33 @@ def _fmt_exc(e):
     return "".join(tb[-6:])
 
 
-def run_program(prog: Program | None, perturb: bool = False, referee64: bool = False) -> Result:
-    """Runs ``prog`` in eager and with thunder.jit and compares; ``perturb`` spoils thunder's first output (a self-check).
+_OTHER_LAYOUT = {"contiguous": "transposed", "transposed": "sliced", "sliced": "contiguous", "expanded": "contiguous"}
+
+
+def relaid(prog: Program) -> Program | None:
+    """``prog`` with every input of one dimension or more laid out otherwise (contiguous ones transposed or sliced,
+    the others contiguous or sliced): the same program and shapes, for a call after the first two that thunder must
+    either trace again or run correctly from its cache. None if no input changes."""
+    specs = []
+    for spec in prog.inputs:
+        layout = _OTHER_LAYOUT[spec.layout]
+        if layout == "transposed" and len(spec.shape) < 2:
+            layout = "sliced"
+        if not spec.shape:
+            layout = spec.layout
+        specs.append(dataclasses.replace(spec, layout=layout, grad_on_base=spec.grad_on_base and layout != "contiguous"))
+    if all(a.layout == b.layout for a, b in zip(specs, prog.inputs)):
+        return None
+    return dataclasses.replace(prog, inputs=specs)
+
+
+def run_program(prog: Program | None, perturb: bool | int = False, referee64: bool = False, relayout: bool = False) -> Result:
+    """Runs ``prog`` in eager and with thunder.jit and compares; ``perturb`` spoils thunder's first output of the first
+    call (or of the call it numbers: a self-check).
 
     With ``referee64`` a float difference from eager (when ``_same_values`` is not bitwise) is rounding, not a wrong
-    result, when thunder's values are about as close to the program's values in float64 as eager's are."""
+    result, when thunder's values are about as close to the program's values in float64 as eager's are. With
+    ``relayout`` a third call passes the inputs laid out otherwise (``relaid``), to the same jitted function."""
     import thunder
 
     if prog is None:
@@ -1269,20 +1291,28 @@ def run_program(prog: Program | None, perturb: bool = False, referee64: bool = F
     except Exception as ex:  # noqa: BLE001
         return Result(prog.seed, "DISCARD", f"eager raises: {type(ex).__name__}: {ex}", prog)
     eager_grad_failed = isinstance(e1[1], Exception) or isinstance(e2[1], Exception)
+    calls = [(1, e1, prog), (2, e2, prog)]
+    if relayout and (other := relaid(prog)) is not None:
+        try:
+            e3 = _run(other, eager_fn, 2)
+            if not isinstance(e3[1], Exception):  # (eager refusing the layouts: no third call)
+                calls.append((3, e3, other))
+        except Exception:  # noqa: BLE001
+            pass
     from metadata_check import CheckMetadata
 
     jfn = thunder.jit(prog.load(), transforms=[CheckMetadata()])
-    for call, e in ((1, e1), (2, e2)):
+    for call, e, p in calls:
         stage = "forward"
         try:
-            inputs = prog.make_inputs(call - 1)
+            inputs = p.make_inputs(call - 1)
             stage = "forward"
             out = _forward(jfn, inputs)
             if call == 1:
                 from thunder.core.trace_checker import check_trace
 
                 check_trace(thunder.last_traces(jfn)[-1])
-            if perturb and call == 1:
+            if perturb is not False and call == (1 if perturb is True else perturb):
                 first = [o for o in _leaves(out) if isinstance(o, torch.Tensor)][0]
                 with torch.no_grad():
                     first.view(-1)[0:1].add_(1) if first.numel() and first.dtype != torch.bool else first.logical_not_()
@@ -1294,7 +1324,7 @@ def run_program(prog: Program | None, perturb: bool = False, referee64: bool = F
             if prog.grad and not eager_grad_failed:
                 stage = "backward"
                 outs = [o for o in _leaves(out) if isinstance(o, torch.Tensor) and o.requires_grad]
-                targets = _grad_targets(prog, inputs)
+                targets = _grad_targets(p, inputs)
                 eouts = [o for o in _leaves(e[0]) if isinstance(o, torch.Tensor) and o.requires_grad]
                 if len(outs) != len(eouts):
                     flags = lambda o: [x.requires_grad for x in _leaves(o) if isinstance(x, torch.Tensor)]  # noqa: E731
@@ -1317,7 +1347,7 @@ def run_program(prog: Program | None, perturb: bool = False, referee64: bool = F
             return diff
 
         diff = differences()
-        if diff is not None and referee64 and (ref := reference_in_float64(prog, call - 1, e[0])) is not None:
+        if diff is not None and referee64 and (ref := reference_in_float64(p, call - 1, e[0])) is not None:
             diff = differences(ref)
         if diff is not None:
             return Result(prog.seed, "WRONG", diff, prog)

@@ -405,13 +405,16 @@ def test_long_compilations_report_progress(capsys):
     assert "thunder: inductor: compiled a region of" in capsys.readouterr().err
 
 
+# These programs return reductions: a returned 2-D value computed from an input laid out otherwise has other
+# strides in eager, and the program is traced again for it (test_outputs_follow_eagers_layouts_for_other_input_layouts);
+# a 1-D one is laid out alike for every layout of its operands, so another layout reaches the region's compilations.
 def _after_transpose(x):
     y = F.softshrink(x.t(), 0.1)  # the fallback keeps its input's layout: y is transposed at run time
-    return (y * 2).sin() + y
+    return ((y * 2).sin() + y).sum(0)
 
 
 def _region_only(x):
-    return (x * 2).sin() + x  # the region of _after_transpose
+    return ((x * 2).sin() + x).sum(0)  # the region of _after_transpose
 
 
 @requires_compiler
@@ -439,6 +442,32 @@ def test_region_inputs_laid_out_otherwise_are_compiled_for_their_layout():
     assert COMPILATIONS - before == collections.Counter({"first": 2, "layout": 4})
 
 
+def _sin_of_sum(x, y):
+    return (x + y).sin(), (x * 2).t()  # (the second: a view of a fused value, taken after the region)
+
+
+@requires_compiler
+@pytest.mark.parametrize("make", [lambda: torch.randn(6, 4).t(), lambda: torch.randn(4, 12)[:, ::2],
+                                  lambda: torch.randn(1, 6).expand(4, 6), lambda: torch.randn(12, 6)[4:8]],
+                         ids=["transposed", "sliced", "expanded", "offset"])
+def test_outputs_follow_eagers_layouts_for_other_input_layouts(make):
+    """A fused region writes a returned value as eager lays it out, for the layouts of the inputs traced. Called again
+    with an input laid out otherwise, eager lays the result out otherwise too (an elementwise result follows its
+    operands' layout): the prologue checks the strides of the inputs those layouts follow, and the program is
+    traced again (before, the output kept the traced strides: found by the generated programs' third call,
+    ``relayout=True``, fused seeds 20788 and others). Where such an input only starts elsewhere in memory (a slice
+    of a batch), the strides are the same and the entry is reused."""
+    jf = thunder.jit(_sin_of_sum, executors=FUSED)
+    y = torch.randn(4, 6)
+    first = torch.randn(4, 6)
+    for x in (first, make(), first):
+        for actual, expected in zip(jf(x, y), _sin_of_sum(x, y)):
+            torch.testing.assert_close(actual, expected)
+            assert actual.stride() == expected.stride()
+    assert "check_strides(x, (6, 1))" in str(thunder.last_prologue_traces(jf)[-1])
+    assert thunder.cache_misses(jf) == (1 if make().stride() == (6, 1) else 2)
+
+
 @requires_compiler
 def test_a_region_always_given_one_other_layout_calls_its_compilation_directly():
     """Compiled for contiguous inputs, a region that always receives transposed ones (an attention output laid out
@@ -446,6 +475,8 @@ def test_a_region_always_given_one_other_layout_calls_its_compilation_directly()
     call; a second change of layout makes every call look its layout up."""
     ex = InductorExecutor("inductor_one_layout")
     jg = thunder.jit(_region_only, executors=[ex, "torch"])
+    a = torch.randn(6, 4)  # traced contiguous (a program input traced transposed is compiled for that layout first)
+    torch.testing.assert_close(jg(a), _region_only(a))
     for _ in range(3):
         a = torch.randn(4, 6).t()
         torch.testing.assert_close(jg(a), _region_only(a))
@@ -477,9 +508,13 @@ def test_an_input_the_region_only_views_is_checked_for_its_layout(monkeypatch):
         (a, view), (expected_a, expected_view) = jf(x, y), _returns_a_view_of_an_input(x, y)
         torch.testing.assert_close(a, expected_a)
         torch.testing.assert_close(view, expected_view, rtol=0, atol=0)
+        assert view.stride() == expected_view.stride()
     assert _fused_ops(thunder.last_traces(jf)[-1]) == [["mul", "sin", "add", "transpose"]]
-    [compiled] = ex._compiled.values()
-    assert len(compiled.by_layout) == 3
+    # the returned view's strides follow x's: each layout is traced again (the prologue checks x's strides), and its
+    # region compiled for it
+    assert thunder.cache_misses(jf) == 3
+    layouts = [k for c in ex._compiled.values() for k in c.by_layout]
+    assert len(layouts) == len(set(layouts)) == 3
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1390,7 +1425,7 @@ def test_regions_check_their_input_strides_in_place_of_inductors_asserts():
 
 
 def _sin_of_product_plus(x, y):
-    return (x * y).sin() + y
+    return ((x * y).sin() + y).sum(0)  # (1-D: laid out alike for any operands, so no program traced again)
 
 
 def test_cpu_isa_answers_are_what_inductors_probes_find():

@@ -6,7 +6,8 @@ built from elementwise ops, reductions, matmuls, views, in-place updates of inte
 by data-dependent masks (run-time extents) that are then sliced and differenced; with ``nn=True``, neural-network
 ops too (convolutions, pooling, normalizations, resampling, attention, losses, embeddings). The runner
 compares outputs (values, dtype, shape, strides, requires_grad), updated inputs, gradients of sum(out * cotangent)
-and a second call with fresh inputs (the cache-hit path). A WRONG result or a CRASH (an internal error where eager
+a second call with fresh inputs (the cache-hit path) and a third with the inputs laid out otherwise (transposed,
+sliced or contiguous: ``program_generator.relaid``). A WRONG result or a CRASH (an internal error where eager
 works) fails; a clear refusal (NotImplementedError and the like) is allowed.
 
 Seeds that fail today because of thunder bugs are listed in KNOWN_FAILURES (strict xfail: fixing the bug makes the
@@ -44,7 +45,7 @@ def test_generated_program_matches_eager(seed):
     prog = pg.generate(seed)
     if prog is None:
         pytest.skip("no program eager runs for this seed")
-    res = pg.run_program(prog)
+    res = pg.run_program(prog, relayout=True)
     assert res.kind not in ("WRONG", "CRASH"), f"{res.kind}: {res.detail}\n\nrepro:\n{prog.repro()}"
 
 
@@ -58,7 +59,7 @@ def test_generated_program_with_neural_network_ops_matches_eager(seed):
     prog = pg.generate(seed, nn=True)
     if prog is None:
         pytest.skip("no program eager runs for this seed")
-    res = pg.run_program(prog)
+    res = pg.run_program(prog, relayout=True)
     assert res.kind not in ("WRONG", "CRASH"), f"{res.kind}: {res.detail}\n\nrepro:\n{prog.repro()}"
 
 
@@ -71,6 +72,25 @@ def test_comparison_detects_a_wrong_result():
         if pg.run_program(prog).kind != "OK":
             continue
         assert pg.run_program(prog, perturb=True).kind == "WRONG"
+        return
+    pytest.fail("no program to perturb")
+
+
+def test_the_call_with_other_layouts_is_compared_too():
+    """``relayout=True``: a third call passes every input laid out otherwise, and its results are compared: spoiling
+    one element of that call's output is reported as WRONG."""
+    for seed in range(20):
+        prog = pg.generate(seed)
+        if prog is None or prog.grad or (other := pg.relaid(prog)) is None:
+            continue
+        assert [s.layout for s in other.inputs] != [s.layout for s in prog.inputs]
+        try:  # (eager may refuse the other layouts: a view of a transposed input; then there is no third call)
+            pg._run(other, other.load(), 2)
+        except RuntimeError:
+            continue
+        if pg.run_program(prog, relayout=True).kind != "OK":
+            continue
+        assert pg.run_program(prog, perturb=3, relayout=True).kind == "WRONG"
         return
     pytest.fail("no program to perturb")
 

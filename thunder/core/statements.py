@@ -107,6 +107,7 @@ clear_mutable_collection = _statement("clear_mutable_collection", _print_clear)
 
 check_tensor = _check("check_tensor")
 check_layout = _check("check_layout")
+check_strides = _check("check_strides")
 check_values = _check("check_values")
 check_distinct = _check("check_distinct")
 check_unshared = _check("check_unshared")
@@ -139,7 +140,7 @@ def _print_check_items(bsym, p):
 
 check_items = _check("check_items", _print_check_items)
 
-CHECKS = frozenset({check_tensor, check_layout, check_values, check_distinct, check_unshared, check_len, check_keys, check_literal,
+CHECKS = frozenset({check_tensor, check_layout, check_strides, check_values, check_distinct, check_unshared, check_len, check_keys, check_literal,
                     check_number, check_type, check_is, check_same_object, check_id, check_global_state,
                     check_training, check_attrs, check_class_attrs, check_cells, check_types, check_module_calls,
                     check_global_module_hooks, check_items})

@@ -19,7 +19,7 @@ import itertools
 import torch
 
 from thunder.core.extents import is_runtime, is_symbolic_shape, poly_of
-from thunder.core.proxies import TensorProxy, NumberProxy, known_value
+from thunder.core.proxies import TensorProxy, NumberProxy, known_value, layout_hint, set_layout_hint
 from thunder.core.pytree import tree_leaves, tree_map
 from thunder.driver import kernel_layouts
 
@@ -62,7 +62,7 @@ class EagerOutputLayouts:
     updated in place through an alias of such a value is laid out as the value)."""
 
     def __init__(self, layouts: "Layouts", outputs, holder: list | None = None, intermediates: bool = True):
-        self._holder = holder if holder is not None else [layouts]  # shared with the renamed copies
+        self._holder = holder if holder is not None else [layouts, set()]  # shared with the renamed copies
         self._outputs = {p.name: p for p in outputs if isinstance(p, TensorProxy) and not is_symbolic_shape(p.shape)}
         self._intermediates = intermediates
         # the names of the tensors the program sees returned (by this trace's names)
@@ -79,19 +79,20 @@ class EagerOutputLayouts:
         copy._values = dict(values or {})
         return copy
 
-    def value_strides(self, value: TensorProxy) -> tuple | None:
+    def value_strides(self, value: TensorProxy, kept: bool = False) -> tuple | None:
         """``strides``, for any value of the traced program too: in a renamed trace (a forward), those of the
         ``values`` it was given. Where a fusion executor asks for a value it would rather not lay out as eager does
         (a saved one), it asks ``strides``."""
         proxy = self._values.get(value.name)
         if self._intermediates or proxy is None or value.name in self._outputs:
-            return self.strides(value)
+            return self.strides(value, kept)
         as_traced = EagerOutputLayouts(None, (), self._holder)  # which answers by the traced program's names
-        return as_traced.strides(proxy) if tuple(proxy.shape) == tuple(value.shape) else None
+        return as_traced.strides(proxy, kept) if tuple(proxy.shape) == tuple(value.shape) else None
 
-    def strides(self, value: TensorProxy) -> tuple | None:
+    def strides(self, value: TensorProxy, kept: bool = False) -> tuple | None:
         """Eager's strides of ``value`` where it is a returned tensor (by its name in this trace) or, in the traced
-        program's trace, a value the tracer computed; else None."""
+        program's trace, a value the tracer computed; else None. ``kept``: a fused region will write ``value`` with
+        these strides, which hold for the layouts of the inputs traced: those inputs join ``kept_for``."""
         proxy, layouts = self._outputs.get(value.name), self._holder[0]
         if proxy is None and self._intermediates and not is_symbolic_shape(value.shape):
             proxy = value
@@ -103,7 +104,18 @@ class EagerOutputLayouts:
             strides = layouts.peek_for_any_extents(proxy)
         except Exception:  # noqa: BLE001 - the executor's own layout
             return None
-        return strides if strides is not None and len(strides) == len(value.shape) else None
+        if strides is None or len(strides) != len(value.shape):
+            return None
+        if kept and len(strides) >= 2:  # (a fresh tensor of fewer dimensions is laid out alike for any operands)
+            self._holder[1] |= layouts.inputs_laid_out_after(proxy)
+        return strides
+
+    @property
+    def kept_for(self) -> frozenset:
+        """The inputs whose layouts the strides of values fused regions write as eager lays them out depend on: the
+        prologue checks their strides (``check_strides``), and another layout traces the program again, where
+        eager's layouts are other ones (a region compiled for another input layout would keep the traced ones)."""
+        return frozenset(self._holder[1])
 
     def release(self) -> None:
         self._holder[0] = None
@@ -120,6 +132,8 @@ class Layouts:
 
     def add_input(self, proxy: TensorProxy, tensor: torch.Tensor):
         self.inputs[proxy.name] = (tuple(tensor.stride()), tensor.storage_offset())
+        if not tensor.is_contiguous() and layout_hint(proxy) is None:
+            set_layout_hint(proxy, tuple(tensor.stride()))  # a region reading it compiles for it first
 
     def add_output(self, fn, args, kwargs, out):
         if fn is None:
@@ -147,6 +161,25 @@ class Layouts:
         strides, offset, deps = self._layout(proxy)
         self.observed |= deps
         return self._empty(proxy, strides, offset)
+
+    @_untraced
+    def inputs_laid_out_after(self, proxy: TensorProxy) -> frozenset:
+        """The inputs the strides of ``proxy`` follow, without marking them observed."""
+        try:
+            return self._layout(proxy)[2]
+        except Exception:  # noqa: BLE001 - strides answered for any run-time extents: every input upstream
+            names, seen, stack = set(), set(), [proxy]
+            while stack:
+                p = stack.pop()
+                if p.name in seen:
+                    continue
+                seen.add(p.name)
+                if p.name in self.inputs:
+                    names.add(p.name)
+                tensor, producer = self.value_of.get(p.name), self.producer.get(p.name)
+                sources = [tensor] if tensor is not None else tree_leaves(producer[1:3]) if producer is not None else []
+                stack.extend(x for x in sources if isinstance(x, TensorProxy))
+            return frozenset(names)
 
     @_untraced
     def peek(self, proxy: TensorProxy) -> torch.Tensor:

@@ -296,6 +296,17 @@ class PrologueBuilder:
                 strides, offset = layouts.inputs[name]
                 self._emit(st.check_layout, proxy, strides, offset)
 
+    def check_strides(self, layouts, names):
+        """Inputs among ``names`` the layouts of values fused regions write follow (``EagerOutputLayouts.kept_for``):
+        their strides, where ``check_layouts`` does not check them already (where they start does not matter)."""
+        if not self.check:
+            return
+        by_name = {p.name: p for p, _ in self.inputs if isinstance(p, TensorProxy)}
+        for name in sorted(set(names) - layouts.observed):
+            proxy = by_name.get(name)
+            if proxy is not None:
+                self._emit(st.check_strides, proxy, layouts.inputs[name][0])
+
     def check_values(self, guards: list):
         """Values of tensors the trace specialized on: recomputed from each call's arguments and compared (see
         [Note: value guards] in value_guards.py)."""

@@ -44,6 +44,12 @@ def check_layout(t, strides: tuple, storage_offset: int):
         raise CacheMiss
 
 
+def check_strides(t, strides: tuple):
+    """The strides alone: of an input the layouts of fused outputs follow (where it starts in memory does not matter)."""
+    if t.stride() != strides:
+        raise CacheMiss
+
+
 def check_distinct(tensors: tuple):
     """Tensor arguments that were different objects while tracing are different objects now."""
     if len({id(t) for t in tensors}) != len(tensors):

@@ -239,8 +239,8 @@ class FusionExecutor(Executor):
         eager = trace.eager_layouts
         returned = eager.returned if eager is not None else frozenset()
         seen = _memory_seen(bsyms, returned)
-        def eager_strides(p):  # where the region writes it as eager lays it out
-            return eager.value_strides(p) if self.keeps_eager_output_layouts and eager is not None else None
+        def eager_strides(p, kept=False):  # where the region writes it as eager lays it out
+            return eager.value_strides(p, kept) if self.keeps_eager_output_layouts and eager is not None else None
 
         laid_out_as_eager = lambda p: eager_strides(p) is not None  # noqa: E731
         last_other = _last_read_outside_regions(readers)
@@ -259,7 +259,7 @@ class FusionExecutor(Executor):
             # the values views are taken of after the region: written as eager lays them out (their views then are)
             made = {o.name for m in members for o in m.flat_outs}
             bases = {a.name: a for m in after for a in m.flat_args if isinstance(a, TensorProxy) and a.name in made}
-            pinned = {name: st for name, a in bases.items() if (st := eager_strides(a)) is not None}
+            pinned = {name: st for name, a in bases.items() if (st := eager_strides(a, kept=True)) is not None}
             out[at] = [self._fuse(prims_, later, f"{self.fusion_name}{n}", _dense(at, used_later, readers),
                                   donatable if self.reuses_inputs else {}, trace.eager_layouts, members, lazy, pinned,
                                   lambda name, at=at: last_other.get(name, -1) > at),
@@ -283,8 +283,8 @@ class FusionExecutor(Executor):
         if self.wants_input_layouts and any(layout_hint(a) is not None for a in inputs if isinstance(a, TensorProxy)):
             hints["input_layouts"] = tuple(layout_hint(a) if isinstance(a, TensorProxy) else None for a in inputs)
         if self.keeps_eager_output_layouts and eager_layouts is not None:
-            eager = tuple((eager_layouts.strides(o) or (pinned or {}).get(o.name)
-                           or (eager_layouts.value_strides(o) if handed_on(o.name) else None))
+            eager = tuple((eager_layouts.strides(o, kept=True) or (pinned or {}).get(o.name)
+                           or (eager_layouts.value_strides(o, kept=True) if handed_on(o.name) else None))
                           if isinstance(o, TensorProxy) else None for o in outputs)
             if any(st is not None for st in eager):
                 hints["output_layouts"] = eager
