@@ -847,7 +847,15 @@ class Tracer:
                 # (3, 1, 1) transposed view: (1, 3, 3) on meta, (1, 1, 1) on the CPU; generated program 20215)
                 return True
             producer = self._producer(new)
-            return producer is not None and self.layouts.replayed(new, *producer).stride() != laid_out
+            if producer is None:
+                return False
+            if self.layouts.replayed(new, *producer).stride() != laid_out:
+                return True
+            # laid out alike as traced; where the operation writes a layout of its own for another layout of the value
+            # it updates (an out-of-place masked_fill of a transposed tensor is contiguous), the call decides
+            old = next((x for x in pytree.tree_leaves(producer[1:3]) if isinstance(x, TensorProxy)
+                        and tuple(x.shape) == tuple(target.shape)), None)
+            return old is not None and not self.layouts.follows(old, *producer)
         except UnknownLayout:
             return unknown
 

@@ -218,6 +218,40 @@ class Layouts:
             return None
 
     @_untraced
+    def follows(self, operand: TensorProxy, fn, args, kwargs, index: int) -> bool:
+        """Whether output ``index`` of ``fn(*args, **kwargs)`` is laid out as ``operand``, one of its arguments, also
+        where ``operand`` comes laid out otherwise (its dimensions in reverse order): as an elementwise result
+        follows its operands, where ``masked_fill`` or ``scatter`` out of place write a contiguous result. True where
+        it cannot tell (no meta kernel for it, shapes known only at run time)."""
+        shape = tuple(operand.shape)
+        if len(shape) < 2 or is_symbolic_shape(shape):
+            return True
+        other = torch.empty(shape[::-1], dtype=operand.dtype, device="meta").permute(*reversed(range(len(shape))))
+
+        def to_meta(x):
+            if x is operand:
+                return other
+            if known_value(x) is not None:
+                return known_value(x)
+            if isinstance(x, TensorProxy):
+                return self.peek(x)
+            return self._number(x) if isinstance(x, NumberProxy) else x
+
+        try:
+            margs, mkwargs = tree_map(to_meta, (args, kwargs))
+            strides = None
+            if fn in kernel_layouts.RULES:
+                out_shape = tuple(tree_leaves(fn(*margs, **mkwargs))[index].shape)
+                strides = kernel_layouts.strides(fn, out_shape, operand, margs, mkwargs, operand)
+            if strides is None:
+                with torch._C.DisableTorchFunction():
+                    t = tree_leaves(fn(*margs, **mkwargs))[index]
+                strides = tuple(t.stride()) if tuple(t.shape) == shape else None
+        except Exception:  # noqa: BLE001 - any failure: no answer
+            return True
+        return strides is None or all(n == 1 or a == b for n, a, b in zip(shape, strides, other.stride()))
+
+    @_untraced
     def replayed(self, proxy: TensorProxy, fn, args, kwargs, index: int) -> torch.Tensor:
         """A meta tensor laid out as output ``index`` of ``fn(*args, **kwargs)`` (``proxy``'s shape) would be, without
         marking inputs observed: the layout an operation computing ``proxy`` gives it."""
