@@ -1439,3 +1439,52 @@ def test_an_update_keeps_the_layout_of_a_tensor_laid_out_otherwise_than_traced(n
     for x in (torch.randn(3, 4), torch.randn(4, 3).t(), torch.randn(3, 4)):
         for actual, expected in zip(jfn(x), fn(x)):
             assert torch.equal(actual, expected) and actual.stride() == expected.stride(), name
+
+
+def _masked_fill_of_an_unsqueezed_view(x):
+    t = x * 2
+    v = t.unsqueeze(1)
+    v.masked_fill_(v > 0, 1.0)
+    return v, t
+
+
+def _exp_of_a_piece_then_sigmoid_of_the_input(x):
+    piece = x.split(1)[0]
+    torch.exp_(piece)
+    torch.sigmoid_(x)
+    return piece
+
+
+def _inputs(layout: str, seed: int):
+    """Two equal tensors, each over a base of its own, laid out as said."""
+    def one():
+        g = torch.Generator().manual_seed(seed)
+        if layout == "transposed":
+            return torch.randn(5, 2, 5, 2, generator=g).mT
+        if layout == "sliced":
+            return torch.randn(5, 2, 2, 10, generator=g)[..., ::2]
+        return torch.randn(5, 2, 2, 5, generator=g)
+
+    return one(), one()
+
+
+@pytest.mark.parametrize("fn,layouts", [
+    (_masked_fill_of_an_unsqueezed_view, ("contiguous", "transposed", "contiguous")),
+    (_exp_of_a_piece_then_sigmoid_of_the_input, ("contiguous", "sliced", "contiguous")),
+    (_exp_of_a_piece_then_sigmoid_of_the_input, ("transposed", "sliced", "transposed")),
+], ids=["masked_fill_-view-transposed", "exp_-sigmoid_-sliced", "exp_-sigmoid_-transposed-then-sliced"])
+def test_updates_traced_for_one_input_layout_run_as_eager_for_another(fn, layouts):
+    """Whether an update's new value needs relaying out (an out-of-place result laid out otherwise than the tensor, or
+    the tensor with gaps, which eager's strided loops update, rounding transcendental functions otherwise) was
+    decided for the layouts traced. Called again with the input laid out otherwise, the trace's answer was stale:
+    strides other than eager's (generated program nn 5315), values a rounding apart (26543, found by the generated
+    programs' call with inputs laid out otherwise). The prologue now checks the strides of the inputs such an answer
+    depended on, and another layout traces again."""
+    jfn = thunder.jit(fn)
+    for seed, layout in enumerate(layouts):
+        xe, xt = _inputs(layout, seed)
+        expected, actual = fn(xe), jfn(xt)
+        for e, a in zip(expected if isinstance(expected, tuple) else (expected,),
+                        actual if isinstance(actual, tuple) else (actual,)):
+            assert torch.equal(e, a) and e.stride() == a.stride(), layout
+        assert torch.equal(xe, xt), layout

@@ -853,9 +853,15 @@ class Tracer:
                 return True
             # laid out alike as traced; where the operation writes a layout of its own for another layout of the value
             # it updates (an out-of-place masked_fill of a transposed tensor is contiguous), the call decides
-            old = next((x for x in pytree.tree_leaves(producer[1:3]) if isinstance(x, TensorProxy)
-                        and tuple(x.shape) == tuple(target.shape)), None)
-            return old is not None and not self.layouts.follows(old, *producer)
+            operands = [x for x in pytree.tree_leaves(producer[1:3]) if isinstance(x, TensorProxy)]
+            old = next((x for x in operands if tuple(x.shape) == tuple(target.shape)), None)
+            if old is not None and not self.layouts.follows(old, *producer):
+                return True
+            # otherwise the answer holds for the layouts traced (another one, with gaps, gives the update eager's
+            # strided loops, which round otherwise): the prologue checks the strides it depended on
+            for x in (target, *operands):
+                self.layouts.strides_observed |= self.layouts.inputs_laid_out_after(x)
+            return False
         except UnknownLayout:
             return unknown
 

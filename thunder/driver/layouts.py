@@ -127,6 +127,8 @@ class Layouts:
         self.producer: dict[str, tuple] = {}  # name -> (torch callable, args, kwargs, flat output index)
         self.memo: dict[str, tuple] = {}  # name -> (strides, storage offset, input names it depends on)
         self.observed: set[str] = set()  # inputs whose layout an answer depended on
+        # inputs whose strides (not where they start) a choice depended on: the prologue checks them (``check_strides``)
+        self.strides_observed: set[str] = set()
         self.value_of: dict[str, TensorProxy] = {}  # a new value of a tensor (an in-place update) -> the tensor
         self.trial: dict | None = None  # run-time extent (root name) -> a value tried for it (see ``aliases``)
 

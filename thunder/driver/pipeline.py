@@ -443,8 +443,9 @@ def make_entry(result: TraceResult, params: list, traces: list, *, output_rebuil
     # Numbers specialized anywhere while building this entry (tracing, autodiff, executors): the traces
     # derived from the computation share one set (see [Note: Python number semantics] in proxies.py).
     result.prologue.check_specialized(result.computation.specialized_numbers)
-    if result.computation.eager_layouts is not None:  # inputs the layouts fused regions keep follow
-        result.prologue.check_strides(result.tracer.layouts, result.computation.eager_layouts.kept_for)
+    # inputs whose strides the trace's choices depend on: the layouts fused regions keep, those of in-place updates
+    kept = result.computation.eager_layouts.kept_for if result.computation.eager_layouts is not None else frozenset()
+    result.prologue.check_strides(result.tracer.layouts, kept | result.tracer.layouts.strides_observed)
     prologue_trace = result.prologue.finish(params)
     prologue_trace.set_provenance("Prologue", finish_start)
     return CacheEntry(
