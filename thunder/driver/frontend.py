@@ -162,7 +162,33 @@ class TracingMode(TorchFunctionMode):
         kwargs = kwargs or {}
         if func in DISPATCH_DROPS:
             kwargs = _with_dropped_arguments(func, kwargs)
+        if func in _MIRRORED_COMPARISONS and len(args) == 2 and type(args[0]) is not type(args[1]):
+            func, args = _as_written(func, args, sys._getframe(1))
         return self.tracer.handle(func, args, kwargs)
+
+
+# [Note: reflected comparisons] A tensor whose shape holds run-time extents is a SymbolicTensorProxy while tracing, a
+# subclass of torch.Tensor, which the other tensors are. For ``a < b`` with such a ``b``, Python asks the subclass
+# first, as ``b > a``; the values are the same, the layout not: TensorIterator lays the result out by its operands in
+# order (generated program nn 8928). The caller's instruction tells which comparison the program wrote.
+_MIRRORED_COMPARISONS = {torch.Tensor.gt: torch.Tensor.lt, torch.Tensor.lt: torch.Tensor.gt,
+                         torch.Tensor.ge: torch.Tensor.le, torch.Tensor.le: torch.Tensor.ge,
+                         torch.Tensor.__gt__: torch.Tensor.__lt__, torch.Tensor.__lt__: torch.Tensor.__gt__,
+                         torch.Tensor.__ge__: torch.Tensor.__le__, torch.Tensor.__le__: torch.Tensor.__ge__}
+_WRITTEN = {torch.Tensor.gt: ">", torch.Tensor.lt: "<", torch.Tensor.ge: ">=", torch.Tensor.le: "<=",
+            torch.Tensor.__gt__: ">", torch.Tensor.__lt__: "<", torch.Tensor.__ge__: ">=", torch.Tensor.__le__: "<="}
+
+
+def _as_written(func, args, frame):
+    """``(func, args)`` of a comparison as the program wrote it: mirrored back where Python reflected it."""
+    import dis
+
+    if not (issubclass(type(args[0]), type(args[1])) and isinstance(args[0], SymbolicTensorProxy)):
+        return func, args
+    op = next((i for i in dis.get_instructions(frame.f_code) if i.offset == frame.f_lasti), None)
+    if op is None or op.opname != "COMPARE_OP" or op.argrepr.removeprefix("bool(").removesuffix(")") == _WRITTEN[func]:
+        return func, args
+    return _MIRRORED_COMPARISONS[func], (args[1], args[0])
 
 
 # torch functions that leave some of their arguments out when they dispatch to a TorchFunctionMode (torch 2.13's
