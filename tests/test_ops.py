@@ -536,6 +536,31 @@ def test_attention_on_chunks_of_a_permuted_projection_is_laid_out_as_eager(dtype
     assert torch.equal(actual[2], expected[2]) and torch.equal(actual[3], expected[3])
 
 
+_WITH_A_0DIM_OPERAND = ["logaddexp", "logaddexp2", "heaviside", "copysign", "floor_divide", "logical_and",
+                        "xlogy", "atan2", "add", "hypot", "fmax"]
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["0dim-first", "0dim-second"])
+@pytest.mark.parametrize("name", _WITH_A_0DIM_OPERAND)
+def test_the_layout_of_a_binary_op_with_a_0dim_operand_is_eagers(name, first):
+    """A binary op of a 0-dim tensor and a transposed one: the CPU kernel lays the result out as the transposed operand
+    (TensorIterator), where the meta kernels of logaddexp, logaddexp2 and heaviside, whose 0-dim operand comes first, say
+    contiguous. Thunder's layouts decide
+    whether a later ``flatten`` views or copies: it viewed where eager copied, and an update of the result reached
+    the flattened value (a wrong value, generated program nn 17667 called with its input transposed)."""
+    op = getattr(torch, name)
+
+    def fn(a, b):
+        t = op(a, b) if first else op(b, a)
+        flat = t.flatten()
+        t.logical_not_() if t.dtype == torch.bool else t.mul_(2)
+        return flat, t.stride()
+
+    a, b = torch.tensor(0.75, dtype=torch.float64), torch.randn(4, 3, dtype=torch.float64).abs().t() + 0.5
+    (expected, expected_strides), (actual, actual_strides) = fn(a, b), thunder.jit(fn)(a, b)
+    assert actual_strides == expected_strides and torch.equal(actual, expected)
+
+
 @pytest.mark.parametrize("layout", ["transposed", "channels_last"])
 @pytest.mark.parametrize("info", [info for info in OPINFOS if not info.requires_cuda], ids=lambda info: info.name)
 def test_op_output_layouts_follow_eager(info: OpInfo, layout):

@@ -48,7 +48,8 @@ def _contiguous(shape, memory_format=torch.contiguous_format) -> tuple:
 @rule(torch.xlogy, torch.Tensor.xlogy, torch.special.xlogy, torch.special.xlog1py, torch.copysign,
       torch.Tensor.copysign, torch.floor_divide, torch.Tensor.floor_divide, torch.Tensor.__floordiv__,
       torch.Tensor.__rfloordiv__, torch.logical_and, torch.Tensor.logical_and, torch.logical_or, torch.Tensor.logical_or,
-      torch.logical_xor, torch.Tensor.logical_xor)
+      torch.logical_xor, torch.Tensor.logical_xor, torch.logaddexp, torch.Tensor.logaddexp, torch.logaddexp2,
+      torch.Tensor.logaddexp2, torch.heaviside, torch.Tensor.heaviside)
 def elementwise(shape, out, args, kwargs):
     """TensorIterator's layout for the tensor operands, as ``torch.mul`` of them gives it (the meta kernels of these
     decompose through ``torch.where``, or ignore a 0-dim operand's place)."""
