@@ -1723,3 +1723,18 @@ def test_a_region_reading_a_zero_tensor_gradient_gives_eagers_zeros(name):
         expected, actual = grads
         assert torch.equal(actual.nan_to_num(1.5), expected.nan_to_num(1.5)), (call, expected, actual)
     assert _fused_ops(thunder.last_backward_traces(jf)[-1])
+
+
+@requires_compiler
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float32])
+def test_a_number_to_the_power_of_a_transposed_integer_tensor_fused(dtype):
+    """``5 ** t`` of an integer tensor: inductor runs ATen's ``pow.Scalar`` and reads its result laid out as the meta
+    kernel says (as ``t``), where the CPU kernel writes it contiguous. With ``t`` transposed the region's values came
+    out transposed (fused generated program 21320, called with its input laid out otherwise): such a power now runs
+    with torch's kernel, outside the region."""
+    def fn(x):
+        return (5 ** x) * 1 + x
+
+    x = torch.randint(-3, 4, (2, 3, 4), generator=torch.Generator().manual_seed(0)).to(dtype).mT
+    expected, actual = fn(x), thunder.jit(fn, executors=FUSED)(x)
+    assert torch.equal(actual, expected) and actual.stride() == expected.stride()

@@ -118,6 +118,16 @@ def _fusible_tensors(bsym, device_types) -> bool:
     return True
 
 
+def _integer_power_of_a_number(bsym) -> bool:
+    """``5 ** t`` of an integer tensor: inductor falls back to ATen's ``pow.Scalar``, and reads its result laid out as
+    the meta kernel says (as ``t``), where the CPU kernel writes it contiguous; its check of the fallback's strides is
+    off in thunder's regions (``size_asserts``), so a transposed ``t`` gave the values transposed (fused generated
+    program 21320). Torch's kernel runs it."""
+    base, exponent = bsym.args[0], bsym.args[1]
+    return (not isinstance(base, TensorProxy) and isinstance(exponent, TensorProxy)
+            and not (exponent.dtype.is_floating_point or exponent.dtype.is_complex))
+
+
 def _reduces_one_element(bsym) -> bool:
     """Whether a ``var``/``var_mean`` reduces single elements (a 0-dim tensor's, or dimensions of size one)."""
     a, dims = bsym.args[0], bsym.args[1]
@@ -158,6 +168,8 @@ class InductorExecutor(FusionExecutor):
         sym = bsym.sym
         if sym.module == "prims" and sym.name in ("var", "var_mean") and _reduces_one_element(bsym):
             return False  # inductor gives 0 for the variance of one NaN (eager: NaN); torch's kernel runs it
+        if sym.module == "prims" and sym.name == "pow" and _integer_power_of_a_number(bsym):
+            return False
         if (sym.module == "prims" and sym.name in FUSIBLE) or (sym.module == "ltorch" and sym.name in FUSIBLE_KERNELS):
             return _fusible_tensors(bsym, self.device_types)
         return False
