@@ -1488,3 +1488,22 @@ def test_updates_traced_for_one_input_layout_run_as_eager_for_another(fn, layout
                         actual if isinstance(actual, tuple) else (actual,)):
             assert torch.equal(e, a) and e.stride() == a.stride(), layout
         assert torch.equal(xe, xt), layout
+
+
+def _dropout_of_nothing_after_item(x):
+    t = x.masked_fill(x <= 3.5, 0.001)
+    scale = t.item()  # t's value is known to the trace from here on
+    return F.dropout(t, p=0.0)[None, ..., None] * 1 if scale > 10 else F.dropout(t, p=0.0)[None, ..., None], t
+
+
+@pytest.mark.parametrize("executors", [None, ["inductor", "torch"]], ids=["unfused", "fused"])
+def test_an_op_returning_a_tensor_whose_value_is_known_returns_it_as_eager(executors):
+    """``F.dropout(t, 0.0)`` is ``t`` itself in eager. Where the trace knew ``t``'s value (read with ``.item()``), the
+    question whether the op returns its input was put to that value instead of to ``t``, and answered no: thunder
+    recorded a copy, which a fused region wrote in memory of its own, so the returned view of it shared no memory with
+    ``t`` (fused generated program 21246)."""
+    jfn = thunder.jit(_dropout_of_nothing_after_item, executors=executors)
+    x = torch.tensor(0.5)
+    (view, t), (eview, et) = jfn(x), _dropout_of_nothing_after_item(x)
+    assert torch.equal(view, eview) and torch.equal(t, et)
+    assert (view.data_ptr() == t.data_ptr()) == (eview.data_ptr() == et.data_ptr()) is True

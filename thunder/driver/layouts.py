@@ -421,7 +421,9 @@ class Layouts:
         metas = {}
 
         def to_meta(x, values: bool):
-            if values and known_value(x) is not None:
+            # (never ``base``, whose memory the question is about: a 0-dim tensor read with ``.item()`` earlier has a
+            # value, and ``F.dropout(t, 0.0)`` of it returned that value, no meta tensor of ``base``: fused seed 21246)
+            if values and known_value(x) is not None and not (isinstance(x, TensorProxy) and x.name == base.name):
                 return known_value(x)
             if isinstance(x, TensorProxy):
                 metas.setdefault(x.name, self.meta(x))
