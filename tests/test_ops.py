@@ -561,6 +561,23 @@ def test_the_layout_of_a_binary_op_with_a_0dim_operand_is_eagers(name, first):
     assert actual_strides == expected_strides and torch.equal(actual, expected)
 
 
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["no-grad", "grad"])
+def test_max_pool1d_of_a_transposed_input_is_laid_out_as_eager_with_and_without_grad(requires_grad):
+    """ATen's CPU ``max_pool1d`` writes a contiguous result, unless autograd records it: then it runs
+    ``max_pool1d_with_indices``, whose result follows a transposed input. Thunder said contiguous for both, so a
+    ``reshape`` of the result was taken for a view where eager's copies, and a ``fill_`` through it reached the result
+    (generated program nn 31774, called with its input transposed)."""
+    def fn(x):
+        y = F.max_pool1d(x, 2, stride=2, padding=1)
+        flat = y.reshape(-1)
+        flat.fill_(2.0)
+        return y, y.stride()
+
+    x = torch.randn(2, 4, 3).mT.detach().requires_grad_(requires_grad)
+    (expected, expected_strides), (actual, actual_strides) = fn(x), thunder.jit(fn)(x)
+    assert actual_strides == expected_strides and torch.equal(actual, expected)
+
+
 @pytest.mark.parametrize("layout", ["transposed", "channels_last"])
 @pytest.mark.parametrize("info", [info for info in OPINFOS if not info.requires_cuda], ids=lambda info: info.name)
 def test_op_output_layouts_follow_eager(info: OpInfo, layout):

@@ -83,8 +83,15 @@ def power_of_a_number(shape, out, args, kwargs):
     return _contiguous(shape) if out.device.type == "cpu" and isinstance(args[1], Number) else None
 
 
-@rule(F.group_norm, torch.group_norm, torch.native_group_norm, F.max_pool1d, torch.max_pool1d, F.pixel_shuffle,
-      torch.pixel_shuffle)
+@rule(F.max_pool1d, torch.max_pool1d)
+def max_pool1d(shape, out, args, kwargs):
+    """As ``suggested_by_the_input`` where autograd does not record it; where it does, ATen's ``max_pool1d`` runs
+    ``max_pool1d_with_indices``, which lays its result out as the meta kernel does (following a transposed input: a
+    ``reshape`` of it then copies, where thunder took it for a view, relayout nn 31774)."""
+    return None if out.requires_grad else suggested_by_the_input(shape, out, args, kwargs)
+
+
+@rule(F.group_norm, torch.group_norm, torch.native_group_norm, F.pixel_shuffle, torch.pixel_shuffle)
 def suggested_by_the_input(shape, out, args, kwargs):
     """The CPU kernels lay out their result as ATen suggests for the input (channels-last, else contiguous)."""
     if out.device.type != "cpu" or not isinstance(args[0], torch.Tensor):
