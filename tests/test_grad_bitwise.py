@@ -1214,3 +1214,26 @@ def test_an_unused_outputs_zero_cotangent_leaves_the_others_signs_of_zero(name):
         out = out[0] if isinstance(out, tuple) else out
         grads.append(torch.autograd.grad(out, x0, torch.full_like(out, -0.0))[0])
     assert_bitwise(grads[1], grads[0], f"{name} gradient")
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["no-bias", "bias"])
+def test_a_frozen_linear_layers_input_gradient_of_a_transposed_batch_of_one_is_laid_out_as_eagers(bias):
+    """``F.linear(x, w)`` of a frozen ``w`` and an ``x`` of shape (1, n, m) laid out transposed: its rows reshape to a
+    column-major view, but ATen's ``matmul`` does not fold them (its test exempts no extent of one) and runs a
+    ``bmm``, whose input gradient is contiguous; thunder gave it column-major, and the gradient of a 0-dim divisor of
+    ``x``, summed over it, came out a rounding apart (generated program nn 36052)."""
+    w = torch.linspace(-1, 1, 16).reshape(4, 4)
+    b = torch.linspace(-0.5, 0.5, 4) if bias else None
+
+    def fn(x, s):
+        return F.linear(x / s, w, b)
+
+    grads = []
+    for f in (fn, thunder.jit(fn)):
+        x = torch.randn(1, 4, 5, generator=torch.Generator().manual_seed(0)).mT.detach().requires_grad_()
+        s = torch.tensor(0.7, requires_grad=True)
+        out = f(x, s)
+        grads.append(torch.autograd.grad(out, (x, s), torch.randn(out.shape, generator=torch.Generator().manual_seed(7))))
+    for e, a in zip(*grads):
+        assert_bitwise(a, e, "gradient")
+    assert grads[1][0].stride() == grads[0][0].stride()  # x's gradient: laid out as the linear layer's input gradient
