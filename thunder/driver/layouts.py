@@ -170,18 +170,7 @@ class Layouts:
         try:
             return self._layout(proxy)[2]
         except Exception:  # noqa: BLE001 - strides answered for any run-time extents: every input upstream
-            names, seen, stack = set(), set(), [proxy]
-            while stack:
-                p = stack.pop()
-                if p.name in seen:
-                    continue
-                seen.add(p.name)
-                if p.name in self.inputs:
-                    names.add(p.name)
-                tensor, producer = self.value_of.get(p.name), self.producer.get(p.name)
-                sources = [tensor] if tensor is not None else tree_leaves(producer[1:3]) if producer is not None else []
-                stack.extend(x for x in sources if isinstance(x, TensorProxy))
-            return frozenset(names)
+            return frozenset(p.name for p, _ in self._upstream([proxy]) if p.name in self.inputs)
 
     @_untraced
     def peek(self, proxy: TensorProxy) -> torch.Tensor:
@@ -241,10 +230,10 @@ class Layouts:
 
         try:
             margs, mkwargs = tree_map(to_meta, (args, kwargs))
+            # (an update's new value has the shape of the tensor it updates: ``operand``'s)
             strides = None
             if fn in kernel_layouts.RULES:
-                out_shape = tuple(tree_leaves(fn(*margs, **mkwargs))[index].shape)
-                strides = kernel_layouts.strides(fn, out_shape, operand, margs, mkwargs, operand)
+                strides = kernel_layouts.strides(fn, shape, operand, margs, mkwargs, operand)
             if strides is None:
                 with torch._C.DisableTorchFunction():
                     t = tree_leaves(fn(*margs, **mkwargs))[index]
@@ -460,10 +449,9 @@ class Layouts:
             return None  # no element to share: the answer of the other values holds (x.diff() of 0 rows aliases x)
         return isinstance(t, torch.Tensor) and isinstance(mbase, torch.Tensor) and torch._C._is_alias_of(t, mbase)
 
-    def _upstream_roots(self, leaves) -> set:
-        """The run-time extents the layouts of the tensors among ``leaves`` may depend on: those of the shapes (and
-        numbers) of everything they are computed from."""
-        roots, seen = set(), set()
+    def _upstream(self, leaves):
+        """Each tensor among ``leaves`` and everything it is computed from, once, with the arguments computing it."""
+        seen = set()
         stack = [x for x in leaves if isinstance(x, TensorProxy)]
         while stack:
             proxy = stack.pop()
@@ -472,8 +460,15 @@ class Layouts:
             seen.add(proxy.name)
             tensor, producer = self.value_of.get(proxy.name), self.producer.get(proxy.name)
             sources = [tensor] if tensor is not None else tree_leaves(producer[1:3]) if producer is not None else []
-            roots |= _roots([proxy, *sources])
+            yield proxy, sources
             stack.extend(x for x in sources if isinstance(x, TensorProxy))
+
+    def _upstream_roots(self, leaves) -> set:
+        """The run-time extents the layouts of the tensors among ``leaves`` may depend on: those of the shapes (and
+        numbers) of everything they are computed from."""
+        roots = set()
+        for proxy, sources in self._upstream(leaves):
+            roots |= _roots([proxy, *sources])
         return roots
 
     @contextlib.contextmanager

@@ -297,8 +297,9 @@ class PrologueBuilder:
                 self._emit(st.check_layout, proxy, strides, offset)
 
     def check_strides(self, layouts, names):
-        """Inputs among ``names`` the layouts of values fused regions write follow (``EagerOutputLayouts.kept_for``):
-        their strides, where ``check_layouts`` does not check them already (where they start does not matter)."""
+        """Inputs among ``names`` whose strides the trace's choices followed (the layouts fused regions keep,
+        ``EagerOutputLayouts.kept_for``; in-place updates needing no relayout, ``Layouts.strides_observed``): their
+        strides, where ``check_layouts`` does not check them already (where they start does not matter)."""
         if not self.check:
             return
         by_name = {p.name: p for p, _ in self.inputs if isinstance(p, TensorProxy)}
