@@ -38,14 +38,23 @@ def main():
                     "(transposed, sliced, contiguous), to the same jitted function")
     ap.add_argument("--fused", action="store_true", help="thunder with executors inductor and torch: values within "
                     "float tolerance of eager's, or no farther from float64's than eager's (referee64)")
+    ap.add_argument("--seconds", type=float, default=None, help="stop after this long (the summary counts the seeds run)")
+    ap.add_argument("--device", default="cpu", help="where the inputs are and the programs' factories create "
+                    "tensors (cuda: deterministic algorithms, and the torch executor alone unless --fused)")
     args = ap.parse_args()
+    import functools
+
+    import thunder
+
     if args.autocast:
         pg.AUTOCAST = torch.bfloat16
+    if args.device != "cpu":
+        pg.DEVICE = args.device
+        torch.set_default_device(args.device)
+        torch.use_deterministic_algorithms(True, warn_only=True)  # eager's and thunder's kernels, not atomics' order
+        if not args.fused:  # without the default executors' fusion there (inductor_cuda)
+            thunder.jit = functools.partial(thunder.jit, executors=["torch"])
     if args.fused:
-        import functools
-
-        import thunder
-
         thunder.jit = functools.partial(thunder.jit, executors=["inductor", "torch"])
         pg._same_values = pg.close_values
     torch.set_num_threads(args.threads)
@@ -57,7 +66,11 @@ def main():
     tags = collections.Counter()
     grad_programs = 0
     t0 = time.time()
+    ran = 0
     for seed in range(args.start, args.start + args.n):
+        if args.seconds is not None and time.time() - t0 > args.seconds:
+            break
+        ran += 1
         prog = pg.generate(seed, nn=args.nn)
         if prog is None:
             kinds["DISCARD"] += 1
@@ -80,13 +93,13 @@ def main():
             if not args.quiet:
                 print(f"seed {seed}: {res.kind}: {first[:200]}", flush=True)
             with open(os.path.join(args.out, f"{res.kind}_{seed}.py"), "w") as f:
-                f.write(prog.repro(executors=["inductor", "torch"] if args.fused else None))
+                f.write(prog.repro(executors=["inductor", "torch"] if args.fused else ["torch"] if args.device != "cpu" else None))
                 f.write('\n"""\n' + res.kind + "\n" + res.detail.replace('"""', "'''") + '\n"""\n')
     dt = time.time() - t0
     faulthandler.disable()
     crash_log.close()
     os.remove(crash_log.name)
-    print(f"\n{args.n} seeds in {dt:.1f}s: " + ", ".join(f"{k}={v}" for k, v in sorted(kinds.items())))
+    print(f"\n{ran} seeds ({args.start}..{args.start + ran - 1}) in {dt:.1f}s: " + ", ".join(f"{k}={v}" for k, v in sorted(kinds.items())))
     print(f"programs with gradients: {grad_programs}")
     print("op usage (programs using each rule):")
     for tag, c in sorted(tags.items(), key=lambda kv: -kv[1]):

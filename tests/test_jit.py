@@ -1,6 +1,7 @@
 """The core JIT: tracing, trace printing, caching and prologues, the public query API, ThunderModule."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import dis
 import random
@@ -1122,3 +1123,19 @@ def test_a_torch_function_a_library_replaced_is_not_what_the_trace_calls(monkeyp
     jfn = thunder.jit(fn)
     assert torch.equal(jfn(x, i), fn(x, i))
     assert " = index_select(x, 0, i)" in str(thunder.last_traces(jfn)[-1])
+
+
+@pytest.mark.parametrize("where", ["factory", "default device", "to"])
+def test_cpu_with_an_index_is_the_cpu(where):
+    # eager makes a tensor asked for on "cpu:0" on "cpu"; a trace that kept the index saw two devices and refused
+    def fn(x):
+        if where == "factory":
+            return x * torch.ones(3, device="cpu:0") + torch.zeros(3)
+        if where == "to":
+            return x.to("cpu:0") + torch.arange(3.0)
+        return x + torch.ones(3)
+
+    x = torch.randn(3)
+    with torch.device("cpu:0") if where == "default device" else contextlib.nullcontext():
+        expected, actual = fn(x), thunder.jit(fn)(x)
+    assert torch.equal(actual, expected) and actual.device == expected.device

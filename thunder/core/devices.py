@@ -20,8 +20,11 @@ def device_str(device: torch.device) -> str:
 
 
 def normalize(device) -> torch.device:
-    """torch.device with an explicit index for CUDA (``cuda`` means the current device)."""
+    """torch.device with an explicit index for CUDA (``cuda`` means the current device), none for the CPU (a tensor
+    made on ``cpu:0`` is on ``cpu``, as eager reports it)."""
     device = torch.device(device) if not isinstance(device, torch.device) else device
+    if device.type == "cpu" and device.index is not None:
+        return torch.device("cpu")
     if device.type == "cuda" and device.index is None:
         index = torch.cuda.current_device() if torch.cuda.is_available() else 0
         return torch.device("cuda", index)
