@@ -1151,5 +1151,7 @@ SKIPPED = {
                              "forward); differential tests in tests/test_inplace.py",
     "root_of_a_retaken_view": "a tensor a view of which is taken again after an update, the view's part of its "
                               "gradient laid out as its memory (identity forward); tests in tests/test_grad_bitwise.py",
+    "masked_index_put": "a[mask] = value of a boolean mask of a's shape (no torch spelling): the setitem OpInfo's mask "
+                        "sample, its gradient's layout in tests/test_grad.py",
     "manual_seed": "changes the random state (no tensor result); tests/test_side_effects.py compares it with eager",
 }

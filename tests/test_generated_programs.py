@@ -165,3 +165,25 @@ def test_generated_program_fused_by_inductor_matches_eager(monkeypatch, nn, seed
     with regions_compile():
         res = pg.run_program(prog, referee64=True)
     assert res.kind in ("OK", "REFUSED"), f"{res.kind}: {res.detail}\n\nrepro:\n{prog.repro()}"
+
+
+# Fused runs with a third call of inputs laid out otherwise (``relayout``) that found bugs: TensorIterator's strides of
+# extents of one, which meta kernels keep where the CPU kernels give standard ones (kernel_layouts.fast_setup).
+_FUSED_RELAYOUT_SEEDS = [(True, 13839), (True, 14325)]
+
+
+@pytest.mark.parametrize("nn,seed", _FUSED_RELAYOUT_SEEDS)
+def test_generated_program_fused_by_inductor_matches_eager_for_inputs_laid_out_otherwise(monkeypatch, nn, seed):
+    import functools
+    import shutil
+
+    import thunder
+
+    if not (shutil.which("g++") or shutil.which("c++")):
+        pytest.skip("inductor needs a C++ compiler")
+    monkeypatch.setattr(thunder, "jit", functools.partial(thunder.jit, executors=["inductor", "torch"]))
+    monkeypatch.setattr(pg, "_same_values", pg.close_values)
+    prog = pg.generate(seed, nn=nn)
+    with regions_compile():
+        res = pg.run_program(prog, referee64=True, relayout=True)
+    assert res.kind in ("OK", "REFUSED"), f"{res.kind}: {res.detail}\n\nrepro:\n{prog.repro()}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 import thunder
 from thunder.core.trace_checker import check_trace
@@ -112,6 +113,85 @@ def test_grad(info: OpInfo, dtype):
         checked += 1
     if checked == 0:
         pytest.skip(f"{info.name}: no differentiable {dtype} sample")
+
+
+def _laid_out_otherwise(x, how):
+    """``x`` with the same values, each floating-point tensor of two dims or more laid out transposed (``"mT"``) or
+    with its dims reversed (``"reversed"``); None: ``x``."""
+    if how is None:
+        return x
+    if isinstance(x, torch.Tensor) and x.dtype.is_floating_point and x.ndim >= 2:
+        dims = list(range(x.ndim))
+        order = dims[:-2] + dims[-1:-3:-1] if how == "mT" else dims[::-1]
+        return x.detach().permute(*order).contiguous().permute(*order).requires_grad_(x.requires_grad)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_laid_out_otherwise(y, how) for y in x)
+    if isinstance(x, dict):
+        return {k: _laid_out_otherwise(v, how) for k, v in x.items()}
+    return x
+
+
+def _memory_order(t):
+    return tuple((st, n) for st, n in zip(t.stride(), t.shape) if n != 1) if t.numel() else ()
+
+
+def _flags_and_grads(fn, args, kwargs, seed, cotangent_layout=None):
+    """(the outputs' requires_grad, the inputs' gradients as ``torch.autograd.grad(..., allow_unused=True)`` gives
+    them: None where no gradient reaches an input), for cotangents laid out as ``cotangent_layout`` says."""
+    torch.manual_seed(_SEED)
+    out = fn(*args, **kwargs)
+    flags = [o.requires_grad for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, torch.Tensor)]
+    outs = _diff_outputs(out)
+    g = torch.Generator().manual_seed(seed)
+    cts = [_laid_out_otherwise(torch.randn(o.shape, dtype=o.dtype, generator=g), cotangent_layout) for o in outs]
+    grads = torch.autograd.grad(outs, _grad_leaves((args, kwargs), []), cts, allow_unused=True) if outs else ()
+    return flags, grads
+
+
+@pytest.mark.parametrize("inputs, cotangents", [("mT", None), ("reversed", None), (None, "mT"), (None, "reversed"),
+                                                 ("mT", "reversed")])
+@pytest.mark.parametrize("info", [info for info in OPINFOS if torch.float32 in info.dtypes and not info.requires_cuda],
+                         ids=lambda info: info.name)
+def test_gradients_of_tensors_laid_out_otherwise_are_eagers_with_their_layouts_and_flags(info: OpInfo, inputs,
+                                                                                           cotangents):
+    """For inputs or cotangents laid out otherwise than contiguous: the outputs that require grad, the inputs a
+    gradient reaches (eager gives ``nextafter``'s direction zeros, not none), and each gradient's values and memory
+    order are eager's (a gradient sum that starts from a part is laid out as it: ``copysign``'s zeros for the sign,
+    ``max()``'s share written into contiguous zeros, ``addmm``'s products chosen by its operands' layouts, ``tril``'s
+    contiguous triangle, ``narrow``'s of a whole dimension, ``a[mask] = 0``'s copy laid out as the gradient;
+    generated program nn 32091)."""
+    op = primary_op(info)
+    checked = 0
+
+    def sample_args(sample):
+        return _laid_out_otherwise(_with_grad(sample.args), inputs), _laid_out_otherwise(_with_grad(sample.kwargs), inputs)
+
+    for i, sample in enumerate(info.sample_inputs(torch.float32)):
+        args, kwargs = sample_args(sample)
+        if not _grad_leaves((args, kwargs), []):
+            continue
+        try:
+            e_flags, expected = _flags_and_grads(op, args, kwargs, i, cotangents)
+        except (RuntimeError, NotImplementedError, TypeError, ValueError, IndexError):
+            continue
+        args, kwargs = sample_args(sample)
+        try:
+            t_flags, actual = _flags_and_grads(thunder.jit(lambda *a, **k: op(*a, **k)), args, kwargs, i, cotangents)
+        except NotImplementedError:
+            continue  # refused with a clear error (requires_grad_(False) of an input that requires grad)
+        assert t_flags == e_flags, f"{info.name} on {sample}: outputs' requires_grad"
+        assert len(actual) == len(expected)
+        for k, (a, e) in enumerate(zip(actual, expected)):
+            assert (a is None) == (e is None), f"{info.name} on {sample}: gradient {k} is {a} where eager's is {e}"
+            if e is None:
+                continue
+            torch.testing.assert_close(a, e, atol=0, rtol=0, equal_nan=True)
+            if is_non_overlapping_and_dense_or_false(a) and is_non_overlapping_and_dense_or_false(e):
+                assert _memory_order(a) == _memory_order(e), \
+                    f"{info.name} on {sample}: gradient {k} strides {a.stride()}, eager's {e.stride()}"
+        checked += 1
+    if checked == 0:
+        pytest.skip(f"{info.name}: no differentiable float32 sample")
 
 
 # ---------------------------------------------------------------------------------------------

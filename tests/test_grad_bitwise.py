@@ -1237,3 +1237,49 @@ def test_a_frozen_linear_layers_input_gradient_of_a_transposed_batch_of_one_is_l
     for e, a in zip(*grads):
         assert_bitwise(a, e, "gradient")
     assert grads[1][0].stride() == grads[0][0].stride()  # x's gradient: laid out as the linear layer's input gradient
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_copysigns_zero_gradient_for_the_sign_is_contiguous_as_eagers(seed):
+    """Eager gives ``copysign(a, b)``'s ``b`` contiguous zeros whatever ``b``'s layout; thunder gave them ``b``'s. A
+    gradient sum starting from them is laid out as they are, and a broadcast operand's gradient, summed from it,
+    came out a rounding apart (generated program nn 32091: ``b`` transposed, also indexed by a mask)."""
+    def fn(x0, x1):
+        t2 = torch.logaddexp(x0, x1)
+        return F.softmax(torch.copysign(x1, t2), dim=-1), t2[t2.flatten(1).sum(1) > 0]
+
+    grads = []
+    for f in (fn, thunder.jit(fn)):
+        g = torch.Generator().manual_seed(seed)
+        x0 = torch.randn(8, generator=g)[::2].detach().requires_grad_()
+        x1 = torch.randn(3, 4, 4, 2, generator=g).mT.detach().requires_grad_()
+        outs = f(x0, x1)
+        gen = torch.Generator().manual_seed(7)
+        grads.append(torch.autograd.grad(outs, (x0, x1), [torch.randn(o.shape, generator=gen) for o in outs]))
+    for e, a in zip(*grads):
+        assert_bitwise(a, e, "gradient")
+    eager_sign, thunder_sign = (torch.autograd.grad(f(torch.randn(3, 4, 2, 4), s), s, torch.ones(3, 4, 2, 4))[0]
+                                for f, s in ((torch.copysign, torch.randn(3, 4, 4, 2).mT.requires_grad_()),
+                                             (thunder.jit(torch.copysign), torch.randn(3, 4, 4, 2).mT.requires_grad_())))
+    assert thunder_sign.stride() == eager_sign.stride()
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["contiguous", "transposed"])
+@pytest.mark.parametrize("shape", [(30, 7), (6, 5, 7), (2, 3, 5, 7)], ids=lambda s: f"{len(s)}d")
+@pytest.mark.parametrize("bias_shape", [(), (1,), (4,)], ids=["0-dim bias", "bias of one", "bias"])
+def test_a_linear_layers_bias_of_any_broadcastable_shape_gets_eagers_gradient(bias_shape, shape, transposed):
+    """A bias that broadcasts (one element, 0-dim or of shape (1,)): its gradient is the output gradient summed to
+    its shape as eager sums it (thunder's layer rule assumed a bias per output feature: a (1,) bias failed its shape
+    check, a 0-dim one was summed in two steps)."""
+    grads = []
+    for f in (F.linear, thunder.jit(F.linear)):
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(*shape, generator=g)
+        x = (x.mT.contiguous().mT if transposed else x).requires_grad_()
+        w = torch.randn(4, 7, generator=g, requires_grad=True)
+        b = torch.randn(bias_shape, generator=g, requires_grad=True)
+        out = f(x, w, b)
+        grads.append(torch.autograd.grad(out, (x, w, b), torch.randn(out.shape, generator=g)))
+    for e, a in zip(*grads):
+        assert_bitwise(a, e, "gradient")
+        assert a.stride() == e.stride()

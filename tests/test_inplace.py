@@ -421,6 +421,20 @@ def test_detach_in_place_of_an_input_that_requires_grad_is_refused():
         thunder.jit(f)(x)
 
 
+@pytest.mark.parametrize("what", ["input", "intermediate"])
+def test_requires_grad_false_of_a_tensor_that_requires_grad_is_refused(what):
+    # eager clears a leaf's flag (the caller's tensor) and refuses for others; thunder returned the tensor unchanged,
+    # still requiring grad
+    def f(x):
+        y = x if what == "input" else x * 2
+        return y.requires_grad_(False)
+
+    with pytest.raises(NotImplementedError, match=r"requires_grad_\(False\) of a tensor that requires grad"):
+        thunder.jit(f)(torch.randn(3, requires_grad=True))
+    x = torch.randn(3)
+    assert thunder.jit(f)(x).requires_grad is False  # a tensor that needs no gradient: as eager, nothing to change
+
+
 def test_inplace_on_a_leaf_that_requires_grad_raises_as_eager():
     def f(x):
         x.add_(1)

@@ -41,6 +41,104 @@ def strides(fn, shape: tuple, out, args, kwargs, source=None):
     return r(tuple(shape), out, args, kwargs, source) if r is conversion else r(tuple(shape), out, args, kwargs)
 
 
+# [Note: TensorIterator's fast setup]
+# An elementwise kernel whose tensor operands all have the result's shape and are all contiguous (or all
+# channels-last), by torch's test that ignores the strides of extents of one, allocates its result with the standard
+# strides of that format; the meta kernels keep an operand's strides, those of extents of one too (``-t`` of a
+# ``(1, 5, 1, 1)`` tensor with strides ``(5, 1, 5, 1)``: ``(5, 1, 1, 1)`` on the CPU, ``(5, 1, 5, 1)`` on meta). Those
+# strides address nothing, but the next kernel's TensorIterator orders dimensions by them (a ``torch.where`` of it
+# and a broadcast operand came out with dims 1 and 3 swapped: fused relayout nn 13839). A Python number is an operand
+# of the arithmetic, comparison and bitwise kernels (a wrapped 0-dim tensor: no fast setup), a parameter of the
+# others (``clamp``'s bounds, ``pow``'s exponent).
+_NUMBERS_ARE_OPERANDS = frozenset({
+    "add", "sub", "mul", "div", "true_divide", "floor_divide", "remainder", "fmod", "eq", "ne", "lt", "le", "gt", "ge",
+    "where", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift", "copysign",
+    "rsub", "rdiv", "rfloordiv", "rmod", "rpow", "logical_and", "logical_or", "logical_xor", "atan2", "hypot",
+    "maximum", "minimum", "nextafter", "float_power"})
+_NO_TENSOR_ITERATOR = frozenset({"positive", "masked_fill"})  # the input itself; a contiguous clone, then a fill
+
+
+@functools.lru_cache(maxsize=None)
+def _elementwise_name(fn):
+    from thunder.torch.registry import TORCH_TO_SYMBOL
+
+    sym = TORCH_TO_SYMBOL.get(fn)
+    if sym is None or getattr(getattr(sym, "fn", None), "__module__", None) != "thunder.torch.elementwise":
+        return None
+    return None if sym.name in _NO_TENSOR_ITERATOR else sym.name
+
+
+def fast_setup(fn, shape: tuple, strides: tuple, args, kwargs) -> tuple:
+    """``strides``, the meta kernel's, or, for an elementwise kernel, the strides TensorIterator gives its result (see
+    [Note: TensorIterator's fast setup])."""
+    try:
+        name = _elementwise_name(fn)
+    except TypeError:  # not hashable
+        return strides
+    if name is None:
+        return strides
+    operands = [x for x in tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+    if not operands or any(len(t.shape) > len(shape) for t in operands):
+        return strides
+    numbers = name in _NUMBERS_ARE_OPERANDS and any(isinstance(x, Number) for x in args)
+    if not numbers and all(tuple(t.shape) == shape for t in operands):
+        if all(t.is_contiguous() for t in operands):
+            return _contiguous(shape)
+        channels_last = {4: torch.channels_last, 5: torch.channels_last_3d}.get(len(shape))
+        if channels_last is not None and all(t.is_contiguous(memory_format=channels_last) for t in operands):
+            return _contiguous(shape, channels_last)
+        if all(torch._prims_common.is_non_overlapping_and_dense_or_false(t) for t in operands) and \
+                len({tuple(t.stride()) for t in operands}) == 1:
+            return tuple(operands[0].stride())
+    return tensor_iterator_strides(shape, [(tuple(t.shape), tuple(t.stride())) for t in operands])
+
+
+def tensor_iterator_strides(shape: tuple, operands: list) -> tuple:
+    """The strides TensorIterator allocates an elementwise result of ``shape`` with, from its operands' (shape,
+    strides), when it takes no fast setup: the dimensions ordered by the operands' strides (the first operand that
+    tells two apart decides; broadcast dimensions tell nothing; of equal strides the smaller extent is the faster),
+    the result dense in that order (ATen's ``reorder_dimensions`` and ``compatible_stride``)."""
+    ndim = len(shape)
+    if ndim == 0:
+        return ()
+    broadcast = []
+    for op_shape, op_strides in operands:
+        offset = ndim - len(op_shape)
+        st = [0] * offset + [0 if n == 1 and shape[offset + i] != 1 else s
+                             for i, (n, s) in enumerate(zip(op_shape, op_strides))]
+        broadcast.append(st)
+
+    def should_swap(d0, d1):
+        for st in broadcast:
+            s0, s1 = st[d0], st[d1]
+            if s0 == 0 or s1 == 0:
+                continue
+            if s0 < s1:
+                return -1
+            if s0 > s1:
+                return 1
+            if shape[d0] > shape[d1]:
+                return 1
+        return 0
+
+    perm = list(range(ndim - 1, -1, -1))  # fastest first
+    if ndim > 1:
+        for i in range(1, ndim):
+            d1 = i
+            for d0 in range(i - 1, -1, -1):
+                c = should_swap(perm[d0], perm[d1])
+                if c > 0:
+                    perm[d0], perm[d1] = perm[d1], perm[d0]
+                    d1 = d0
+                elif c < 0:
+                    break
+    out, step = [0] * ndim, 1
+    for d in perm:
+        out[d] = step
+        step *= shape[d]
+    return tuple(out)
+
+
 def _contiguous(shape, memory_format=torch.contiguous_format) -> tuple:
     return torch.empty(shape, device="meta", memory_format=memory_format).stride()
 

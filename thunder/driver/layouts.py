@@ -351,7 +351,8 @@ class Layouts:
         t = leaves[index] if index < len(leaves) else None
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape:
             return contiguous_strides(shape), 0, frozenset(deps)
-        return tuple(t.stride()), t.storage_offset(), frozenset(deps)
+        strides = kernel_layouts.fast_setup(fn, shape, tuple(t.stride()), margs, mkwargs)
+        return strides, t.storage_offset(), frozenset(deps)
 
     @_untraced
     def aliases(self, fn, args, kwargs, out_index: int, base: TensorProxy) -> bool:

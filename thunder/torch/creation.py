@@ -280,6 +280,10 @@ def randint(*args, low=None, high=None, size=None, generator=None, dtype=None, l
 @torchsymbol(torch.bernoulli, methods=("bernoulli",), tags=(Tag.RANDOM,))
 def bernoulli(a, p=None, *, generator=None):
     check(generator is None, "thunder does not support explicit generators yet", NotImplementedError)
+    if p is None and prims.requires_grad(a):
+        # eager's draws are part of the autograd graph (requires_grad, a zero gradient for ``a``): torch's own,
+        # differentiated by torch's autograd
+        return fallback.fallback_call(torch.bernoulli, (a,), {})
     from thunder.torch.elementwise import lt
     u = prims.uniform(tuple(a.shape), 0.0, 1.0, device=a.device, dtype=a.dtype if a.dtype.is_floating_point else torch.float32)
     return convert(lt(u, a if p is None else p), a.dtype)

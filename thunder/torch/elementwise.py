@@ -388,6 +388,14 @@ def masked_fill(a, mask, value):
     return prims.where(mask, value, a)
 
 
+@torchsymbol(name="masked_index_put", torch_impl=None)
+def masked_index_put(a, mask, value):
+    """``a[mask] = value`` of a boolean mask of ``a``'s shape and one value, out of place: ``masked_fill``'s values,
+    with the gradient eager's ``index_put`` gives (the selection zeroed in a copy laid out as the gradient, where
+    ``masked_fill``'s is contiguous)."""
+    return masked_fill(a, mask, value)
+
+
 @number_torchsymbol(torch.clamp, torch.clip, methods=("clamp", "clip"), inplace_methods=("clamp_", "clip_"))
 def clamp(a, min=None, max=None):
     check(min is not None or max is not None, "torch.clamp: At least one of 'min' or 'max' must not be None")

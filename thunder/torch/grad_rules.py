@@ -47,6 +47,12 @@ def _aten_symbol(op, name, meta, *, differentiable=False):
     return torchsymbol(name=name, torch_impl=op)(fn)
 
 
+# ``masked_fill``'s gradient for a fill value (a 0-dim tensor): the selected elements' sum (their number depends on
+# the mask's values, the sum's shape does not)
+masked_fill_value_backward = _aten_symbol(lambda g, mask: g.masked_select(mask).sum(), "masked_fill_value_backward",
+                                          lambda g, mask: ((), g.dtype, g.device))
+
+
 def _like(t, dtype=None):
     return (tuple(t.shape), dtype or t.dtype, t.device)
 
@@ -258,18 +264,19 @@ linear_backward = _aten_symbol(
         ((g.shape[-1], a.shape[-1]), a.dtype, g.device) if mask[1] else None])
 
 
-def _linear_bias_backward_kernel(g, a):
-    """The bias gradient of ``F.linear(a, w, bias)`` as eager computes it: a 2-D or contiguous input goes through
-    ``addmm``, whose bias gradient sums the flattened output gradient over its rows; any other through ``matmul``
-    and a separate ``add_``, whose gradient sums the output gradient over its leading dimensions as laid out
-    (another order of additions). Only ``a``'s layout is read."""
-    if a.ndim <= 2 or a.is_contiguous():
-        return g.reshape(math.prod(g.shape[:-1]), g.shape[-1]).sum(0)
-    return g.sum(tuple(range(g.ndim - 1)))
+def _linear_bias_backward_kernel(g, a, shape):
+    """The gradient of ``F.linear(a, w, bias)``'s bias of ``shape`` (one element or a row) as eager computes it: a
+    2-D input, or a contiguous one ATen flattens (3-D, or any with a 1-D bias), goes through ``addmm``, whose bias
+    gradient sums the flattened output gradient to the bias's shape; any other through ``matmul`` and a separate
+    ``add_``, whose gradient sums the output gradient over its leading dimensions as laid out (another order of
+    additions). Only ``a``'s layout is read."""
+    if a.ndim <= 2 or a.is_contiguous() and (a.ndim == 3 or len(shape) == 1):
+        g = g.reshape(math.prod(g.shape[:-1]), g.shape[-1])
+    return g.sum_to_size(shape)
 
 
 linear_bias_backward = _aten_symbol(_linear_bias_backward_kernel, "linear_bias_backward",
-                                    lambda g, a: ((g.shape[-1],), g.dtype, g.device))
+                                    lambda g, a, shape: (tuple(shape), g.dtype, g.device))
 
 
 @register_vjp(tnn.group_norm)
@@ -302,12 +309,24 @@ def _times(t, scalar):
 
 
 def _addmm_rule(sym, product):
-    """addmm / baddbmm: the fused forward, and eager's gradients (products with the other operand, transposed)."""
+    """addmm / baddbmm: the fused forward, and eager's gradients (products with the other operand, transposed; for
+    addmm chosen by the operands' layouts, as ATen's ``mm_mat1_backward`` / ``mm_mat2_backward`` choose them)."""
 
     def rule(input, a, b, *, beta=1, alpha=1):
         from thunder.torch.grad_rules_elementwise import _grad_for, conj
 
         out = sym(input, a, b, beta=beta, alpha=alpha)
+        if sym is tnn.addmm:
+            from thunder.torch.matmul_grads import matmul_grads
+
+            mask = [a.requires_grad, b.requires_grad]
+            a_saved, b_saved = (a if mask[1] else layout_of(a)), (b if mask[0] else layout_of(b))
+
+            def backward(g):
+                ga, gb = matmul_grads(g, a_saved, b_saved, mask) if any(mask) else (None, None)
+                return (_grad_for(_times(g, beta), input), *(None if x is None else _times(x, alpha) for x in (ga, gb)))
+
+            return out, backward
 
         def backward(g):
             ga = _times(product(g, conj(shp.transpose(b, -1, -2))), alpha) if a.requires_grad else None
@@ -521,13 +540,31 @@ def _evenly_distributed(sym, a):
     out = sym(a)
 
     def backward(g):
+        from thunder.torch.fallback import inplace_fallback_symbol
+
         hit = ew.logical_or(ew.eq(a, out), ew.logical_and(ew.isnan(a), ew.isnan(out)))
         share = ew.div(g, red.sum(hit))
-        return (ew.where(hit, share, prims.full(tuple(a.shape), 0.0, device=a.device, dtype=a.dtype)),)
+        if a.device.type == "cuda":  # eager's formula there: the mask times the share (laid out as ``a``)
+            return (ew.mul(hit, share),)
+        # on the CPU, the share written into contiguous zeros (whatever ``a``'s layout)
+        zeros = prims.full(tuple(a.shape), 0.0, device=a.device, dtype=a.dtype)
+        return (inplace_fallback_symbol(torch.Tensor.masked_fill_)(zeros, hit, share),)
 
     return out, backward
 
 
+def _triangle_rule(sym):
+    """tril / triu: eager's gradient is the same triangle of the gradient (contiguous, as its kernel's output), where
+    the decomposition's ``where`` would lay it out as the gradient."""
+
+    def rule(a, diagonal=0):
+        return sym(a, diagonal), lambda g: (sym(g, diagonal), None)
+
+    register_vjp(sym)(rule)
+
+
+_triangle_rule(shp.tril)
+_triangle_rule(shp.triu)
 _addmm_rule(tnn.addmm, tnn.mm)
 _addmm_rule(tnn.baddbmm, tnn.bmm)
 register_vjp(red.max)(_max_min_rule(red.max))

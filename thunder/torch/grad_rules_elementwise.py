@@ -228,11 +228,13 @@ def copysign_rule(a, b):
     out = ew.copysign(a, b)
 
     def backward(g):
-        from thunder.torch.creation import zeros_like
+        from thunder.torch.creation import zeros
 
         # eager's copysign_tensor_self_backward, its fill in place (the ratio keeps its layout)
         ratio = inplace_fallback_symbol(torch.Tensor.masked_fill_)(ew.div(out, a), ew.eq(a, 0), 0)
-        return _grad_for(ew.mul(g, ratio), a), (zeros_like(b) if _t(b) else None)  # eager: zeros for the sign
+        # eager: contiguous zeros for the sign, whatever its layout (a sum of gradients that starts from them is laid
+        # out as they are: nn 32091)
+        return _grad_for(ew.mul(g, ratio), a), (zeros(b.shape, dtype=b.dtype, device=b.device) if _t(b) else None)
 
     return out, backward
 
@@ -308,18 +310,42 @@ def where_rule(condition, input=None, other=None):
                            _grad_for(ew.where(condition, 0, g), other))
 
 
+@register_vjp(ew.masked_index_put)
+def masked_index_put_rule(a, mask, value):
+    """``a[mask] = value``'s gradient as eager's ``index_put``'s: the gradient with the selection zeroed, in a copy
+    laid out as the gradient."""
+    out = ew.masked_index_put(a, mask, value)
+
+    def backward(g):
+        from thunder.torch.shapes import clone
+
+        return _grad_for(inplace_fallback_symbol(torch.Tensor.masked_fill_)(clone(g), mask, 0), a), None, None
+
+    return out, backward
+
+
 @register_vjp(ew.masked_fill)
 def masked_fill_rule(a, mask, value):
-    """Eager's gradient: ``grad.masked_fill(mask, 0)``, laid out as the gradient, then summed to ``a``'s shape where
-    ``a`` is broadcast. Through the decomposition (``where(mask, 0, g)``) it would be laid out as the mask: a sum over
-    broadcast dimensions (generated program 503), or an accumulating ``index_put`` of a gather's backward (17359), then
-    adds in the mask's order, another rounding. (The gradient of an in-place ``masked_fill_`` of a view reaches it
-    contiguous, as eager's ``CopySlices`` hands it on: ``view_update``.) A fill value that requires grad goes through
-    the decomposition."""
-    if _t(value) and value.requires_grad:
+    """Eager's gradient: ``grad.masked_fill(mask, 0)`` (contiguous, as eager's out-of-place ``masked_fill``), then
+    summed to ``a``'s shape where ``a`` is broadcast. Through the decomposition (``where(mask, 0, g)``) it would be
+    laid out as the mask: a sum over broadcast dimensions (generated program 503), or an accumulating ``index_put`` of
+    a gather's backward (17359), then adds in the mask's order, another rounding. (The gradient of an in-place
+    ``masked_fill_`` of a view reaches it contiguous, as eager's ``CopySlices`` hands it on: ``view_update``.) A fill
+    value that requires grad gets the sum of the gradient's selected elements, as eager's ``masked_fill_backward``
+    sums them (the decomposition summed all, zeros too: another rounding); one on another device goes through the
+    decomposition."""
+    grad_value = _t(value) and value.requires_grad
+    if grad_value and value.device != a.device:
         return NotImplemented
     out = ew.masked_fill(a, mask, value)
-    return out, lambda g: (_grad_for(ew.masked_fill(g, mask, 0), a), None, None)
+
+    def backward(g):
+        from thunder.torch.grad_rules import masked_fill_value_backward
+
+        gv = _grad_for(masked_fill_value_backward(g, mask), value) if grad_value else None
+        return _grad_for(ew.masked_fill(g, mask, 0), a), None, gv
+
+    return out, backward
 
 
 # nan_to_num: eager's ``grad * isfinite(self)``, a product, where the decomposition's ``where`` writes 0.0: a negative

@@ -184,7 +184,9 @@ def native_layer_norm(a, normalized_shape, weight, bias, eps):
         out = ew.add(out, bias)
     # torch's CUDA kernel (and meta) returns the statistics in float32, its CPU kernel as cpu_statistics_dtype says
     stat_dtype = cpu_statistics_dtype(a, weight, bias) if a.device.type == "cpu" else compute
-    return convert(out, a.dtype), convert(mean, stat_dtype), convert(rstd, stat_dtype)
+    with torch.no_grad():  # eager's statistics are outside the autograd graph (requires_grad False)
+        mean, rstd = (prims.reshape(convert(t, stat_dtype), stat_shape) for t in (mean, rstd))
+    return convert(out, a.dtype), mean, rstd
 
 
 @torchsymbol(F.layer_norm, torch.layer_norm)

@@ -286,6 +286,8 @@ def narrow(a, dim, start, length):
     # a 0-dim tensor start or length is read as a number, as eager reads it (Longformer's global attention)
     start, length = (operator.index(x) if isinstance(x, TensorProxy) else x for x in (start, length))
     start = start + a.shape[dim] if start < 0 else start
+    if start == 0 and same(length, a.shape[dim]):  # eager slices all the same: its gradient is slice_backward's
+        return prims.slice_prim(a, [0] * a.ndim, list(a.shape), [1] * a.ndim)  # (contiguous, whatever g's layout)
     return _slice_dim(a, dim, start, start + length, 1)
 
 
@@ -627,11 +629,10 @@ def setitem(a, key, value):
                                                   and all(is_one(s) for s in value.shape))
         if not one_value or not same_shape(tuple(key.shape), tuple(a.shape[:key.ndim])):
             return fallback.fallback_call(_setitem_impl, (a, key, value), {})
-        from thunder.torch.elementwise import masked_fill
+        from thunder.torch.elementwise import masked_index_put
 
-        # masked_fill's gradient, eager's index_put's: the gradient with the selection zeroed, laid out as it
         value = reshape(value, ()) if isinstance(value, TensorProxy) else value
-        return masked_fill(a, prims.broadcast_in_dim(key, tuple(a.shape), tuple(range(key.ndim))), value)
+        return masked_index_put(a, prims.broadcast_in_dim(key, tuple(a.shape), tuple(range(key.ndim))), value)
     bounds = _unit_step_bounds(a, key) if _is_basic_index(key) and not is_symbolic_shape(a.shape) else None
     if bounds is None:
         return fallback.fallback_call(_setitem_impl, (a, key, value), {})
@@ -807,6 +808,10 @@ def requires_grad_(a, requires_grad=True):
     check(not requires_grad or a.requires_grad,
           "Tensor.requires_grad_() inside a jitted function is not supported (nn.Parameter calls it: a module whose "
           "forward builds layers, or parameters, must build them before the jitted call)", NotImplementedError)
+    check(requires_grad or not a.requires_grad,
+          "Tensor.requires_grad_(False) of a tensor that requires grad inside a jitted function is not supported "
+          "(eager changes the flag of the caller's leaf tensor, which a trace cannot): use detach()",
+          NotImplementedError)
     return a
 
 

@@ -232,7 +232,8 @@ _binary(prims.fmod, lambda g, a, b, out: (g, prims.neg(prims.mul(g, prims.trunc(
 _binary(prims.remainder, lambda g, a, b, out: (g, prims.neg(prims.mul(g, prims.floor_divide(a, b))) if _t(b) else None))
 _binary(prims.hypot, lambda g, a, b, out: (prims.mul(g, prims.div(a, out)), prims.mul(g, prims.div(b, out))))
 _binary(prims.copysign, lambda g, a, b, out: (prims.mul(g, prims.where(prims.eq(a, 0.0), 0.0, prims.div(out, a))), None))
-_binary(prims.nextafter, lambda g, a, b, out: (prims.where(prims.ne(a, b), g, 0.0), None))  # as torch
+# as torch: the direction gets zeros (contiguous, whatever its layout), not no gradient
+_binary(prims.nextafter, lambda g, a, b, out: (prims.where(prims.ne(a, b), g, 0.0), _zeros_like(b) if _t(b) else None))
 _binary(prims.floor_divide, lambda g, a, b, out: (prims.mul(g, 0.0), prims.mul(g, 0.0) if _t(b) else None))
 
 
@@ -329,9 +330,11 @@ def slice_rule(a, start_indices, end_indices, strides=None):
 
         steps = strides or [1] * a.ndim
         sizes = list(out.shape)
-        # Undo the per-dimension slices from the last dimension to the first.
+        # Undo the per-dimension slices from the last dimension to the first. A slice of everything (``narrow``'s
+        # of a whole dimension, which eager slices all the same) gets slice_backward's copy too: laid out contiguous.
+        whole = [same(start_indices[d], 0) and same(end_indices[d], a.shape[d]) and steps[d] == 1 for d in range(a.ndim)]
         for d in reversed(range(a.ndim)):
-            if same(start_indices[d], 0) and same(end_indices[d], a.shape[d]) and steps[d] == 1:
+            if whole[d] and not (d == 0 and all(whole)):
                 continue
             sizes[d] = a.shape[d]
             g = slice_backward(g, list(sizes), d, start_indices[d], end_indices[d], steps[d])
@@ -545,16 +548,16 @@ def linear_backward(a, w, bias):
         gb = _reduce_to(prims.sum(g2, (0,)), tuple(bias.shape)) if bias is not None else None
         return ga, gw, gb
 
-    if w.ndim == 2 and w.requires_grad and w.dtype.is_floating_point and (bias is None or bias.ndim == 1):
+    if w.ndim == 2 and w.requires_grad and w.dtype.is_floating_point and (bias is None or bias.ndim <= 1):
         def backward_by_layout(g):  # eager's kernels on eager's layouts (the input is saved for gw anyway)
             from thunder.torch.grad_rules import linear_backward as products, linear_bias_backward
 
             ga, gw = products(g, a, w if a.requires_grad else None, [a.requires_grad, True])
-            gb = linear_bias_backward(g, a) if bias is not None and bias.requires_grad else None
+            gb = linear_bias_backward(g, a, list(bias.shape)) if bias is not None and bias.requires_grad else None
             return ga, gw, gb
 
         return backward_by_layout
-    if w.ndim == 2 and a.ndim >= 2 and a.dtype.is_floating_point and (bias is None or bias.ndim == 1):
+    if w.ndim == 2 and a.ndim >= 2 and a.dtype.is_floating_point and (bias is None or bias.ndim <= 1):
         # A frozen weight: eager's kernels on the input's layout (a column-major input, a batch whose rows are no
         # view of it, a bias after a separate product), where the input is not saved (the gradients need only the
         # weight): a memoryless tensor laid out as it is.
@@ -566,7 +569,7 @@ def linear_backward(a, w, bias):
             from thunder.torch.grad_rules import linear_backward as products, linear_bias_backward
 
             ga = products(g, a_layout, w, [True, False], bias is not None)[0] if a.requires_grad else None
-            gb = linear_bias_backward(g, a_layout) if bias is not None and bias.requires_grad else None
+            gb = linear_bias_backward(g, a_layout, list(bias.shape)) if bias is not None and bias.requires_grad else None
             return ga, None, gb
 
         return backward_by_input_layout
