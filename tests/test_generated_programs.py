@@ -141,17 +141,20 @@ def test_generator_exercises_aliasing_broadcasting_layouts_and_grads():
 _FUSED_SEEDS = ([(False, s) for s in (1, 53, 54, 141, 165, 175, 190, 228, 253, 258, 500, 644, 780, 960, 1196, 1856,
                                       1981, 2090, 2591, 2611, 2948, 4003)]
                 + [(True, s) for s in (5, 39, 100, 184, 274, 276, 278, 320, 805, 977, 981, 1854, 1944, 1955, 2747)])
+# Fused runs with a third call of inputs laid out otherwise (``relayout``) that found bugs: TensorIterator's strides of
+# extents of one, which meta kernels keep where the CPU kernels give standard ones (kernel_layouts.fast_setup).
+_FUSED_RELAYOUT_SEEDS = [(True, 13839), (True, 14325)]
 _FUSED_KNOWN_FAILURES: dict = {
     (True, 2026): "std_mean's mean over infinities: inf fused (as torch.compile), NaN in eager (Welford's update)",
 }
 
 
 @pytest.mark.parametrize(
-    "nn,seed",
-    _FUSED_SEEDS + [pytest.param(*k, marks=pytest.mark.xfail(strict=True, reason=r))
-                    for k, r in _FUSED_KNOWN_FAILURES.items()],
+    "nn,seed,relayout",
+    [(nn, s, False) for nn, s in _FUSED_SEEDS] + [(nn, s, True) for nn, s in _FUSED_RELAYOUT_SEEDS]
+    + [pytest.param(*k, False, marks=pytest.mark.xfail(strict=True, reason=r)) for k, r in _FUSED_KNOWN_FAILURES.items()],
 )
-def test_generated_program_fused_by_inductor_matches_eager(monkeypatch, nn, seed):
+def test_generated_program_fused_by_inductor_matches_eager(monkeypatch, nn, seed, relayout):
     import functools
     import shutil
 
@@ -163,27 +166,6 @@ def test_generated_program_fused_by_inductor_matches_eager(monkeypatch, nn, seed
     monkeypatch.setattr(pg, "_same_values", pg.close_values)
     prog = pg.generate(seed, nn=nn)
     with regions_compile():
-        res = pg.run_program(prog, referee64=True)
+        res = pg.run_program(prog, referee64=True, relayout=relayout)
     assert res.kind in ("OK", "REFUSED"), f"{res.kind}: {res.detail}\n\nrepro:\n{prog.repro()}"
 
-
-# Fused runs with a third call of inputs laid out otherwise (``relayout``) that found bugs: TensorIterator's strides of
-# extents of one, which meta kernels keep where the CPU kernels give standard ones (kernel_layouts.fast_setup).
-_FUSED_RELAYOUT_SEEDS = [(True, 13839), (True, 14325)]
-
-
-@pytest.mark.parametrize("nn,seed", _FUSED_RELAYOUT_SEEDS)
-def test_generated_program_fused_by_inductor_matches_eager_for_inputs_laid_out_otherwise(monkeypatch, nn, seed):
-    import functools
-    import shutil
-
-    import thunder
-
-    if not (shutil.which("g++") or shutil.which("c++")):
-        pytest.skip("inductor needs a C++ compiler")
-    monkeypatch.setattr(thunder, "jit", functools.partial(thunder.jit, executors=["inductor", "torch"]))
-    monkeypatch.setattr(pg, "_same_values", pg.close_values)
-    prog = pg.generate(seed, nn=nn)
-    with regions_compile():
-        res = pg.run_program(prog, referee64=True, relayout=True)
-    assert res.kind in ("OK", "REFUSED"), f"{res.kind}: {res.detail}\n\nrepro:\n{prog.repro()}"
