@@ -84,7 +84,7 @@ def fast_setup(fn, shape: tuple, strides: tuple, args, kwargs) -> tuple:
     if not numbers and all(tuple(t.shape) == shape for t in operands):
         if all(t.is_contiguous() for t in operands):
             return _contiguous(shape)
-        channels_last = {4: torch.channels_last, 5: torch.channels_last_3d}.get(len(shape))
+        channels_last = _CHANNELS_LAST.get(len(shape))
         if channels_last is not None and all(t.is_contiguous(memory_format=channels_last) for t in operands):
             return _contiguous(shape, channels_last)
         if all(torch._prims_common.is_non_overlapping_and_dense_or_false(t) for t in operands) and \
