@@ -759,13 +759,19 @@ def _softmax_of_a_masked_row(x):  # eager's layout of the row depends on extents
     return F.softmax((x * 2)[x.sum((1, 2)) > -1e9][0], dim=-1), x.sum()
 
 
+def _sign_of_a_broadcast(x):  # sgn reads the broadcast the region returns: in eager's layout (fused program 21588)
+    t = torch.stack([x.relu().flatten()], 1).t().expand(2, 1, 60)
+    return torch.sgn(t), x.sum()
+
+
 def _returned_beside_a_number(x):  # the forward's outputs are the program's proxies: the number is none of them
     return 4, -x, torch.remainder(x, -x), x.shape[0]
 
 
 @requires_compiler
 @pytest.mark.parametrize("fn", [_permuted, _stacked, _softmax_returned, _slice_returned, _column_of_a_computed_value,
-                                _every_third_element_of_a_clone, _softmax_of_a_masked_row, _returned_beside_a_number],
+                                _every_third_element_of_a_clone, _softmax_of_a_masked_row, _returned_beside_a_number,
+                                _sign_of_a_broadcast],
                          ids=lambda f: f.__name__)
 @pytest.mark.parametrize("grad", [False, True])
 def test_outputs_the_program_sees_keep_eager_layouts(fn, grad):

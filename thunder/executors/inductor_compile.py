@@ -408,6 +408,9 @@ def _with_eager_layouts(fn, eager: tuple):
         outs = list(fn(*args))
         for i, strides in eager:
             o = outs[i]
+            if o.stride() != tuple(strides) and _expands_own_value(o, strides, args):
+                outs[i] = _expanded_in_layout(o, strides)
+                continue
             # a layout with gaps (a slice's): inductor keeps only the order of its strides, so the copy always; so
             # too for a part of a buffer the region computes and does not return (inductor lays that buffer out as
             # it likes: a column of a transposed value would come with the gaps of a row-major one)
@@ -419,6 +422,26 @@ def _with_eager_layouts(fn, eager: tuple):
         return tuple(outs)
 
     return laid_out
+
+
+def _expands_own_value(t, strides, args) -> bool:
+    """Whether ``t`` broadcasts (a stride 0 where eager's is too, over more than one element) a value the region
+    computes. Inductor writes such a view to a buffer of its own, all elements, and would read an ``as_strided`` of
+    it as if over the value's memory (fused generated program 21588: ``x.relu().expand(2, 8).as_strided((2, 8),
+    (0, 1))`` compiles to a read of the first 8 of the 16 elements it wrote, laid out ``(1, 2)``)."""
+    return (t._base is not None and any(n > 1 and st == 0 for n, st in zip(t.shape, strides))
+            and all(t._base is not a and t._base is not a._base for a in args if isinstance(a, torch.Tensor)))
+
+
+def _expanded_in_layout(t, strides):
+    """``t``, a broadcast, as the broadcast of a copy of its source (one element along each broadcast dim) written
+    with the ``strides``: the eager layout, without an ``as_strided`` of a view."""
+    source = t
+    for d, (n, st) in enumerate(zip(t.shape, strides)):
+        if n > 1 and st == 0:
+            source = source.narrow(d, 0, 1)
+    copy = torch.empty_strided(source.shape, strides, dtype=t.dtype, device=t.device).copy_(source)
+    return copy.expand(t.shape)
 
 
 def _part_of_own_buffer(t, args, outs) -> bool:
