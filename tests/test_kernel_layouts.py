@@ -67,3 +67,73 @@ def test_elementwise_results_have_eagers_strides_of_extents_of_one(case, executo
     actual = thunder.jit(fn, **({"executors": executors} if executors else {}))(x)
     assert actual.stride() == expected.stride()
     torch.testing.assert_close(actual, expected)
+
+
+def _any_layout(rng):
+    """A tensor of up to 4 dims (extents 0 to 3) laid out in a random order, with gaps, broadcast dims, and arbitrary
+    strides (0 too) for extents of one."""
+    nd = rng.randint(1, 4)
+    shape = [rng.choice([1, 1, 2, 3]) if rng.random() > 0.05 else 0 for _ in range(nd)]
+    order = list(range(nd))
+    rng.shuffle(order)
+    strides, reach = [0] * nd, 1
+    for d in order:
+        strides[d] = reach
+        reach *= max(shape[d], 1) * rng.choice([1, 1, 2])
+    strides = [rng.randint(0, 9) if n == 1 and rng.random() < 0.5 else 0 if rng.random() < 0.1 else st
+               for n, st in zip(shape, strides)]
+    return torch.randn(4 * reach + 64).as_strided(shape, strides)
+
+
+def test_empty_like_strides_are_atens():
+    """ATen's ``empty_like`` keeps a non-overlapping and dense tensor's strides exactly, those of extents of one too;
+    torch's meta kernel lays it out afresh (``(4, 3, 1)`` with strides ``(3, 1, 3)``: ``(3, 1, 1)``)."""
+    from thunder.driver.kernel_layouts import empty_like_strides
+
+    rng = random.Random(0)
+    for _ in range(3000):
+        x = _any_layout(rng)
+        meta = torch.empty_strided(x.shape, x.stride(), device="meta")
+        for memory_format in (torch.preserve_format, torch.contiguous_format):
+            assert empty_like_strides(meta, memory_format) == torch.empty_like(x, memory_format=memory_format).stride(), \
+                f"{tuple(x.shape)} {x.stride()} {memory_format}"
+
+
+_LIKE = {
+    "ones_like": lambda x: torch.ones_like(x),
+    "zeros_like * 2": lambda x: torch.zeros_like(x) * 2,  # a number is an operand: follows the strides of extents of one
+    "full_like": lambda x: torch.full_like(x, 3.0),
+    "empty_like": lambda x: torch.empty_like(x).fill_(1),
+    "rand_like": lambda x: torch.rand_like(x),
+    "randint_like": lambda x: torch.randint_like(x, 5),
+    "to float64": lambda x: x.to(torch.float64),
+    "dropout": lambda x: torch.nn.functional.dropout(x, 0.5),
+    "dropout p=1": lambda x: torch.nn.functional.dropout(x, 1.0),
+    "torch.dropout": lambda x: torch.dropout(x, 0.25, True),
+}
+
+
+@pytest.mark.parametrize("case", list(_LIKE))
+def test_results_allocated_like_an_input_have_eagers_strides(case):
+    """The strides a program reads of a result allocated as ``empty_like`` allocates, for inputs of generated layouts
+    (the ``*_like`` factories, casts, CPU dropout: ``x * mask``, TensorIterator's fast setup where both are contiguous),
+    and a region fusing it returns it so (fused generated program 18637: ``ones_like(x) * 2`` came out ``(3, 1, 1)``
+    where eager's is ``(3, 1, 3)``, and an advanced index of it then transposed)."""
+    fn = _LIKE[case]
+    jfn = thunder.jit(lambda x: fn(x).stride())
+    rng = random.Random(1)
+    for _ in range(40):
+        x = _any_layout(rng)
+        assert jfn(x) == fn(x).stride(), f"{tuple(x.shape)} {x.stride()}"
+
+
+@pytest.mark.parametrize("case", ["ones_like * 2", "rand_like + x"])
+def test_fused_results_allocated_like_an_input_have_eagers_strides(case):
+    fn = {"ones_like * 2": lambda x: torch.ones_like(x) * 2, "rand_like + x": lambda x: torch.rand_like(x) + x}[case]
+    x = _odd((4, 3, 1), (3, 1, 3))
+    torch.manual_seed(0)
+    expected = fn(x)
+    torch.manual_seed(0)
+    actual = thunder.jit(fn, executors=["inductor", "torch"])(x)
+    assert actual.stride() == expected.stride()
+    torch.testing.assert_close(actual, expected)

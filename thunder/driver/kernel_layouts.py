@@ -11,6 +11,7 @@ out transposed.
 from __future__ import annotations
 
 import functools
+import math
 from numbers import Number
 
 import torch
@@ -143,6 +144,66 @@ def _contiguous(shape, memory_format=torch.contiguous_format) -> tuple:
     return torch.empty(shape, device="meta", memory_format=memory_format).stride()
 
 
+def non_overlapping_and_dense(shape, strides) -> bool:
+    """ATen's test (``TensorImpl::is_non_overlapping_and_dense``): some order of the dimensions of two or more elements
+    is contiguous; the strides of extents of one, a stride 0 there too, do not count (torch's Python test counts them)."""
+    if math.prod(shape) < 2:
+        return True
+    order = sorted((st, n) for n, st in zip(shape, strides) if n >= 2)
+    expected = 1
+    for st, n in order:
+        if st != expected:
+            return False
+        expected *= n
+    return True
+
+
+def empty_like_strides(x: torch.Tensor, memory_format=torch.preserve_format) -> tuple:
+    """The strides ATen's ``empty_like`` gives a tensor like ``x`` (CPU and CUDA; the ``*_like`` factories, casts and
+    copies allocate so): ``preserve_format`` keeps the strides of a non-overlapping and dense ``x`` exactly, those of
+    extents of one too, where the meta kernel lays it out afresh in the order of its dimensions (``(4, 3, 1)`` with
+    strides ``(3, 1, 3)``: ``(3, 1, 1)`` on meta; a ``mul`` of it by a number then follows those: fused generated
+    program 18637). Otherwise the meta kernel's (ATen's ``infer_dense_strides``, the same order)."""
+    if memory_format is torch.preserve_format and non_overlapping_and_dense(tuple(x.shape), tuple(x.stride())):
+        return tuple(x.stride())
+    return tuple(torch.empty_like(x, memory_format=memory_format).stride())
+
+
+@rule(torch.empty_like, torch.zeros_like, torch.ones_like, torch.full_like, torch.rand_like, torch.randn_like,
+      torch.randint_like)
+def like(shape, out, args, kwargs):
+    x = args[0] if args else kwargs.get("input")
+    if not isinstance(x, torch.Tensor) or tuple(x.shape) != shape or kwargs.get("layout") not in (None, torch.strided):
+        return None
+    return empty_like_strides(x, kwargs.get("memory_format", torch.preserve_format))
+
+
+@rule(F.dropout)
+def dropout(shape, out, args, kwargs):
+    bound = dict(zip(("input", "p", "training", "inplace"), args)) | kwargs
+    if bound.get("inplace"):
+        return None
+    return _dropout(shape, out, bound.get("input"), bound.get("p", 0.5), bound.get("training", True))
+
+
+@rule(torch.dropout)
+def torch_dropout(shape, out, args, kwargs):
+    bound = dict(zip(("input", "p", "train"), args)) | kwargs
+    return _dropout(shape, out, bound.get("input"), bound.get("p"), bound.get("train"))
+
+
+def _dropout(shape, out, x, p, training):
+    """CPU dropout in training: ``x * mask`` for a ``mask`` laid out by ``empty_like`` (TensorIterator's fast setup
+    where both are contiguous: standard strides, where the meta kernel keeps the input's); with ``p`` 1, ``x`` times a
+    0-dim zero. Else (``p`` 0, not training: the input itself) the meta kernel's."""
+    if (out.device.type != "cpu" or not isinstance(x, torch.Tensor) or not isinstance(p, Number) or not training
+            or p == 0 or tuple(x.shape) != shape or x.numel() == 0):
+        return None
+    other = (torch.empty((), device="meta") if p == 1 else
+             torch.empty_strided(shape, empty_like_strides(x), dtype=x.dtype, device="meta"))
+    return fast_setup(torch.mul, shape, tuple(torch.mul(x, other).stride()), (x, other), {})
+
+
 @rule(torch.xlogy, torch.Tensor.xlogy, torch.special.xlogy, torch.special.xlog1py, torch.copysign,
       torch.Tensor.copysign, torch.floor_divide, torch.Tensor.floor_divide, torch.Tensor.__floordiv__,
       torch.Tensor.__rfloordiv__, torch.logical_and, torch.Tensor.logical_and, torch.logical_or, torch.Tensor.logical_or,
@@ -250,7 +311,7 @@ def conversion(shape, out, args, kwargs, source):
     unchanged = source is not None and out.dtype == source.dtype and out.device == source.device
     if unchanged and not kwargs.get("copy") and memory_format is torch.preserve_format:
         return tuple(x.stride())
-    return tuple(torch.empty_like(x, memory_format=memory_format).stride())
+    return empty_like_strides(x, memory_format)
 
 
 @rule(torch.Tensor.__getitem__)
@@ -340,4 +401,4 @@ def attention(shape, out, args, kwargs):
         return None
     if choice != int(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
         return None
-    return tuple(torch.empty_like(q).stride())
+    return empty_like_strides(q)

@@ -204,7 +204,7 @@ class Layouts:
         if is_symbolic_shape(tuple(proxy.shape)):
             return None
         try:
-            return tuple(torch.empty_like(self.peek(proxy)).stride())
+            return kernel_layouts.empty_like_strides(self.peek(proxy))
         except Exception:  # noqa: BLE001 - UnknownLayout, or a value the tracer never saw made
             return None
 
