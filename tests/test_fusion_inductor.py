@@ -1744,3 +1744,31 @@ def test_a_number_to_the_power_of_a_transposed_integer_tensor_fused(dtype):
     x = torch.randint(-3, 4, (2, 3, 4), generator=torch.Generator().manual_seed(0)).to(dtype).mT
     expected, actual = fn(x), thunder.jit(fn, executors=FUSED)(x)
     assert torch.equal(actual, expected) and actual.stride() == expected.stride()
+
+
+_EMPTY_REDUCTIONS = {
+    "sum": lambda t: t.sum(), "mean": lambda t: t.mean(), "mean over dim": lambda t: t.mean(1),
+    "prod": lambda t: t.prod(), "var": lambda t: t.var(), "std": lambda t: t.std(1),
+    "var_mean": lambda t: torch.var_mean(t), "var_mean over dim": lambda t: torch.var_mean(t, 1, correction=0),
+    "std_mean": lambda t: torch.std_mean(t), "logsumexp": lambda t: torch.logsumexp(t, 1),
+    "norm": lambda t: torch.linalg.vector_norm(t, dim=1), "softmax": lambda t: F.softmax(t, 1),
+    "log_softmax": lambda t: F.log_softmax(t, 1), "nanmean": lambda t: t.nanmean(), "amax": lambda t: t.amax(0),
+    "layer_norm": lambda t: F.layer_norm(t, (0,)), "cumsum": lambda t: t.cumsum(1), "any": lambda t: (t > 0).any(1),
+}
+
+
+@requires_compiler
+@pytest.mark.filterwarnings("ignore:var\\(\\)|std\\(\\)|std_mean\\(\\)|var_mean\\(\\):UserWarning")
+@pytest.mark.parametrize("case", list(_EMPTY_REDUCTIONS))
+def test_fused_reductions_of_no_elements_are_eagers(case):
+    """Reductions over an extent of 0 (an empty slice of a computed value) give eager's values: the mean of
+    ``var_mean`` is NaN, where inductor's reduction gives 0 (fused generated program nn 14742)."""
+    op = _EMPTY_REDUCTIONS[case]
+    fn = lambda x: op(x.exp()[:, 2:] * 2)  # noqa: E731
+    x = torch.randn(3, 2)
+    expected = fn(x)
+    actual = thunder.jit(fn, executors=FUSED)(x)
+    for e, a in zip(expected if isinstance(expected, tuple) else (expected,), actual if isinstance(actual, tuple)
+                    else (actual,)):
+        assert e.shape == a.shape and e.dtype == a.dtype
+        assert torch.equal(e.nan_to_num(7.5), a.nan_to_num(7.5)), (e, a)

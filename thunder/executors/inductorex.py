@@ -128,10 +128,10 @@ def _integer_power_of_a_number(bsym) -> bool:
             and not (exponent.dtype.is_floating_point or exponent.dtype.is_complex))
 
 
-def _reduces_one_element(bsym) -> bool:
-    """Whether a ``var``/``var_mean`` reduces single elements (a 0-dim tensor's, or dimensions of size one)."""
+def _reduces_one_element_or_none(bsym) -> bool:
+    """Whether a ``var``/``var_mean`` reduces single elements (a 0-dim tensor's, or dimensions of size one) or none."""
     a, dims = bsym.args[0], bsym.args[1]
-    return isinstance(a, TensorProxy) and all(a.shape[d] == 1 for d in dims)
+    return isinstance(a, TensorProxy) and (all(a.shape[d] == 1 for d in dims) or any(a.shape[d] == 0 for d in dims))
 
 
 class InductorExecutor(FusionExecutor):
@@ -166,8 +166,10 @@ class InductorExecutor(FusionExecutor):
 
     def can_fuse(self, bsym) -> bool:
         sym = bsym.sym
-        if sym.module == "prims" and sym.name in ("var", "var_mean") and _reduces_one_element(bsym):
-            return False  # inductor gives 0 for the variance of one NaN (eager: NaN); torch's kernel runs it
+        if sym.module == "prims" and sym.name in ("var", "var_mean") and _reduces_one_element_or_none(bsym):
+            # inductor gives 0 for the variance of one NaN (eager: NaN), and for the mean of no elements (fused
+            # generated program nn 14742: ``var_mean`` of an empty split); torch's kernel runs it
+            return False
         if sym.module == "prims" and sym.name == "pow" and _integer_power_of_a_number(bsym):
             return False
         if (sym.module == "prims" and sym.name in FUSIBLE) or (sym.module == "ltorch" and sym.name in FUSIBLE_KERNELS):
