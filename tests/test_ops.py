@@ -15,6 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._pytree import tree_map
 
 import thunder
 from thunder.core.proxies import TensorProxy, NumberProxy
@@ -576,6 +577,53 @@ def test_max_pool1d_of_a_transposed_input_is_laid_out_as_eager_with_and_without_
     x = torch.randn(2, 4, 3).mT.detach().requires_grad_(requires_grad)
     (expected, expected_strides), (actual, actual_strides) = fn(x), thunder.jit(fn)(x)
     assert actual_strides == expected_strides and torch.equal(actual, expected)
+
+
+# shapes with extents of one, and strides for them that address nothing (as a transpose, a slice or an unsqueeze leave
+# them): some kernels keep them (``empty_like``), TensorIterator's fast setup replaces them, and the next kernel orders
+# its dimensions by them
+_UNIT_LAYOUTS = [((4, 3, 1), (3, 1, 3)), ((4, 3, 1), (1, 4, 5)), ((1, 4, 3), (7, 1, 4)), ((2, 1, 3, 1), (3, 9, 1, 2)),
+                 ((3, 1), (1, 1)), ((1, 3), (1, 1))]
+
+
+def _in_unit_layout(x, shape, strides):
+    if not isinstance(x, torch.Tensor):
+        return x
+    y = torch.empty_strided(shape, strides, dtype=x.dtype)
+    if x.dtype == torch.bool:
+        y.copy_(torch.rand(shape) > 0.5)
+    elif x.dtype.is_floating_point:
+        y.copy_(torch.rand(shape) * 0.8 + 0.1)  # in every op's domain (logs, inverse sines, probabilities)
+    else:
+        y.copy_(torch.randint(0, 3, shape))
+    return y.requires_grad_(x.requires_grad) if x.dtype.is_floating_point else y
+
+
+@pytest.mark.parametrize("info", [info for info in OPINFOS if not info.requires_cuda], ids=lambda info: info.name)
+def test_op_output_layouts_follow_eager_for_strides_of_extents_of_one(info: OpInfo):
+    """As ``test_op_output_layouts_follow_eager``, the samples whose tensors share one shape given instead tensors with
+    extents of one laid out oddly (``_UNIT_LAYOUTS``). Where a torch function runs several ATen kernels (``F.softsign``,
+    ``isfinite``, a loss), each kernel's result is laid out as the kernel that runs lays it out
+    (``kernel_layouts.KernelLayouts``); 29 ops differed before (``hardtanh``, ``nan_to_num``, ``log_softmax``,
+    ``mse_loss``, ``logical_and``, ``F.normalize``, ...)."""
+    fn = primary_op(info)
+    checked = 0
+    for sample in _samples(info, info.dtypes[0]):
+        tensors = [t for t in _leaves((sample.args, sample.kwargs)) if isinstance(t, torch.Tensor)]
+        if not tensors or tensors[0].dim() < 1 or any(t.shape != tensors[0].shape for t in tensors):
+            continue
+        for shape, strides in _UNIT_LAYOUTS:
+            _seed(0)
+            relaid = SampleInput(*tree_map(lambda x: _in_unit_layout(x, shape, strides), (sample.args, sample.kwargs)))
+            try:
+                expected = _strides(_call(fn, relaid, _SEED))
+            except Exception:  # noqa: BLE001 - the op rejects this shape: nothing to compare
+                continue
+            actual = _call(thunder.jit(lambda *a, **k: _strides(fn(*a, **k))), relaid, _SEED)
+            assert actual == expected, f"{info.name} on {relaid} laid out {strides}"
+            checked += 1
+    if checked == 0:
+        pytest.skip("no sample whose tensors share one shape that the op accepts with extents of one")
 
 
 @pytest.mark.parametrize("layout", ["transposed", "channels_last"])

@@ -16,6 +16,7 @@ from numbers import Number
 
 import torch
 import torch.nn.functional as F
+import torch.utils._python_dispatch
 from torch._prims_common import compute_elementwise_output_strides, suggest_memory_format
 from torch.utils._pytree import tree_leaves
 
@@ -78,6 +79,13 @@ def fast_setup(fn, shape: tuple, strides: tuple, args, kwargs) -> tuple:
         return strides
     if name is None:
         return strides
+    return _tensor_iterator_layout(name, shape, strides, args, kwargs)
+
+
+def _tensor_iterator_layout(name: str, shape: tuple, strides: tuple, args, kwargs) -> tuple:
+    """The strides TensorIterator gives the result of the elementwise kernel ``name`` of ``args``: its fast setup
+    where every operand has the result's shape, else ``tensor_iterator_strides``; ``strides`` (the meta kernel's)
+    where an operand has more dimensions than the result."""
     operands = [x for x in tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
     if not operands or any(len(t.shape) > len(shape) for t in operands):
         return strides
@@ -88,10 +96,80 @@ def fast_setup(fn, shape: tuple, strides: tuple, args, kwargs) -> tuple:
         channels_last = _CHANNELS_LAST.get(len(shape))
         if channels_last is not None and all(t.is_contiguous(memory_format=channels_last) for t in operands):
             return _contiguous(shape, channels_last)
-        if all(torch._prims_common.is_non_overlapping_and_dense_or_false(t) for t in operands) and \
+        if all(non_overlapping_and_dense(tuple(t.shape), tuple(t.stride())) for t in operands) and \
                 len({tuple(t.stride()) for t in operands}) == 1:
             return tuple(operands[0].stride())
     return tensor_iterator_strides(shape, [(tuple(t.shape), tuple(t.stride())) for t in operands])
+
+
+# [Note: kernels inside composite operations]
+# A torch function that decomposes (``F.softsign``: ``x / (1 + x.abs())``; ``isfinite``; the losses of reduction
+# "none") runs ATen kernels one after the other, each laying out its result from its operands'. Run on meta tensors,
+# each is laid out by its meta kernel, which keeps an operand's strides of extents of one where TensorIterator's fast
+# setup gives standard ones, and the next kernel orders its dimensions by them. ``KernelLayouts`` restrides each
+# ATen kernel's meta result as the CPU and CUDA kernels lay it out: elementwise kernels (torch's ``pointwise`` tag) as
+# TensorIterator does, and those below by their own rules. The answers of a whole function (``RULES``) come first.
+# ``empty_like(self)``, then the kernel writes into it (its strides exactly, where the meta kernel's are another's)
+_ATEN_EMPTY_LIKE = frozenset({"hardtanh", "nan_to_num", "binary_cross_entropy", "flip"})
+# a contiguous result whatever the input's layout (a vector norm's too over extents of one, where the meta kernel
+# takes the absolute values)
+_ATEN_CONTIGUOUS = frozenset({"tril", "triu", "masked_fill", "_softmax", "_log_softmax", "linalg_vector_norm"})
+# TensorIterator's kernels without the ``pointwise`` tag, and tagged kernels that are not TensorIterator's
+_ATEN_TENSOR_ITERATOR = frozenset({"rsub", "floor_divide", "hardswish", "mse_loss", "smooth_l1_loss", "huber_loss"})
+_ATEN_NOT_TENSOR_ITERATOR = frozenset({"positive", "_to_copy", "clone", "lift_fresh", "alias"})
+
+
+def _isinf(x):  # ATen's: an integer tensor's zeros_like, else ``abs(x) == inf``
+    if not x.dtype.is_floating_point:
+        return empty_like_strides(x)
+    return tuple((x.abs() == math.inf).stride())
+
+
+def _isfinite(x):  # ATen's: an integer tensor's ones_like, else ``(x == x) * (abs(x) != inf)``
+    if not x.dtype.is_floating_point:
+        return empty_like_strides(x)
+    return tuple(((x == x) * (x.abs() != math.inf)).stride())
+
+
+def _binary_cross_entropy_with_logits(x, target, *args, **kwargs):  # ``(1 - target)``: empty_like(target), filled
+    return empty_like_strides(target)
+
+
+# ATen's composites (one operation to torch's dispatcher, several kernels inside): the strides of their result from
+# those kernels, run on meta tensors under ``KernelLayouts``; asked only where the result has the input's shape
+_ATEN_COMPOSITES = {"isinf": _isinf, "isfinite": _isfinite,
+                    "binary_cross_entropy_with_logits": _binary_cross_entropy_with_logits}
+
+
+class KernelLayouts(torch.utils._python_dispatch.TorchDispatchMode):
+    """Meta kernels whose results are laid out as the kernels that run lay them out (see [Note: kernels inside
+    composite operations])."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if not isinstance(out, torch.Tensor) or out.device.type != "meta" or func._schema.is_mutable:
+            return out
+        name = func.overloadpacket.__name__
+        shape = tuple(out.shape)
+        x = args[0] if args else None
+        same_shape = isinstance(x, torch.Tensor) and tuple(x.shape) == shape
+        if name in _ATEN_EMPTY_LIKE:
+            strides = empty_like_strides(x) if same_shape else None
+        elif name in _ATEN_CONTIGUOUS:
+            strides = _contiguous(shape)
+        elif name in _ATEN_COMPOSITES:
+            if not same_shape:
+                return out
+            with KernelLayouts():
+                strides = _ATEN_COMPOSITES[name](*args, **kwargs)
+        elif name in _ATEN_TENSOR_ITERATOR or (torch.Tag.pointwise in func.tags and name not in _ATEN_NOT_TENSOR_ITERATOR):
+            strides = _tensor_iterator_layout(name, shape, tuple(out.stride()), args, kwargs)
+        else:
+            return out
+        if strides is None or tuple(strides) == tuple(out.stride()):
+            return out
+        return torch.empty_strided(shape, strides, dtype=out.dtype, device="meta")
 
 
 def tensor_iterator_strides(shape: tuple, operands: list) -> tuple:
@@ -202,24 +280,6 @@ def _dropout(shape, out, x, p, training):
     other = (torch.empty((), device="meta") if p == 1 else
              torch.empty_strided(shape, empty_like_strides(x), dtype=x.dtype, device="meta"))
     return fast_setup(torch.mul, shape, tuple(torch.mul(x, other).stride()), (x, other), {})
-
-
-@rule(torch.xlogy, torch.Tensor.xlogy, torch.special.xlogy, torch.special.xlog1py, torch.copysign,
-      torch.Tensor.copysign, torch.floor_divide, torch.Tensor.floor_divide, torch.Tensor.__floordiv__,
-      torch.Tensor.__rfloordiv__, torch.logical_and, torch.Tensor.logical_and, torch.logical_or, torch.Tensor.logical_or,
-      torch.logical_xor, torch.Tensor.logical_xor, torch.logaddexp, torch.Tensor.logaddexp, torch.logaddexp2,
-      torch.Tensor.logaddexp2, torch.heaviside, torch.Tensor.heaviside)
-def elementwise(shape, out, args, kwargs):
-    """TensorIterator's layout for the tensor operands, as ``torch.mul`` of them gives it (the meta kernels of these
-    decompose through ``torch.where``, or ignore a 0-dim operand's place)."""
-    tensors = [x for x in tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
-    product = functools.reduce(torch.mul, tensors[1:], torch.mul(tensors[0], 1))  # one operand: not its own strides
-    return tuple(product.stride()) if tuple(product.shape) == shape else None
-
-
-@rule(torch.div, torch.Tensor.div, torch.divide, torch.Tensor.divide)
-def division(shape, out, args, kwargs):
-    return elementwise(shape, out, args, kwargs) if kwargs.get("rounding_mode") == "floor" else None
 
 
 @rule(F.logsigmoid, F.rrelu, torch.rrelu, torch.isin, F.layer_norm, torch.layer_norm, torch.native_layer_norm)

@@ -232,12 +232,13 @@ class Layouts:
             margs, mkwargs = tree_map(to_meta, (args, kwargs))
             # (an update's new value has the shape of the tensor it updates: ``operand``'s)
             strides = None
-            if fn in kernel_layouts.RULES:
-                strides = kernel_layouts.strides(fn, shape, operand, margs, mkwargs, operand)
-            if strides is None:
-                with torch._C.DisableTorchFunction():
-                    t = tree_leaves(fn(*margs, **mkwargs))[index]
-                strides = tuple(t.stride()) if tuple(t.shape) == shape else None
+            with kernel_layouts.KernelLayouts():
+                if fn in kernel_layouts.RULES:
+                    strides = kernel_layouts.strides(fn, shape, operand, margs, mkwargs, operand)
+                if strides is None:
+                    with torch._C.DisableTorchFunction():
+                        t = tree_leaves(fn(*margs, **mkwargs))[index]
+                    strides = tuple(t.stride()) if tuple(t.shape) == shape else None
         except Exception:  # noqa: BLE001 - any failure: no answer
             return True
         return strides is None or all(n == 1 or a == b for n, a, b in zip(shape, strides, other.stride()))
@@ -335,11 +336,12 @@ class Layouts:
             mkwargs = {**mkwargs, "device": "meta"}  # a factory (torch.rand(4, 4)): run for real, it would draw
         if fn in kernel_layouts.RULES:  # a meta kernel that lays out otherwise than the kernel that runs
             source = next((x for x in tree_leaves(args) if isinstance(x, TensorProxy)), None)
-            strides = kernel_layouts.strides(fn, self._shape(proxy), proxy, margs, mkwargs, source)
+            with kernel_layouts.KernelLayouts():
+                strides = kernel_layouts.strides(fn, self._shape(proxy), proxy, margs, mkwargs, source)
             if strides is not None:
                 return strides, 0, frozenset(deps)
         try:
-            with torch._C.DisableTorchFunction():
+            with torch._C.DisableTorchFunction(), kernel_layouts.KernelLayouts():
                 out = fn(*margs, **mkwargs)
         except Exception as e:  # noqa: BLE001 - any failure means: layout unknown
             t = _with_sizes_assumed(fn, margs, mkwargs, index)
@@ -351,8 +353,7 @@ class Layouts:
         t = leaves[index] if index < len(leaves) else None
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape:
             return contiguous_strides(shape), 0, frozenset(deps)
-        strides = kernel_layouts.fast_setup(fn, shape, tuple(t.stride()), margs, mkwargs)
-        return strides, t.storage_offset(), frozenset(deps)
+        return tuple(t.stride()), t.storage_offset(), frozenset(deps)
 
     @_untraced
     def aliases(self, fn, args, kwargs, out_index: int, base: TensorProxy) -> bool:
