@@ -1772,3 +1772,24 @@ def test_fused_reductions_of_no_elements_are_eagers(case):
                     else (actual,)):
         assert e.shape == a.shape and e.dtype == a.dtype
         assert torch.equal(e.nan_to_num(7.5), a.nan_to_num(7.5)), (e, a)
+
+
+@requires_compiler
+@pytest.mark.parametrize("grad", [False, True])
+def test_a_copy_the_trace_takes_for_a_view_keeps_eagers_layout_on_a_new_input_layout(grad):
+    """``torch.roll`` by a whole extent is the trace's reshape of its input, and eager's result a contiguous copy: a
+    region returning it copies it (its memory is the input's), laid out as eager's, also when a call with the input
+    transposed traces again (fused relayout nn 15515: the copy followed the transposed input)."""
+    def fn(x0):
+        t1 = torch.roll(x0, -2, -4)
+        F.tanhshrink(x0)
+        t1.floor_divide(5)
+        return t1.long(), t1
+
+    jfn = thunder.jit(fn, executors=FUSED)
+    x = torch.randn(2, 2, 3, 4).requires_grad_(grad)
+    jfn(x)
+    y = torch.randn(2, 2, 4, 3).mT.detach().requires_grad_(grad)
+    for out, expected in zip(jfn(y), fn(y)):
+        assert out.stride() == expected.stride()
+        assert torch.equal(out, expected)

@@ -295,7 +295,7 @@ class FusionExecutor(Executor):
         if maybe_lazy and not self.resolves_lazy_inputs:
             fn = _resolving_lazy_inputs(fn, maybe_lazy)
         if shared := _fresh_outputs_on_shared_memory(members, prims_, inputs, outputs):
-            fn = _copying_shared_memory(fn, shared)
+            fn = _copying_shared_memory(fn, shared, hints.get("output_layouts") or ())
         op = self.register_operator(name, fn=fn)
         return BoundSymbol(op, tuple(inputs), {}, list(outputs), tuple(prims_))
 
@@ -551,9 +551,11 @@ def _may_return_its_input(p, first: TensorProxy) -> bool:
     return name == "pow" and p.args[0] is first and type(p.args[1]) in (int, float) and p.args[1] == 1
 
 
-def _copying_shared_memory(fn, positions: tuple):
+def _copying_shared_memory(fn, positions: tuple, layouts: tuple = ()):
     """``fn`` (a region's), its outputs at ``positions`` copied where they share memory with an input or with another
-    output (see ``_fresh_outputs_on_shared_memory``)."""
+    output (see ``_fresh_outputs_on_shared_memory``), with eager's strides where ``layouts`` (per output) gives them
+    (``torch.roll`` by a whole extent: the trace's reshape of the input, eager's copy contiguous whatever the input's
+    layout: fused relayout nn 15515), else as the output is laid out."""
 
     def call(*args):
         outs = fn(*args)
@@ -565,7 +567,9 @@ def _copying_shared_memory(fn, positions: tuple):
         for i in positions:
             memory = copied[i].untyped_storage()
             if memory.data_ptr() in taken and memory.nbytes():
-                copied[i] = copied[i].clone()
+                o, strides = copied[i], layouts[i] if i < len(layouts) else None
+                copied[i] = (o.clone() if strides is None or 0 in strides else
+                             torch.empty_strided(o.shape, strides, dtype=o.dtype, device=o.device).copy_(o))
             taken.add(copied[i].untyped_storage().data_ptr())
         return type(outs)(copied)
 
