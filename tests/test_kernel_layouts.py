@@ -7,6 +7,7 @@ import random
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import thunder
 from thunder.driver.kernel_layouts import tensor_iterator_strides
@@ -137,3 +138,51 @@ def test_fused_results_allocated_like_an_input_have_eagers_strides(case):
     actual = thunder.jit(fn, executors=["inductor", "torch"])(x)
     assert actual.stride() == expected.stride()
     torch.testing.assert_close(actual, expected)
+
+
+_FUNCTIONS = {  # torch functions whose kernels lay out their results otherwise than their meta kernels do
+    "prelu": lambda x: F.prelu(x, torch.tensor([0.25])),
+    "soft_margin_loss": lambda x: F.soft_margin_loss(x, torch.ones_like(x), reduction="none"),
+    "huber_loss": lambda x: F.huber_loss(x, x * 2, reduction="none"),
+    "mse_loss": lambda x: F.mse_loss(x, x * 2, reduction="none"),
+    "l1_loss": lambda x: F.l1_loss(x, x * 2, reduction="none"),
+    "binary_cross_entropy_with_logits": lambda x: F.binary_cross_entropy_with_logits(x, x * 0.5, reduction="none"),
+    "alpha_dropout": lambda x: F.alpha_dropout(x, 0.5, True),
+    "sort": lambda x: x.sort(1),
+    "polar": lambda x: torch.polar(x.abs(), x),
+    "rot90": lambda x: x.rot90(1, (0, 1)),
+    "rot90 thrice": lambda x: x.rot90(3, (1, 2)),
+    "isinf": torch.isinf,
+    "isfinite": torch.isfinite,
+    "softsign": F.softsign,
+    "hardtanh": F.hardtanh,
+    "hardswish": F.hardswish,
+    "leaky_relu": F.leaky_relu,
+    "nan_to_num": torch.nan_to_num,
+    "log_softmax": lambda x: F.log_softmax(x, 1),
+    "normalize": lambda x: F.normalize(x, 1.0, 0),
+    "flip": lambda x: x.flip(0),
+    "tril": torch.tril,
+}
+_UNIT_LAYOUTS = [((4, 3, 1), (3, 1, 3)), ((4, 3, 1), (1, 4, 5)), ((1, 4, 3), (7, 1, 4)), ((4, 2, 1), (1, 4, 8)),
+                 ((2, 3, 4), (1, 2, 6))]
+
+
+@pytest.mark.parametrize("case", list(_FUNCTIONS))
+def test_results_of_kernels_inside_functions_have_eagers_strides(case):
+    """The strides a program reads of results of functions that run kernels other than their meta kernels' (ATen's
+    composites, ``empty_like`` and contiguous allocations, TensorIterator's fast setup), for inputs whose extents of
+    one have strides that address nothing (kernel_layouts.KernelLayouts)."""
+    fn = _FUNCTIONS[case]
+
+    def strides(x):
+        out = fn(x)
+        return [t.stride() for t in ((out,) if isinstance(out, torch.Tensor) else out)]
+
+    jstrides = thunder.jit(strides)
+    for shape, layout in _UNIT_LAYOUTS:
+        x = torch.empty_strided(shape, layout).uniform_(0.1, 0.9)
+        torch.manual_seed(0)
+        expected = strides(x)
+        torch.manual_seed(0)
+        assert jstrides(x) == expected, f"{shape} {layout}"

@@ -109,13 +109,18 @@ def _tensor_iterator_layout(name: str, shape: tuple, strides: tuple, args, kwarg
 # setup gives standard ones, and the next kernel orders its dimensions by them. ``KernelLayouts`` restrides each
 # ATen kernel's meta result as the CPU and CUDA kernels lay it out: elementwise kernels (torch's ``pointwise`` tag) as
 # TensorIterator does, and those below by their own rules. The answers of a whole function (``RULES``) come first.
-# ``empty_like(self)``, then the kernel writes into it (its strides exactly, where the meta kernel's are another's)
-_ATEN_EMPTY_LIKE = frozenset({"hardtanh", "nan_to_num", "binary_cross_entropy", "flip"})
+# ``empty_like(self)``, then the kernel writes into it (its strides exactly, where the meta kernel's are another's),
+# every output of the input's shape (``sort``'s values and indices)
+_ATEN_EMPTY_LIKE = frozenset({"hardtanh", "nan_to_num", "binary_cross_entropy", "flip", "huber_loss", "_prelu_kernel",
+                              "sort"})
+_ATEN_LIKE_FACTORIES = frozenset({"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like",
+                                  "randint_like"})
 # a contiguous result whatever the input's layout (a vector norm's too over extents of one, where the meta kernel
 # takes the absolute values)
 _ATEN_CONTIGUOUS = frozenset({"tril", "triu", "masked_fill", "_softmax", "_log_softmax", "linalg_vector_norm"})
 # TensorIterator's kernels without the ``pointwise`` tag, and tagged kernels that are not TensorIterator's
-_ATEN_TENSOR_ITERATOR = frozenset({"rsub", "floor_divide", "hardswish", "mse_loss", "smooth_l1_loss", "huber_loss"})
+_ATEN_TENSOR_ITERATOR = frozenset({"rsub", "floor_divide", "hardswish", "leaky_relu", "mse_loss", "smooth_l1_loss",
+                                   "polar"})
 _ATEN_NOT_TENSOR_ITERATOR = frozenset({"positive", "_to_copy", "clone", "lift_fresh", "alias"})
 
 
@@ -136,8 +141,19 @@ def _binary_cross_entropy_with_logits(x, target, *args, **kwargs):  # ``(1 - tar
 
 
 # ATen's composites (one operation to torch's dispatcher, several kernels inside): the strides of their result from
-# those kernels, run on meta tensors under ``KernelLayouts``; asked only where the result has the input's shape
-_ATEN_COMPOSITES = {"isinf": _isinf, "isfinite": _isfinite,
+# those kernels, run on meta tensors under ``KernelLayouts``
+def _soft_margin_loss(x, *args, **kwargs):  # ``neg(x)``, then updated in place
+    return tuple((-x).stride())
+
+
+def _rot90(x, k=1, dims=(0, 1)):  # flips and a transpose, or a contiguous clone
+    k, (d0, d1) = k % 4, dims
+    if k == 0:
+        return _contiguous(tuple(x.shape))
+    return tuple((x.flip(dims) if k == 2 else x.flip((d1 if k == 1 else d0,)).transpose(d0, d1)).stride())
+
+
+_ATEN_COMPOSITES = {"isinf": _isinf, "isfinite": _isfinite, "soft_margin_loss": _soft_margin_loss, "rot90": _rot90,
                     "binary_cross_entropy_with_logits": _binary_cross_entropy_with_logits}
 
 
@@ -148,28 +164,43 @@ class KernelLayouts(torch.utils._python_dispatch.TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if not isinstance(out, torch.Tensor) or out.device.type != "meta" or func._schema.is_mutable:
+        if func._schema.is_mutable:
             return out
         name = func.overloadpacket.__name__
+        x = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if isinstance(out, tuple):  # (``sort``: values and indices)
+            if name not in _ATEN_EMPTY_LIKE or x is None:
+                return out
+            return tuple(self._laid_out(o, empty_like_strides(x)) if isinstance(o, torch.Tensor)
+                         and tuple(o.shape) == tuple(x.shape) else o for o in out)
+        if not isinstance(out, torch.Tensor):
+            return out
         shape = tuple(out.shape)
-        x = args[0] if args else None
-        same_shape = isinstance(x, torch.Tensor) and tuple(x.shape) == shape
+        same_shape = x is not None and tuple(x.shape) == shape
         if name in _ATEN_EMPTY_LIKE:
             strides = empty_like_strides(x) if same_shape else None
+        elif name in _ATEN_LIKE_FACTORIES:
+            memory_format = kwargs.get("memory_format") or torch.preserve_format
+            strides = empty_like_strides(x, memory_format) if same_shape and x.layout == torch.strided else None
         elif name in _ATEN_CONTIGUOUS:
             strides = _contiguous(shape)
         elif name in _ATEN_COMPOSITES:
-            if not same_shape:
+            if x is None:
                 return out
             with KernelLayouts():
                 strides = _ATEN_COMPOSITES[name](*args, **kwargs)
+            strides = strides if len(strides) == len(shape) else None
         elif name in _ATEN_TENSOR_ITERATOR or (torch.Tag.pointwise in func.tags and name not in _ATEN_NOT_TENSOR_ITERATOR):
             strides = _tensor_iterator_layout(name, shape, tuple(out.stride()), args, kwargs)
         else:
             return out
-        if strides is None or tuple(strides) == tuple(out.stride()):
+        return self._laid_out(out, strides)
+
+    @staticmethod
+    def _laid_out(out, strides):
+        if strides is None or tuple(strides) == tuple(out.stride()) or out.device.type != "meta":
             return out
-        return torch.empty_strided(shape, strides, dtype=out.dtype, device="meta")
+        return torch.empty_strided(out.shape, strides, dtype=out.dtype, device="meta")
 
 
 def tensor_iterator_strides(shape: tuple, operands: list) -> tuple:
