@@ -163,6 +163,10 @@ _FUNCTIONS = {  # torch functions whose kernels lay out their results otherwise 
     "normalize": lambda x: F.normalize(x, 1.0, 0),
     "flip": lambda x: x.flip(0),
     "tril": torch.tril,
+    "normal": lambda x: torch.normal(x, 1.0),
+    "poisson": torch.poisson,
+    "xlogy of a number": lambda x: torch.xlogy(2.0, x),
+    "frexp": torch.frexp,
 }
 _UNIT_LAYOUTS = [((4, 3, 1), (3, 1, 3)), ((4, 3, 1), (1, 4, 5)), ((1, 4, 3), (7, 1, 4)), ((4, 2, 1), (1, 4, 8)),
                  ((2, 3, 4), (1, 2, 6))]

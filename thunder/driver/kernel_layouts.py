@@ -56,7 +56,8 @@ _NUMBERS_ARE_OPERANDS = frozenset({
     "add", "sub", "mul", "div", "true_divide", "floor_divide", "remainder", "fmod", "eq", "ne", "lt", "le", "gt", "ge",
     "where", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift", "copysign",
     "rsub", "rdiv", "rfloordiv", "rmod", "rpow", "logical_and", "logical_or", "logical_xor", "atan2", "hypot",
-    "maximum", "minimum", "nextafter", "float_power"})
+    "maximum", "minimum", "nextafter", "float_power", "xlogy", "special_xlogy", "special_xlog1py", "xlog1py",
+    "special_zeta", "zeta"})
 _NO_TENSOR_ITERATOR = frozenset({"positive", "masked_fill"})  # the input itself; a contiguous clone, then a fill
 
 
@@ -112,12 +113,13 @@ def _tensor_iterator_layout(name: str, shape: tuple, strides: tuple, args, kwarg
 # ``empty_like(self)``, then the kernel writes into it (its strides exactly, where the meta kernel's are another's),
 # every output of the input's shape (``sort``'s values and indices)
 _ATEN_EMPTY_LIKE = frozenset({"hardtanh", "nan_to_num", "binary_cross_entropy", "flip", "huber_loss", "_prelu_kernel",
-                              "sort"})
+                              "sort", "frexp"})
 _ATEN_LIKE_FACTORIES = frozenset({"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like",
                                   "randint_like"})
 # a contiguous result whatever the input's layout (a vector norm's too over extents of one, where the meta kernel
 # takes the absolute values)
-_ATEN_CONTIGUOUS = frozenset({"tril", "triu", "masked_fill", "_softmax", "_log_softmax", "linalg_vector_norm"})
+_ATEN_CONTIGUOUS = frozenset({"tril", "triu", "masked_fill", "_softmax", "_log_softmax", "linalg_vector_norm",
+                              "normal", "poisson"})
 # TensorIterator's kernels without the ``pointwise`` tag, and tagged kernels that are not TensorIterator's
 _ATEN_TENSOR_ITERATOR = frozenset({"rsub", "floor_divide", "hardswish", "leaky_relu", "mse_loss", "smooth_l1_loss",
                                    "polar"})
