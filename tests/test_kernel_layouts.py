@@ -167,6 +167,9 @@ _FUNCTIONS = {  # torch functions whose kernels lay out their results otherwise 
     "poisson": torch.poisson,
     "xlogy of a number": lambda x: torch.xlogy(2.0, x),
     "frexp": torch.frexp,
+    "one_hot": lambda x: F.one_hot((x * 3).long(), 3),
+    "mvlgamma": lambda x: torch.mvlgamma(x + 1, 1),
+    "diag_embed": torch.diag_embed,
 }
 _UNIT_LAYOUTS = [((4, 3, 1), (3, 1, 3)), ((4, 3, 1), (1, 4, 5)), ((1, 4, 3), (7, 1, 4)), ((4, 2, 1), (1, 4, 8)),
                  ((2, 3, 4), (1, 2, 6))]
@@ -190,3 +193,16 @@ def test_results_of_kernels_inside_functions_have_eagers_strides(case):
         expected = strides(x)
         torch.manual_seed(0)
         assert jstrides(x) == expected, f"{shape} {layout}"
+
+
+def test_an_update_through_a_reshape_of_a_one_hot_of_transposed_indices_reaches_it():
+    """``F.one_hot`` writes zeros in contiguous memory and scatters into them whatever the indices' layout; thunder
+    took it for laid out as the indices (transposed), so ``reshape`` was a copy to it where eager's is a view, and
+    the update through it was lost (a wrong value, found by the layout probe of this file's functions)."""
+    def fn(t):
+        oh = F.one_hot(t, 3)
+        oh.reshape(-1)[0] = 5
+        return oh
+
+    t = torch.tensor([[0, 1], [2, 0]]).t()
+    assert torch.equal(thunder.jit(fn)(t), fn(t))

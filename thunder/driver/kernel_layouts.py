@@ -322,6 +322,14 @@ def contiguous_on_cpu(shape, out, args, kwargs):
     return _contiguous(shape) if out.device.type == "cpu" else None
 
 
+@rule(F.one_hot, torch.mvlgamma, torch.Tensor.mvlgamma, torch.special.multigammaln, torch.diag_embed,
+      torch.Tensor.diag_embed)
+def contiguous(shape, out, args, kwargs):
+    """Results their kernels write into fresh contiguous memory (``zeros`` then a scatter or a diagonal, a sum over
+    the last dimension), where torch's meta kernels follow the input's layout."""
+    return _contiguous(shape)
+
+
 @rule(torch.pow)
 def power(shape, out, args, kwargs):
     """``torch.pow(2, t)``: the CPU kernel's result is contiguous, whatever the exponent's layout."""
