@@ -170,6 +170,10 @@ _FUNCTIONS = {  # torch functions whose kernels lay out their results otherwise 
     "one_hot": lambda x: F.one_hot((x * 3).long(), 3),
     "mvlgamma": lambda x: torch.mvlgamma(x + 1, 1),
     "diag_embed": torch.diag_embed,
+    "index_put": lambda x: torch.index_put(x, (torch.tensor([0]),), torch.tensor(1.0)),
+    "renorm": lambda x: torch.renorm(x, 2, 0, 1.0),
+    "channel_shuffle": lambda x: F.channel_shuffle(x.unsqueeze(0), 1),
+    "complex": lambda x: torch.complex(x, x).abs(),
 }
 _UNIT_LAYOUTS = [((4, 3, 1), (3, 1, 3)), ((4, 3, 1), (1, 4, 5)), ((1, 4, 3), (7, 1, 4)), ((4, 2, 1), (1, 4, 8)),
                  ((2, 3, 4), (1, 2, 6))]

@@ -113,16 +113,16 @@ def _tensor_iterator_layout(name: str, shape: tuple, strides: tuple, args, kwarg
 # ``empty_like(self)``, then the kernel writes into it (its strides exactly, where the meta kernel's are another's),
 # every output of the input's shape (``sort``'s values and indices)
 _ATEN_EMPTY_LIKE = frozenset({"hardtanh", "nan_to_num", "binary_cross_entropy", "flip", "huber_loss", "_prelu_kernel",
-                              "sort", "frexp"})
+                              "sort", "frexp", "index_put"})
 _ATEN_LIKE_FACTORIES = frozenset({"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like",
                                   "randint_like"})
 # a contiguous result whatever the input's layout (a vector norm's too over extents of one, where the meta kernel
 # takes the absolute values)
 _ATEN_CONTIGUOUS = frozenset({"tril", "triu", "masked_fill", "_softmax", "_log_softmax", "linalg_vector_norm",
-                              "normal", "poisson"})
+                              "normal", "poisson", "renorm"})
 # TensorIterator's kernels without the ``pointwise`` tag, and tagged kernels that are not TensorIterator's
 _ATEN_TENSOR_ITERATOR = frozenset({"rsub", "floor_divide", "hardswish", "leaky_relu", "mse_loss", "smooth_l1_loss",
-                                   "polar"})
+                                   "polar", "complex"})
 _ATEN_NOT_TENSOR_ITERATOR = frozenset({"positive", "_to_copy", "clone", "lift_fresh", "alias"})
 
 
@@ -351,7 +351,8 @@ def max_pool1d(shape, out, args, kwargs):
     return None if out.requires_grad else suggested_by_the_input(shape, out, args, kwargs)
 
 
-@rule(F.group_norm, torch.group_norm, torch.native_group_norm, F.pixel_shuffle, torch.pixel_shuffle)
+@rule(F.group_norm, torch.group_norm, torch.native_group_norm, F.pixel_shuffle, torch.pixel_shuffle,
+      F.channel_shuffle, torch.channel_shuffle, torch.native_channel_shuffle)
 def suggested_by_the_input(shape, out, args, kwargs):
     """The CPU kernels lay out their result as ATen suggests for the input (channels-last, else contiguous)."""
     if out.device.type != "cpu" or not isinstance(args[0], torch.Tensor):
