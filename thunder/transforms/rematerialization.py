@@ -41,6 +41,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Callable
 
+from thunder.core import dtypes
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import Tag, has_tag, is_view
 
@@ -72,6 +73,7 @@ def choose_recomputed(fwd, bwd, cheap: Callable, fused: Callable = lambda b: Fal
         flat += parts
     recomputed, saved = _cut(fwd.from_trace(flat), bwd, cheap, _written_anyway(flat, regions(flat)),
                              frozenset() if recompute_unfused_reads else _materialized_in_backward(bwd, fused))
+    recomputed -= _viewed_whole_by_saved(flat, saved)
     if expansions:
         top_level = {o.name for b in fwd.bound_symbols for o in b.flat_outs}
         read = recomputed | saved
@@ -82,6 +84,34 @@ def choose_recomputed(fwd, bwd, cheap: Callable, fused: Callable = lambda b: Fal
             body = [p for b in fwd.bound_symbols for p in (expansions[id(b)] if id(b) in kept_ids else (b,))]
             return fwd.from_trace(body), recomputed
     return fwd, recomputed
+
+
+def _viewed_whole_by_saved(bsyms: list, saved: set) -> set:
+    """Names of the values a saved value views whole (``view_as``, a reshape, a transpose; through views of views):
+    saved too, as they cost no more memory, where the cut would recompute them. A recomputed value may round
+    otherwise than the forward's (another kernel computes it), and the backward would compare it with the saved view
+    of the forward's (fused generated program 23481: ``eq(x[0], x)`` of a ``log_softmax`` ``x`` viewed by
+    ``view_as``, recomputed in the backward: elements that were equal no longer were, and ``where``'s gradient went
+    the other way)."""
+    if not saved:
+        return set()
+    base = {}
+    for b in bsyms:
+        args = [a for a in b.flat_args if isinstance(a, TensorProxy)]
+        if not args or not is_view(b) or b.sym.name == "reshape":  # (a reshape may copy)
+            continue
+        for o in b.flat_outs:
+            if (isinstance(o, TensorProxy) and o.dtype == args[0].dtype
+                    and all(type(d) is int for d in (*o.shape, *args[0].shape)) and _nbytes(o) == _nbytes(args[0])):
+                base[o.name] = args[0].name
+    kept = set()
+    for name in saved:
+        seen = set()
+        while name in base and name not in seen:
+            seen.add(name)
+            name = base[name]
+            kept.add(name)
+    return kept
 
 
 def _expand(b, cheap, fused) -> list:
@@ -141,7 +171,9 @@ def _cut(fwd, bwd, cheap: Callable, written: set, materialized: frozenset = froz
     def recomputable(b) -> bool:
         r = recomputable_cache.get(id(b))
         if r is None:
-            r = recomputable_cache[id(b)] = bool(cheap(b)) and not has_tag(b, Tag.RANDOM, Tag.SIDE_EFFECT) and all(isinstance(o, TensorProxy) for o in b.flat_outs)
+            r = recomputable_cache[id(b)] = (bool(cheap(b)) and not has_tag(b, Tag.RANDOM, Tag.SIDE_EFFECT)
+                                             and all(isinstance(o, TensorProxy) for o in b.flat_outs)
+                                             and not _jumps(b))
         return r
 
     candidates = [n for n in needed if n in producers and recomputable(producers[n]) and n not in materialized]
@@ -175,6 +207,26 @@ def _cut(fwd, bwd, cheap: Callable, written: set, materialized: frozenset = froz
     source_side = graph.min_cut_source_side()  # of the minimum cut nearest the sink: the fewest recomputations
     saved = {n for n in values if (n, "in") in source_side and (n, "out") not in source_side}
     return {n for n in values if n not in saved and n in producers and recomputable(producers[n])}, saved
+
+
+# [Note: values that jump]
+# The backward's kernels recompute a value with the same operations as the forward's, but not always with the same
+# roundings (a vectorized ``log`` in one kernel, a scalar one in the other). For a smooth function of it that is an
+# ulp; for a comparison, a rounding or a cast to an integer it may be another answer: ``eq(x[0], x)`` of a
+# log-softmax ``x`` held True for equal elements in the forward and not for the recomputed ``x`` (fused generated
+# program 23481: ``where``'s gradient went the other way). Such operations on floating-point values are never
+# recomputed: their results are saved (a mask, as eager saves ``where``'s condition).
+_JUMPS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "floor", "ceil", "round", "trunc", "sign", "signbit",
+                    "remainder", "fmod", "floor_divide", "isnan", "isinf", "isfinite"})
+
+
+def _jumps(b) -> bool:
+    """Whether ``b`` maps floating-point operands to values that jump where they round otherwise: a comparison, a
+    rounding, a remainder, or any operation of floating-point operands with an integer or boolean result (a cast)."""
+    if not any(isinstance(a, TensorProxy) and dtypes.is_inexact(a.dtype) for a in b.flat_args):
+        return False
+    return b.sym.name in _JUMPS or any(isinstance(o, TensorProxy) and not dtypes.is_inexact(o.dtype)
+                                       for o in b.flat_outs)
 
 
 def _save_cost(v: TensorProxy, is_input: bool, extra_write: bool) -> int:
