@@ -96,13 +96,13 @@ def test_empty_like_strides_are_atens():
         x = _any_layout(rng)
         meta = torch.empty_strided(x.shape, x.stride(), device="meta")
         for memory_format in (torch.preserve_format, torch.contiguous_format):
-            assert empty_like_strides(meta, memory_format) == torch.empty_like(x, memory_format=memory_format).stride(), \
-                f"{tuple(x.shape)} {x.stride()} {memory_format}"
+            expected = torch.empty_like(x, memory_format=memory_format).stride()
+            assert empty_like_strides(meta, memory_format) == expected, f"{tuple(x.shape)} {x.stride()} {memory_format}"
 
 
 _LIKE = {
     "ones_like": lambda x: torch.ones_like(x),
-    "zeros_like * 2": lambda x: torch.zeros_like(x) * 2,  # a number is an operand: follows the strides of extents of one
+    "zeros_like * 2": lambda x: torch.zeros_like(x) * 2,  # a number is an operand: keeps the strides of extents of 1
     "full_like": lambda x: torch.full_like(x, 3.0),
     "empty_like": lambda x: torch.empty_like(x).fill_(1),
     "rand_like": lambda x: torch.rand_like(x),

@@ -110,6 +110,7 @@ def _tensor_iterator_layout(name: str, shape: tuple, strides: tuple, args, kwarg
 # setup gives standard ones, and the next kernel orders its dimensions by them. ``KernelLayouts`` restrides each
 # ATen kernel's meta result as the CPU and CUDA kernels lay it out: elementwise kernels (torch's ``pointwise`` tag) as
 # TensorIterator does, and those below by their own rules. The answers of a whole function (``RULES``) come first.
+
 # ``empty_like(self)``, then the kernel writes into it (its strides exactly, where the meta kernel's are another's),
 # every output of the input's shape (``sort``'s values and indices)
 _ATEN_EMPTY_LIKE = frozenset({"hardtanh", "nan_to_num", "binary_cross_entropy", "flip", "huber_loss", "_prelu_kernel",
@@ -120,9 +121,10 @@ _ATEN_LIKE_FACTORIES = frozenset({"empty_like", "zeros_like", "ones_like", "full
 # takes the absolute values)
 _ATEN_CONTIGUOUS = frozenset({"tril", "triu", "masked_fill", "_softmax", "_log_softmax", "linalg_vector_norm",
                               "normal", "poisson", "renorm"})
-# TensorIterator's kernels without the ``pointwise`` tag, and tagged kernels that are not TensorIterator's
+# TensorIterator's kernels without the ``pointwise`` tag (``leaky_relu`` lacks it in torch 2.11)
 _ATEN_TENSOR_ITERATOR = frozenset({"rsub", "floor_divide", "hardswish", "leaky_relu", "mse_loss", "smooth_l1_loss",
                                    "polar", "complex"})
+# kernels with the tag that are not TensorIterator's (the input itself, a copy laid out as the input)
 _ATEN_NOT_TENSOR_ITERATOR = frozenset({"positive", "_to_copy", "clone", "lift_fresh", "alias"})
 
 
@@ -142,8 +144,6 @@ def _binary_cross_entropy_with_logits(x, target, *args, **kwargs):  # ``(1 - tar
     return empty_like_strides(target)
 
 
-# ATen's composites (one operation to torch's dispatcher, several kernels inside): the strides of their result from
-# those kernels, run on meta tensors under ``KernelLayouts``
 def _soft_margin_loss(x, *args, **kwargs):  # ``neg(x)``, then updated in place
     return tuple((-x).stride())
 
@@ -155,6 +155,8 @@ def _rot90(x, k=1, dims=(0, 1)):  # flips and a transpose, or a contiguous clone
     return tuple((x.flip(dims) if k == 2 else x.flip((d1 if k == 1 else d0,)).transpose(d0, d1)).stride())
 
 
+# ATen's composites (one operation to torch's dispatcher, several kernels inside): the strides of their result from
+# those kernels, run on meta tensors under ``KernelLayouts``
 _ATEN_COMPOSITES = {"isinf": _isinf, "isfinite": _isfinite, "soft_margin_loss": _soft_margin_loss, "rot90": _rot90,
                     "binary_cross_entropy_with_logits": _binary_cross_entropy_with_logits}
 
@@ -192,7 +194,8 @@ class KernelLayouts(torch.utils._python_dispatch.TorchDispatchMode):
             with KernelLayouts():
                 strides = _ATEN_COMPOSITES[name](*args, **kwargs)
             strides = strides if len(strides) == len(shape) else None
-        elif name in _ATEN_TENSOR_ITERATOR or (torch.Tag.pointwise in func.tags and name not in _ATEN_NOT_TENSOR_ITERATOR):
+        elif name in _ATEN_TENSOR_ITERATOR or (torch.Tag.pointwise in func.tags
+                                               and name not in _ATEN_NOT_TENSOR_ITERATOR):
             strides = _tensor_iterator_layout(name, shape, tuple(out.stride()), args, kwargs)
         else:
             return out
@@ -257,7 +260,8 @@ def _contiguous(shape, memory_format=torch.contiguous_format) -> tuple:
 
 def non_overlapping_and_dense(shape, strides) -> bool:
     """ATen's test (``TensorImpl::is_non_overlapping_and_dense``): some order of the dimensions of two or more elements
-    is contiguous; the strides of extents of one, a stride 0 there too, do not count (torch's Python test counts them)."""
+    is contiguous; the strides of extents of one, a stride 0 there too, do not count (torch's Python test counts
+    them)."""
     if math.prod(shape) < 2:
         return True
     order = sorted((st, n) for n, st in zip(shape, strides) if n >= 2)
