@@ -352,3 +352,28 @@ def test_comparisons_and_roundings_of_forward_values_are_never_recomputed(fn):
             cots = [torch.randn(o.shape, generator=gen) for o in out]
             grads.append(torch.autograd.grad(out, x2, cots)[0])
         torch.testing.assert_close(grads[1], grads[0], rtol=1e-5, atol=1e-5)
+
+
+def _program_17379(x2):  # fused generated program nn 17379, reduced
+    t2 = torch.amax(F.gelu(x2, approximate="tanh"), 0)
+    t5 = torch.fmin(t2, x2)
+    t5[t5 > 0] = t5.sum()
+    return F.cross_entropy(t5, torch.tensor([2, 1, 1, 4, 4]))
+
+
+@pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++")), reason="inductor needs a C++ compiler")
+def test_a_value_the_backward_compares_is_saved_not_recomputed():
+    """``amax``'s gradient compares its input with the saved maximum; the backward recomputed the input (a GELU) in a
+    kernel that rounds otherwise, no element of a column matched, and its gradient, a share of zero matches, was NaN
+    (on a third call with the input transposed, which traced again). Such a value is now saved."""
+    jfn = thunder.jit(_program_17379, executors=["inductor", "torch"])
+
+    def grad(f, x):
+        x = x.detach().requires_grad_()
+        return torch.autograd.grad(f(x), x)[0]
+
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(5, 5, generator=g)
+    grad(jfn, a)
+    b = torch.randn(5, 5, generator=g).mT
+    torch.testing.assert_close(grad(jfn, b), grad(_program_17379, b))

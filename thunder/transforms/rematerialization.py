@@ -71,8 +71,10 @@ def choose_recomputed(fwd, bwd, cheap: Callable, fused: Callable = lambda b: Fal
         if len(parts) > 1:
             expansions[id(b)] = parts
         flat += parts
-    recomputed, saved = _cut(fwd.from_trace(flat), bwd, cheap, _written_anyway(flat, regions(flat)),
-                             frozenset() if recompute_unfused_reads else _materialized_in_backward(bwd, fused))
+    kept = _compared_in_backward(bwd)
+    if not recompute_unfused_reads:
+        kept |= _materialized_in_backward(bwd, fused)
+    recomputed, saved = _cut(fwd.from_trace(flat), bwd, cheap, _written_anyway(flat, regions(flat)), kept)
     recomputed -= _viewed_whole_by_saved(flat, saved)
     if expansions:
         top_level = {o.name for b in fwd.bound_symbols for o in b.flat_outs}
@@ -129,6 +131,29 @@ def _written_anyway(bsyms: list, regions) -> set:
     made_in = {o.name: region_of.get(i) for i, b in enumerate(bsyms) for o in b.flat_outs}
     return {a.name for i, b in enumerate(bsyms) for a in b.flat_args
             if isinstance(a, TensorProxy) and (region_of.get(i) is None or made_in.get(a.name) != region_of[i])}
+
+
+def _compared_in_backward(bwd) -> set:
+    """Names of the values the backward compares, rounds or casts to integers, directly or through views (``amax``'s
+    gradient compares its input with the saved maximum): recomputed, such a value might round otherwise than the one
+    the forward compared or reduced (see [Note: values that jump]), and ``eq(x, amax(x))`` hold nowhere in a row
+    (fused generated program nn 17379: a row of NaN, a share of zero matches)."""
+    readers: dict = {}
+    for b in bwd.bound_symbols:
+        for a in b.flat_args:
+            if isinstance(a, TensorProxy):
+                readers.setdefault(a.name, []).append(b)
+
+    def compared(name: str, depth: int = 0) -> bool:
+        for b in readers.get(name, ()):
+            if _jumps(b) or (b.subsymbols and any(_jumps(s) for s in b.subsymbols)):
+                return True
+            if depth < 8 and is_view(b) and any(compared(o.name, depth + 1) for o in b.flat_outs
+                                                  if isinstance(o, TensorProxy)):
+                return True
+        return False
+
+    return {name for name in readers if compared(name)}
 
 
 def _materialized_in_backward(bwd, fused: Callable) -> set:
