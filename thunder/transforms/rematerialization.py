@@ -133,49 +133,39 @@ def _written_anyway(bsyms: list, regions) -> set:
             if isinstance(a, TensorProxy) and (region_of.get(i) is None or made_in.get(a.name) != region_of[i])}
 
 
-def _compared_in_backward(bwd) -> set:
-    """Names of the values the backward compares, rounds or casts to integers, directly or through views (``amax``'s
-    gradient compares its input with the saved maximum): recomputed, such a value might round otherwise than the one
-    the forward compared or reduced (see [Note: values that jump]), and ``eq(x, amax(x))`` hold nowhere in a row
-    (fused generated program nn 17379: a row of NaN, a share of zero matches)."""
+def _read_by(bwd, reader: Callable) -> set:
+    """Names of the values the backward reads, directly or through views, in a bound symbol ``reader`` accepts."""
     readers: dict = {}
     for b in bwd.bound_symbols:
         for a in b.flat_args:
             if isinstance(a, TensorProxy):
                 readers.setdefault(a.name, []).append(b)
 
-    def compared(name: str, depth: int = 0) -> bool:
+    def read(name: str, depth: int = 0) -> bool:
         for b in readers.get(name, ()):
-            if _jumps(b) or (b.subsymbols and any(_jumps(s) for s in b.subsymbols)):
+            if reader(b):
                 return True
-            if depth < 8 and is_view(b) and any(compared(o.name, depth + 1) for o in b.flat_outs
+            if depth < 8 and is_view(b) and any(read(o.name, depth + 1) for o in b.flat_outs
                                                   if isinstance(o, TensorProxy)):
                 return True
         return False
 
-    return {name for name in readers if compared(name)}
+    return {name for name in readers if read(name)}
+
+
+def _compared_in_backward(bwd) -> set:
+    """Names of the values the backward compares, rounds or casts to integers, directly or through views (``amax``'s
+    gradient compares its input with the saved maximum): recomputed, such a value might round otherwise than the one
+    the forward compared or reduced (see [Note: values that jump]), and ``eq(x, amax(x))`` hold nowhere in a row
+    (fused generated program nn 17379: a row of NaN, a share of zero matches)."""
+    return _read_by(bwd, lambda b: _jumps(b) or any(_jumps(s) for s in b.subsymbols))
 
 
 def _materialized_in_backward(bwd, fused: Callable) -> set:
     """Names of the values the backward reads, directly or through views, in an operation the fusion executor does
     not fuse (a matmul, attention, a statement): recomputed, such a value would be written out to memory again,
     by a kernel of its own."""
-    readers: dict = {}
-    for b in bwd.bound_symbols:
-        for a in b.flat_args:
-            if isinstance(a, TensorProxy):
-                readers.setdefault(a.name, []).append(b)
-
-    def materialized(name: str, depth: int = 0) -> bool:
-        for b in readers.get(name, ()):
-            if not fused(b):
-                return True
-            if depth < 8 and is_view(b) and any(materialized(o.name, depth + 1) for o in b.flat_outs
-                                                  if isinstance(o, TensorProxy)):
-                return True
-        return False
-
-    return {name for name in readers if materialized(name)}
+    return _read_by(bwd, lambda b: not fused(b))
 
 
 def _cut(fwd, bwd, cheap: Callable, written: set, materialized: frozenset = frozenset()) -> tuple[set, set]:
