@@ -10,7 +10,6 @@ out transposed.
 """
 from __future__ import annotations
 
-import functools
 import math
 from numbers import Number
 
@@ -58,31 +57,6 @@ _NUMBERS_ARE_OPERANDS = frozenset({
     "rsub", "rdiv", "rfloordiv", "rmod", "rpow", "logical_and", "logical_or", "logical_xor", "atan2", "hypot",
     "maximum", "minimum", "nextafter", "float_power", "xlogy", "special_xlogy", "special_xlog1py", "xlog1py",
     "special_zeta", "zeta"})
-_NO_TENSOR_ITERATOR = frozenset({"positive", "masked_fill"})  # the input itself; a contiguous clone, then a fill
-
-
-@functools.lru_cache(maxsize=None)
-def _elementwise_name(fn):
-    from thunder.torch.registry import TORCH_TO_SYMBOL
-
-    sym = TORCH_TO_SYMBOL.get(fn)
-    if sym is None or getattr(getattr(sym, "fn", None), "__module__", None) != "thunder.torch.elementwise":
-        return None
-    return None if sym.name in _NO_TENSOR_ITERATOR else sym.name
-
-
-def fast_setup(fn, shape: tuple, strides: tuple, args, kwargs) -> tuple:
-    """``strides``, the meta kernel's, or, for an elementwise kernel, the strides TensorIterator gives its result (see
-    [Note: TensorIterator's fast setup])."""
-    try:
-        name = _elementwise_name(fn)
-    except TypeError:  # not hashable
-        return strides
-    if name is None:
-        return strides
-    return _tensor_iterator_layout(name, shape, strides, args, kwargs)
-
-
 def _tensor_iterator_layout(name: str, shape: tuple, strides: tuple, args, kwargs) -> tuple:
     """The strides TensorIterator gives the result of the elementwise kernel ``name`` of ``args``: its fast setup
     where every operand has the result's shape, else ``tensor_iterator_strides``; ``strides`` (the meta kernel's)
@@ -284,39 +258,6 @@ def empty_like_strides(x: torch.Tensor, memory_format=torch.preserve_format) -> 
     return tuple(torch.empty_like(x, memory_format=memory_format).stride())
 
 
-@rule(torch.empty_like, torch.zeros_like, torch.ones_like, torch.full_like, torch.rand_like, torch.randn_like,
-      torch.randint_like)
-def like(shape, out, args, kwargs):
-    x = args[0] if args else kwargs.get("input")
-    if not isinstance(x, torch.Tensor) or tuple(x.shape) != shape or kwargs.get("layout") not in (None, torch.strided):
-        return None
-    return empty_like_strides(x, kwargs.get("memory_format", torch.preserve_format))
-
-
-@rule(F.dropout)
-def dropout(shape, out, args, kwargs):
-    bound = dict(zip(("input", "p", "training", "inplace"), args)) | kwargs
-    if bound.get("inplace"):
-        return None
-    return _dropout(shape, out, bound.get("input"), bound.get("p", 0.5), bound.get("training", True))
-
-
-@rule(torch.dropout)
-def torch_dropout(shape, out, args, kwargs):
-    bound = dict(zip(("input", "p", "train"), args)) | kwargs
-    return _dropout(shape, out, bound.get("input"), bound.get("p"), bound.get("train"))
-
-
-def _dropout(shape, out, x, p, training):
-    """CPU dropout in training: ``x * mask`` for a ``mask`` laid out by ``empty_like`` (TensorIterator's fast setup
-    where both are contiguous: standard strides, where the meta kernel keeps the input's); with ``p`` 1, ``x`` times a
-    0-dim zero. Else (``p`` 0, not training: the input itself) the meta kernel's."""
-    if (out.device.type != "cpu" or not isinstance(x, torch.Tensor) or not isinstance(p, Number) or not training
-            or p == 0 or tuple(x.shape) != shape or x.numel() == 0):
-        return None
-    other = (torch.empty((), device="meta") if p == 1 else
-             torch.empty_strided(shape, empty_like_strides(x), dtype=x.dtype, device="meta"))
-    return fast_setup(torch.mul, shape, tuple(torch.mul(x, other).stride()), (x, other), {})
 
 
 @rule(F.logsigmoid, F.rrelu, torch.rrelu, torch.isin, F.layer_norm, torch.layer_norm, torch.native_layer_norm)
