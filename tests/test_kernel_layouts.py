@@ -210,3 +210,88 @@ def test_an_update_through_a_reshape_of_a_one_hot_of_transposed_indices_reaches_
 
     t = torch.tensor([[0, 1], [2, 0]]).t()
     assert torch.equal(thunder.jit(fn)(t), fn(t))
+
+
+def _fft_operand(rng, complex_=False):
+    """A tensor of 1 to 4 dims, its dims laid out in a random order, its extents of one given arbitrary strides."""
+    shape = [rng.choice([1, 2, 3, 4]) for _ in range(rng.randint(1, 4))]
+    order = list(range(len(shape)))
+    rng.shuffle(order)
+    t = torch.randn([shape[d] for d in order], dtype=torch.complex64 if complex_ else torch.float32)
+    t = t.permute(*[order.index(d) for d in range(len(shape))])
+    if rng.random() < 0.5:
+        t = t.as_strided(t.shape, [st if n != 1 else rng.choice([1, 2, 7]) for n, st in zip(t.shape, t.stride())])
+    return t
+
+
+@pytest.mark.parametrize("kernel", ["_fft_c2c", "_fft_r2c", "_fft_c2r"])
+def test_cpu_fourier_transform_kernels_are_laid_out_as_atens(kernel):
+    """KernelLayouts("cpu") lays out the results of ATen's CPU Fourier transforms as the kernels do ([Note: the
+    layouts of CPU Fourier transforms]), where the meta kernels follow cuFFT: random layouts and dimensions."""
+    from thunder.driver.kernel_layouts import KernelLayouts
+
+    rng = random.Random(kernel)
+    differ_from_meta = 0
+    for _ in range(300):
+        x = _fft_operand(rng, complex_=kernel != "_fft_r2c")
+        dims = sorted(rng.sample(range(x.dim()), rng.randint(1, x.dim())))
+        rng.shuffle(dims)
+        if kernel == "_fft_c2r" and len(dims) > 1:
+            dims = sorted(dims)  # (torch's functions pass them so)
+        half = x.shape[dims[-1]]  # a complex-to-real result's last extent n: half is n // 2 + 1
+        args = {"_fft_c2c": (dims, 0, rng.random() < 0.5), "_fft_r2c": (dims, 0, rng.random() < 0.5),
+                "_fft_c2r": (dims, 0, max(1, 2 * (half - 1) + rng.randint(0, 1)))}[kernel]
+        op = getattr(torch.ops.aten, kernel)
+        expected = op(x, *args).stride()
+        meta = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        with KernelLayouts("cpu"):
+            actual = op(meta, *args).stride()
+        assert actual == expected, f"{kernel} of {tuple(x.shape)} {x.stride()} over {dims}"
+        try:
+            differ_from_meta += op(meta, *args).stride() != expected
+        except RuntimeError:  # (torch 2.11's meta kernels fail on some of these layouts)
+            differ_from_meta += 1
+    if torch.backends.mkl.is_available():
+        assert differ_from_meta > 10  # (the meta kernels' own layouts are cuFFT's: the test tells them apart)
+
+
+_TRANSFORMS = {
+    "fft": lambda x: torch.fft.fft(x, dim=0), "ifft": lambda x: torch.fft.ifft(x), "rfft": lambda x: torch.fft.rfft(x, dim=0),
+    "irfft": lambda x: torch.fft.irfft(x, dim=0), "hfft": lambda x: torch.fft.hfft(x, dim=0),
+    "ihfft": lambda x: torch.fft.ihfft(x), "fftn": torch.fft.fftn, "rfftn": torch.fft.rfftn, "irfftn": torch.fft.irfftn,
+    "fft2": lambda x: torch.fft.fft2(x) if x.dim() >= 2 else x, "fft of a complex": lambda x: torch.fft.fft(torch.complex(x, x), dim=0),
+}
+
+
+@pytest.mark.parametrize("case", list(_TRANSFORMS))
+def test_fourier_transforms_have_eagers_strides(case):
+    """The strides a program reads of torch.fft's results on the CPU, inputs laid out every way."""
+    fn = _TRANSFORMS[case]
+
+    def strides(x):
+        return fn(x).stride()
+
+    jstrides = thunder.jit(strides)
+    rng = random.Random(case)
+    checked = 0
+    for _ in range(16):
+        x = _fft_operand(rng)
+        try:
+            expected = strides(x)
+        except RuntimeError:  # (an inverse real transform of one element: none in eager either)
+            continue
+        assert jstrides(x) == expected, f"{tuple(x.shape)} {x.stride()}"
+        checked += 1
+    assert checked >= 8
+
+
+def test_an_update_through_a_reshape_of_a_fourier_transform_reaches_it():
+    """``rfftn`` of a contiguous ``(3, 5)`` tensor is contiguous on the CPU, where torch's meta kernel (cuFFT's layout)
+    transposes it: thunder took ``reshape`` of it for a copy and lost the update through it (a wrong value)."""
+    def fn(x):
+        y = torch.fft.rfftn(x)
+        y.reshape(-1).add_(1)
+        return y
+
+    x = torch.randn(3, 5)
+    assert torch.equal(thunder.jit(fn)(x), fn(x))

@@ -135,16 +135,97 @@ _ATEN_COMPOSITES = {"isinf": _isinf, "isfinite": _isfinite, "soft_margin_loss": 
                     "binary_cross_entropy_with_logits": _binary_cross_entropy_with_logits}
 
 
+# [Note: the layouts of CPU Fourier transforms]
+# torch's meta kernels for ``_fft_r2c``, ``_fft_c2r`` and ``_fft_c2c`` lay a meta tensor's result out as cuFFT does
+# (the meta device stands for CUDA there). The CPU kernels (MKL's) run one batched transform: the dimensions not
+# transformed become one batch dimension, ordered by the input's strides (largest first; ties in the order
+# ``std::partition`` left them), the transformed ones follow in the order the kernel transforms them, and the result is dense in that order. A
+# complex-to-complex transform orders the transformed dimensions by the input's strides too, a real-to-complex one all
+# but the last, which stays last; a complex-to-real one over several dimensions is first a complex-to-complex one
+# over all but the last, then a complex-to-real one over the last. Without MKL (PocketFFT) the results are
+# contiguous. ``rfftn`` of a contiguous ``(3, 5)`` tensor: ``(3, 1)`` on the CPU, ``(1, 3)`` on meta; a ``reshape``
+# of it is a view in eager, which an update through it must reach.
+def _fft_result(x, out_shape: tuple, dims, dtype) -> torch.Tensor:
+    """The meta result of a transform over ``dims`` (in the kernel's order) of ``x``, of ``out_shape``."""
+    return torch.empty_strided(out_shape, _fft_strides(x, out_shape, dims), dtype=dtype, device="meta")
+
+
+def _fft_strides(x, out_shape: tuple, dims) -> tuple:
+    if not torch.backends.mkl.is_available():
+        return _contiguous(out_shape)
+    batch = sorted(_partitioned(list(range(x.dim())), lambda d: d not in dims), key=lambda d: -x.stride(d))
+    strides, step = [0] * x.dim(), 1
+    for d in reversed(dims):  # the transformed dimensions, contiguous
+        strides[d] = step
+        step *= max(out_shape[d], 1)
+    for d in reversed(batch):  # then the batch, from the input's innermost dimension out
+        strides[d] = step
+        step *= out_shape[d]
+    return tuple(strides)
+
+
+def _partitioned(items: list, pred) -> list:
+    """The items for which ``pred`` holds, in the order libstdc++'s ``std::partition`` leaves them (ATen's CPU build):
+    scanning from both ends and swapping, not stable (``[0, 1, 2]`` without ``0``: ``[2, 1]``). Ties in the sort by
+    stride that follows keep this order."""
+    first, last = 0, len(items)
+    while True:
+        while first != last and pred(items[first]):
+            first += 1
+        if first == last:
+            return items[:first]
+        last -= 1
+        while first != last and not pred(items[last]):
+            last -= 1
+        if first == last:
+            return items[:first]
+        items[first], items[last] = items[last], items[first]
+        first += 1
+
+
+def _by_stride(x, dims) -> list:
+    return sorted(dims, key=lambda d: -x.stride(d))
+
+
+def _fft_c2c(x, dim, normalization, forward):
+    return _fft_result(x, tuple(x.shape), _by_stride(x, dim), x.dtype) if dim else x.clone()
+
+
+def _fft_r2c(x, dim, normalization, onesided):
+    shape = list(x.shape)
+    if onesided:
+        shape[dim[-1]] = shape[dim[-1]] // 2 + 1
+    return _fft_result(x, tuple(shape), _by_stride(x, dim[:-1]) + [dim[-1]], x.dtype.to_complex())
+
+
+def _fft_c2r(x, dim, normalization, last_dim_size):
+    if len(dim) > 1:  # a complex-to-complex transform first, then the last dimension's
+        x = _fft_c2c(x, dim[:-1], normalization, False)
+    shape = list(x.shape)
+    shape[dim[-1]] = last_dim_size
+    return _fft_result(x, tuple(shape), [dim[-1]], x.dtype.to_real())
+
+
+# kernels laid out otherwise on the CPU than on CUDA, which their meta kernels follow
+_ATEN_CPU_KERNELS = {"_fft_c2c": _fft_c2c, "_fft_r2c": _fft_r2c, "_fft_c2r": _fft_c2r}
+
+
 class KernelLayouts(torch.utils._python_dispatch.TorchDispatchMode):
-    """Meta kernels whose results are laid out as the kernels that run lay them out (see [Note: kernels inside
-    composite operations])."""
+    """Meta kernels whose results are laid out as the kernels that run on ``device_type`` lay them out (see [Note:
+    kernels inside composite operations])."""
+
+    def __init__(self, device_type: str = "cpu"):
+        super().__init__()
+        self.device_type = device_type
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        if self.device_type == "cpu" and name in _ATEN_CPU_KERNELS and func._overloadname == "default":
+            return _ATEN_CPU_KERNELS[name](*args, **kwargs)  # (torch 2.11's meta kernels can fail on these layouts)
         out = func(*args, **kwargs)
         if func._schema.is_mutable:
             return out
-        name = func.overloadpacket.__name__
         x = args[0] if args and isinstance(args[0], torch.Tensor) else None
         if isinstance(out, tuple):  # (``sort``: values and indices)
             if name not in _ATEN_EMPTY_LIKE or x is None:
@@ -165,7 +246,7 @@ class KernelLayouts(torch.utils._python_dispatch.TorchDispatchMode):
         elif name in _ATEN_COMPOSITES:
             if x is None:
                 return out
-            with KernelLayouts():
+            with KernelLayouts(self.device_type):
                 strides = _ATEN_COMPOSITES[name](*args, **kwargs)
             strides = strides if len(strides) == len(shape) else None
         elif name in _ATEN_TENSOR_ITERATOR or (torch.Tag.pointwise in func.tags

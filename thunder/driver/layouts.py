@@ -232,7 +232,7 @@ class Layouts:
             margs, mkwargs = tree_map(to_meta, (args, kwargs))
             # (an update's new value has the shape of the tensor it updates: ``operand``'s)
             strides = None
-            with kernel_layouts.KernelLayouts():
+            with kernel_layouts.KernelLayouts(operand.device.type):
                 if fn in kernel_layouts.RULES:
                     strides = kernel_layouts.strides(fn, shape, operand, margs, mkwargs, operand)
                 if strides is None:
@@ -336,12 +336,12 @@ class Layouts:
             mkwargs = {**mkwargs, "device": "meta"}  # a factory (torch.rand(4, 4)): run for real, it would draw
         if fn in kernel_layouts.RULES:  # a meta kernel that lays out otherwise than the kernel that runs
             source = next((x for x in tree_leaves(args) if isinstance(x, TensorProxy)), None)
-            with kernel_layouts.KernelLayouts():
+            with kernel_layouts.KernelLayouts(proxy.device.type):
                 strides = kernel_layouts.strides(fn, self._shape(proxy), proxy, margs, mkwargs, source)
             if strides is not None:
                 return strides, 0, frozenset(deps)
         try:
-            with torch._C.DisableTorchFunction(), kernel_layouts.KernelLayouts():
+            with torch._C.DisableTorchFunction(), kernel_layouts.KernelLayouts(proxy.device.type):
                 out = fn(*margs, **mkwargs)
         except Exception as e:  # noqa: BLE001 - any failure means: layout unknown
             t = _with_sizes_assumed(fn, margs, mkwargs, index)
