@@ -174,6 +174,11 @@ _FUNCTIONS = {  # torch functions whose kernels lay out their results otherwise 
     "renorm": lambda x: torch.renorm(x, 2, 0, 1.0),
     "channel_shuffle": lambda x: F.channel_shuffle(x.unsqueeze(0), 1),
     "complex": lambda x: torch.complex(x, x).abs(),
+    "deg2rad": torch.deg2rad,
+    "rad2deg": torch.rad2deg,
+    "ldexp of an integer": lambda x: torch.ldexp(x, torch.tensor(2)),
+    "ldexp": lambda x: torch.ldexp(x, x),
+    "a power of a number": lambda x: 2 ** x,
 }
 _UNIT_LAYOUTS = [((4, 3, 1), (3, 1, 3)), ((4, 3, 1), (1, 4, 5)), ((1, 4, 3), (7, 1, 4)), ((4, 2, 1), (1, 4, 8)),
                  ((2, 3, 4), (1, 2, 6))]

@@ -88,13 +88,13 @@ def _tensor_iterator_layout(name: str, shape: tuple, strides: tuple, args, kwarg
 # ``empty_like(self)``, then the kernel writes into it (its strides exactly, where the meta kernel's are another's),
 # every output of the input's shape (``sort``'s values and indices)
 _ATEN_EMPTY_LIKE = frozenset({"hardtanh", "nan_to_num", "binary_cross_entropy", "flip", "huber_loss", "_prelu_kernel",
-                              "sort", "frexp", "index_put"})
+                              "sort", "frexp", "index_put", "deg2rad", "rad2deg"})
 _ATEN_LIKE_FACTORIES = frozenset({"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like",
                                   "randint_like"})
 # a contiguous result whatever the input's layout (a vector norm's too over extents of one, where the meta kernel
 # takes the absolute values)
 _ATEN_CONTIGUOUS = frozenset({"tril", "triu", "masked_fill", "_softmax", "_log_softmax", "linalg_vector_norm",
-                              "normal", "poisson", "renorm"})
+                              "normal", "poisson", "renorm", "mvlgamma"})
 # TensorIterator's kernels without the ``pointwise`` tag (``leaky_relu`` lacks it in torch 2.11)
 _ATEN_TENSOR_ITERATOR = frozenset({"rsub", "floor_divide", "hardswish", "leaky_relu", "mse_loss", "smooth_l1_loss",
                                    "polar", "complex"})
@@ -129,10 +129,19 @@ def _rot90(x, k=1, dims=(0, 1)):  # flips and a transpose, or a contiguous clone
     return tuple((x.flip(dims) if k == 2 else x.flip((d1 if k == 1 else d0,)).transpose(d0, d1)).stride())
 
 
+def _ldexp(x, other):
+    """Of an integer exponent, ``empty_like(x)`` written by a kernel of its own (where the result has ``x``'s shape);
+    else ``x * 2 ** other``."""
+    if x.dtype.is_floating_point and not (other.dtype.is_floating_point or other.dtype.is_complex) and \
+            torch.broadcast_shapes(x.shape, other.shape) == x.shape:
+        return empty_like_strides(x)
+    return tuple((x * torch.pow(2.0, other)).stride())
+
+
 # ATen's composites (one operation to torch's dispatcher, several kernels inside): the strides of their result from
 # those kernels, run on meta tensors under ``KernelLayouts``
 _ATEN_COMPOSITES = {"isinf": _isinf, "isfinite": _isfinite, "soft_margin_loss": _soft_margin_loss, "rot90": _rot90,
-                    "binary_cross_entropy_with_logits": _binary_cross_entropy_with_logits}
+                    "binary_cross_entropy_with_logits": _binary_cross_entropy_with_logits, "ldexp": _ldexp}
 
 
 # [Note: the layouts of CPU Fourier transforms]
@@ -206,8 +215,18 @@ def _fft_c2r(x, dim, normalization, last_dim_size):
     return _fft_result(x, tuple(shape), [dim[-1]], x.dtype.to_real())
 
 
-# kernels laid out otherwise on the CPU than on CUDA, which their meta kernels follow
-_ATEN_CPU_KERNELS = {"_fft_c2c": _fft_c2c, "_fft_r2c": _fft_r2c, "_fft_c2r": _fft_c2r}
+def _pow(func, base, exponent):
+    """``pow(2, t)`` writes a contiguous result on the CPU, whatever the exponent's layout."""
+    if not isinstance(base, Number):
+        return None
+    out = func(base, exponent)
+    return torch.empty(out.shape, dtype=out.dtype, device="meta")
+
+
+# kernels laid out otherwise on the CPU than on CUDA, which their meta kernels follow: func, its arguments -> result,
+# or None: not this case
+_ATEN_CPU_KERNELS = {"_fft_c2c": lambda func, *a: _fft_c2c(*a), "_fft_r2c": lambda func, *a: _fft_r2c(*a),
+                     "_fft_c2r": lambda func, *a: _fft_c2r(*a), "pow": _pow}
 
 
 class KernelLayouts(torch.utils._python_dispatch.TorchDispatchMode):
@@ -221,8 +240,11 @@ class KernelLayouts(torch.utils._python_dispatch.TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = func.overloadpacket.__name__
-        if self.device_type == "cpu" and name in _ATEN_CPU_KERNELS and func._overloadname == "default":
-            return _ATEN_CPU_KERNELS[name](*args, **kwargs)  # (torch 2.11's meta kernels can fail on these layouts)
+        if self.device_type == "cpu" and name in _ATEN_CPU_KERNELS and "out" not in func._overloadname:
+            # (the meta kernel not run first: torch 2.11's Fourier transforms fail on some layouts)
+            out = _ATEN_CPU_KERNELS[name](func, *args, **kwargs)
+            if out is not None:
+                return out
         out = func(*args, **kwargs)
         if func._schema.is_mutable:
             return out
@@ -348,25 +370,11 @@ def contiguous_on_cpu(shape, out, args, kwargs):
     return _contiguous(shape) if out.device.type == "cpu" else None
 
 
-@rule(F.one_hot, torch.mvlgamma, torch.Tensor.mvlgamma, torch.special.multigammaln, torch.diag_embed,
-      torch.Tensor.diag_embed)
+@rule(F.one_hot, torch.diag_embed, torch.Tensor.diag_embed)
 def contiguous(shape, out, args, kwargs):
-    """Results their kernels write into fresh contiguous memory (``zeros`` then a scatter or a diagonal, a sum over
-    the last dimension), where torch's meta kernels follow the input's layout."""
+    """Results their kernels write into fresh contiguous memory (``zeros`` then a scatter or a diagonal), where
+    torch's meta kernels follow the input's layout."""
     return _contiguous(shape)
-
-
-@rule(torch.pow)
-def power(shape, out, args, kwargs):
-    """``torch.pow(2, t)``: the CPU kernel's result is contiguous, whatever the exponent's layout."""
-    base = args[0] if args else kwargs.get("self", kwargs.get("input"))
-    return _contiguous(shape) if out.device.type == "cpu" and isinstance(base, Number) else None
-
-
-@rule(torch.Tensor.__rpow__)
-def power_of_a_number(shape, out, args, kwargs):
-    """``2 ** t``, as ``torch.pow(2, t)``."""
-    return _contiguous(shape) if out.device.type == "cpu" and isinstance(args[1], Number) else None
 
 
 @rule(F.max_pool1d, torch.max_pool1d)
