@@ -300,3 +300,55 @@ def test_an_update_through_a_reshape_of_a_fourier_transform_reaches_it():
 
     x = torch.randn(3, 5)
     assert torch.equal(thunder.jit(fn)(x), fn(x))
+
+
+_CPU_KERNELS = {  # torch functions whose meta kernels lay their results out as the CUDA kernels do
+    "svd": lambda x: torch.linalg.svd(x),
+    "svd reduced": lambda x: torch.linalg.svd(x[..., :2], full_matrices=False),
+    "eig": lambda x: torch.linalg.eig(x),
+    "reflection pad 3-D": lambda x: F.pad(x.unsqueeze(0), (1, 1, 1, 1, 0, 0), mode="reflect"),
+    "replication pad 3-D": lambda x: F.pad(x.unsqueeze(0), (1, 1, 1, 1, 1, 1), mode="replicate"),
+    "bilinear": lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"),
+    "bicubic": lambda x: F.interpolate(x, scale_factor=2, mode="bicubic", antialias=True),
+    "trilinear": lambda x: F.interpolate(x.unsqueeze(0), scale_factor=2, mode="trilinear"),
+}
+_CPU_LAYOUTS = [((1, 3, 3, 3), "contiguous"), ((2, 3, 3, 3), "channels-last"), ((2, 1, 3, 3), "odd strides"),
+                ((2, 3, 3, 3), "transposed")]
+
+
+def _laid_out(shape, how):
+    x = torch.randn(shape)
+    if how == "channels-last":
+        return x.contiguous(memory_format=torch.channels_last)
+    if how == "odd strides":
+        return x.as_strided(shape, (9, 64, 3, 1))
+    return x.transpose(-1, -2) if how == "transposed" else x
+
+
+@pytest.mark.parametrize("case", list(_CPU_KERNELS))
+def test_results_of_kernels_laid_out_otherwise_on_the_cpu_have_eagers_strides(case):
+    """torch's meta kernels lay out the vectors of ``svd`` and ``eig`` row-major and a channels-last input's 3-D
+    padding contiguous, as CUDA's kernels do; the CPU's are column-major and channels-last (KernelLayouts asks the
+    meta kernels for the CPU's layouts); resampling keeps a stride of an extent of one where the CPU's is fresh."""
+    fn = _CPU_KERNELS[case]
+
+    def strides(x):
+        out = fn(x)
+        return [t.stride() for t in ((out,) if isinstance(out, torch.Tensor) else out)]
+
+    jstrides = thunder.jit(strides)
+    for shape, how in _CPU_LAYOUTS:
+        x = _laid_out(shape, how)
+        assert jstrides(x) == strides(x), f"{shape} {how}"
+
+
+def test_an_update_through_a_reshape_of_svds_vectors_stays_apart():
+    """``Vh`` of ``svd`` is column-major on the CPU, so ``reshape`` copies it; thunder took it for row-major (the meta
+    kernel's, CUDA's layout), viewed it, and the update through the copy reached ``Vh`` (a wrong value)."""
+    def fn(x):
+        _, _, vh = torch.linalg.svd(x)
+        vh.reshape(-1).mul_(0)
+        return vh
+
+    x = torch.randn(2, 3, 3)
+    assert torch.equal(thunder.jit(fn)(x), fn(x))

@@ -10,6 +10,7 @@ out transposed.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from numbers import Number
 
@@ -223,10 +224,40 @@ def _pow(func, base, exponent):
     return torch.empty(out.shape, dtype=out.dtype, device="meta")
 
 
+def _suggested(func, x, *args, **kwargs):
+    """A fresh result in the memory format ATen suggests for the input: the CPU's resampling and 3-D padding kernels
+    (the meta kernels' decompositions keep a stride of an extent of one, or lay a channels-last input's 3-D padding
+    out contiguous)."""
+    out = func(x, *args, **kwargs)
+    return torch.empty(out.shape, dtype=out.dtype, device="meta", memory_format=suggest_memory_format(x))
+
+
 # kernels laid out otherwise on the CPU than on CUDA, which their meta kernels follow: func, its arguments -> result,
 # or None: not this case
 _ATEN_CPU_KERNELS = {"_fft_c2c": lambda func, *a: _fft_c2c(*a), "_fft_r2c": lambda func, *a: _fft_r2c(*a),
-                     "_fft_c2r": lambda func, *a: _fft_c2r(*a), "pow": _pow}
+                     "_fft_c2r": lambda func, *a: _fft_c2r(*a), "pow": _pow,
+                     **dict.fromkeys(("upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d",
+                                      "upsample_bicubic2d", "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa",
+                                      "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",
+                                      "_upsample_nearest_exact1d", "_upsample_nearest_exact2d",
+                                      "_upsample_nearest_exact3d", "reflection_pad3d", "replication_pad3d"), _suggested)}
+
+
+@contextlib.contextmanager
+def _meta_kernels_of(device_type: str):
+    """torch's meta kernels that lay out a result otherwise on the CPU than on CUDA (the vectors of ``linalg_eig`` and
+    ``_linalg_svd`` are column-major on the CPU, row-major on CUDA) ask ``device_hint`` which, and it answers CUDA for
+    a meta tensor: for the CPU's, it answers CPU."""
+    hint = getattr(torch._meta_registrations, "device_hint", None)
+    if device_type != "cpu" or hint is None:
+        yield
+        return
+    torch._meta_registrations.device_hint = lambda t: t.fake_device.type \
+        if isinstance(t, torch._subclasses.FakeTensor) else "cpu"
+    try:
+        yield
+    finally:
+        torch._meta_registrations.device_hint = hint
 
 
 class KernelLayouts(torch.utils._python_dispatch.TorchDispatchMode):
@@ -245,7 +276,8 @@ class KernelLayouts(torch.utils._python_dispatch.TorchDispatchMode):
             out = _ATEN_CPU_KERNELS[name](func, *args, **kwargs)
             if out is not None:
                 return out
-        out = func(*args, **kwargs)
+        with _meta_kernels_of(self.device_type):
+            out = func(*args, **kwargs)
         if func._schema.is_mutable:
             return out
         x = args[0] if args and isinstance(args[0], torch.Tensor) else None
