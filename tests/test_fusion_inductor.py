@@ -1793,3 +1793,33 @@ def test_a_copy_the_trace_takes_for_a_view_keeps_eagers_layout_on_a_new_input_la
     for out, expected in zip(jfn(y), fn(y)):
         assert out.stride() == expected.stride()
         assert torch.equal(out, expected)
+
+
+def _reduced_precision_program(a, z, i):
+    """Ops of a float16 or bfloat16 tensor ``a`` with Python numbers, a 0-dim float32 tensor ``z`` and an integer
+    tensor ``i``, and activations torch computes in one kernel (not ``gelu``'s exact form: inductor's ``erf`` is not
+    ATen's)."""
+    return (a + 0.3, 0.3 - a, a * 0.3, a / 0.3, a + z, z + a, a * z, z * a, a / z, z / a, a + i, a + 257,
+            torch.floor_divide(z, a), torch.eq(a, z), torch.lt(z, a), torch.atan2(a, z), torch.remainder(z, a),
+            a.abs() ** 0.3, a ** 3, a ** -2, a.abs() ** z, torch.add(a, a.flip(0), alpha=0.7), torch.sub(z, a, alpha=0.3),
+            torch.addcmul(a, a, a.flip(0), value=0.3), torch.addcdiv(a, a, a.flip(0), value=0.3),
+            torch.lerp(a, a * 2, z), torch.nextafter(a, z), F.silu(a), F.gelu(a, approximate="tanh"),
+            F.softplus(a), F.mish(a), F.elu(a), F.selu(a), F.celu(a), F.hardswish(a), F.hardsigmoid(a),
+            F.logsigmoid(a))
+
+
+@requires_compiler
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_fused_ops_of_reduced_precision_are_eagers_bit_for_bit(dtype):
+    """torch's CPU kernels round operands to the common dtype before computing in float32 (but ``mul``'s and
+    ``div``'s second operand of one element), read ``alpha`` in it, and compute each activation and ``addcmul`` in
+    one kernel, rounding once; thunder's fused regions did each step in float32 with operands unrounded, or rounded
+    each step (``floor_divide`` of a 0-dim float32 tensor by its bfloat16 rounding gave 0 where eager gives 1: fused
+    generated program nn 17936). See [Note: operands rounded to the common dtype] in thunder/torch/utils.py."""
+    g = torch.Generator().manual_seed(0)
+    a = (torch.randn(8, 64, generator=g) * 2).to(dtype)
+    z, i = torch.tensor(0.3), torch.randint(0, 1000, (8, 64), generator=g, dtype=torch.int32)
+    expected = _reduced_precision_program(a, z, i)
+    actual = thunder.jit(_reduced_precision_program, executors=FUSED)(a, z, i)
+    for k, (x, y) in enumerate(zip(expected, actual)):
+        assert x.dtype == y.dtype and torch.equal(x.nan_to_num(7), y.nan_to_num(7)), f"output {k}"

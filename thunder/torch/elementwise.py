@@ -1,6 +1,7 @@
 """Elementwise operations of the torch language."""
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -10,7 +11,8 @@ from thunder.core import prims
 from thunder.core.extents import same_shape
 from thunder.core.proxies import TensorProxy, NumberProxy
 from thunder.torch.registry import TORCH_TO_SYMBOL, _method, number_torchsymbol, torchsymbol
-from thunder.torch.utils import Kind, broadcast, check, convert, elementwise_binary, elementwise_unary, promote
+from thunder.torch.utils import (Kind, broadcast, check, common_dtype, convert, elementwise_binary, elementwise_unary,
+                                 promote, rounded_to, widened)
 from thunder.torch import fallback
 
 # ---------------------------------------------------------------------------------------------
@@ -106,9 +108,19 @@ def positive(a):
 
 @number_torchsymbol(torch.add, methods=("add", "__add__", "__radd__"), inplace_methods=("add_", "__iadd__"))
 def add(a, b, *, alpha=None):
+    if alpha is not None and _reduced(a, b):  # ``a + alpha * b`` in float32, rounded once, as torch's kernel
+        alpha = rounded_to(alpha, common_dtype(a, b))  # (which reads alpha in the common dtype)
+        (a, b), result = widened(a, b)
+        return convert(add(a, b, alpha=alpha), result)
     if alpha is not None:
         b = _scaled(a, b, alpha)
     return elementwise_binary(prims.add, a, b)
+
+
+def _reduced(*operands) -> bool:
+    """Whether an op of these operands computes in a wider dtype than its result's (float16, bfloat16)."""
+    computation, result = promote(*operands)
+    return computation is not result
 
 
 def _scaled(a, b, alpha):
@@ -140,6 +152,10 @@ def _alpha_promotes(dtype, alpha) -> bool:
 
 @number_torchsymbol(torch.sub, torch.subtract, methods=("sub", "subtract", "__sub__"), inplace_methods=("sub_", "__isub__"))
 def sub(a, b, *, alpha=None):
+    if alpha is not None and _reduced(a, b):
+        alpha = rounded_to(alpha, common_dtype(a, b))
+        (a, b), result = widened(a, b)
+        return convert(sub(a, b, alpha=alpha), result)
     if alpha is not None:
         b = _scaled(a, b, alpha)
     return elementwise_binary(prims.sub, a, b)
@@ -153,14 +169,14 @@ def rsub(a, b, *, alpha=None):
 @number_torchsymbol(torch.mul, torch.multiply, methods=("mul", "multiply", "__mul__", "__rmul__"),
              inplace_methods=("mul_", "__imul__"))
 def mul(a, b):
-    return elementwise_binary(prims.mul, a, b)
+    return elementwise_binary(prims.mul, a, b, full_precision_scalar=True)
 
 
 @number_torchsymbol(torch.div, torch.divide, methods=("div", "divide", "__truediv__", "__div__"),
              inplace_methods=("div_", "__itruediv__"))
 def div(a, b, *, rounding_mode=None):
     if rounding_mode is None:
-        return elementwise_binary(prims.div, a, b, Kind.INT_TO_FLOAT)
+        return elementwise_binary(prims.div, a, b, Kind.INT_TO_FLOAT, full_precision_scalar=True)
     if rounding_mode == "trunc":
         computation, result = promote(a, b)
         if computation.is_floating_point:
@@ -194,14 +210,7 @@ def _in_result_dtype(a, b):
     """Operands rounded to the result dtype first, as torch's kernels without a full-precision scalar path
     see them (which matters for a discontinuous op: ``bf16_tensor % 0.7`` divides by bfloat16's 0.69921875)."""
     _, result = promote(a, b)
-    return tuple(convert(x, result) if isinstance(x, TensorProxy) else _round_number(x, result) for x in (a, b))
-
-
-def _round_number(x, dtype):
-    if isinstance(x, float) and dtype in (torch.float16, torch.bfloat16):
-        with torch._C.DisableTorchFunction():  # a constant, not a traced operation
-            return torch.tensor(x, dtype=dtype).item()
-    return x
+    return rounded_to(a, result), rounded_to(b, result)
 
 
 @torchsymbol(torch.remainder, methods=("remainder", "__mod__"), inplace_methods=("remainder_",))
@@ -224,6 +233,10 @@ def pow(a, b):
     if isinstance(a, TensorProxy) and a.dtype is torch.bool and isinstance(b, bool):  # eager: a bool, x ** True is x
         return prims.reshape(a, tuple(a.shape)) if b else prims.full(tuple(a.shape), True, device=a.device,
                                                                      dtype=torch.bool)
+    if isinstance(a, TensorProxy) and a.dtype is torch.bfloat16 and a.device.type == "cpu" and type(b) in (int, float) \
+            and b in (3, -2):
+        # torch's CPU kernel of a bfloat16 tensor: ``a * a * a`` and ``1 / (a * a)``, each step rounded to bfloat16
+        return mul(mul(a, a), a) if b == 3 else reciprocal(mul(a, a))
     return elementwise_binary(prims.pow, a, b, Kind.BOOL_TO_LONG)
 
 
@@ -352,7 +365,8 @@ def hypot(a, b):
 
 @number_torchsymbol(torch.nextafter, methods=("nextafter",))
 def nextafter(a, b):
-    return elementwise_binary(prims.nextafter, a, b)
+    # the next value of the result dtype (bfloat16's, not float32's: no computation in a wider dtype)
+    return elementwise_binary(prims.nextafter, a, b, Kind.NO_OPMATH)
 
 
 @number_torchsymbol(torch.where)
@@ -423,8 +437,8 @@ def clamp_max(a, max):
 @number_torchsymbol(torch.lerp, methods=("lerp",), inplace_methods=("lerp_",))
 def lerp(start, end, weight):
     # torch's formula, in the computation dtype: exact at both ends of the weight's range
-    computation, result = promote(start, end, weight)
-    start, end, weight = (convert(x, computation) for x in (start, end, weight))
+    (start, end, weight), result = widened(start, end, weight) if isinstance(weight, TensorProxy) else \
+        (widened(start, end)[0] + (weight,), promote(start, end, weight)[1])  # (a number weight: at its precision)
     diff = sub(end, start)
     if not isinstance(weight, TensorProxy):
         out = add(start, mul(weight, diff)) if math.fabs(weight) < 0.5 else sub(end, mul(diff, 1 - weight))
@@ -437,13 +451,17 @@ def lerp(start, end, weight):
 
 @number_torchsymbol(torch.addcmul, methods=("addcmul",), inplace_methods=("addcmul_",))
 def addcmul(a, t1, t2, *, value=1):
+    # torch's kernel: ``a + value * t1 * t2``, left to right, in the computation dtype, rounded once
     value = convert(value, promote(a, t1, t2)[1])  # the scalar takes the tensors' dtype, as in torch
-    return add(a, mul(mul(t1, t2), value)) if value != 1 else add(a, mul(t1, t2))
+    (a, t1, t2), result = widened(a, t1, t2)
+    return convert(add(a, mul(mul(t1, value), t2)) if value != 1 else add(a, mul(t1, t2)), result)
 
 
 @number_torchsymbol(torch.addcdiv, methods=("addcdiv",), inplace_methods=("addcdiv_",))
 def addcdiv(a, t1, t2, *, value=1):
-    return add(a, mul(div(t1, t2), value)) if value != 1 else add(a, div(t1, t2))
+    # torch's kernel: ``a + value * t1 / t2``, left to right, in the computation dtype, rounded once
+    (a, t1, t2), result = widened(a, t1, t2)
+    return convert(add(a, div(mul(t1, value), t2)) if value != 1 else add(a, div(t1, t2)), result)
 
 
 @number_torchsymbol(torch.nan_to_num, methods=("nan_to_num",), inplace_methods=("nan_to_num_",))
@@ -463,6 +481,18 @@ def nan_to_num(a, nan=0.0, posinf=None, neginf=None):
 # ---------------------------------------------------------------------------------------------
 
 
+def _one_kernel(fn):
+    """An activation torch computes in one kernel: of a float16 or bfloat16 input, in float32, rounded once (its
+    decomposition's steps would each round to the input's dtype)."""
+    @functools.wraps(fn)
+    def computed(a, *args, **kwargs):
+        if isinstance(a, TensorProxy) and a.dtype in (torch.float16, torch.bfloat16):
+            return convert(fn(convert(a, torch.float32), *args, **kwargs), a.dtype)
+        return fn(a, *args, **kwargs)
+
+    return computed
+
+
 @number_torchsymbol(torch.relu, F.relu, methods=("relu",), inplace_methods=("relu_",))
 def relu(a, inplace=False):
     check(a.dtype is not torch.bool, "relu: boolean inputs are not supported")
@@ -480,17 +510,20 @@ def leaky_relu(a, negative_slope=0.01, inplace=False):
 
 
 @number_torchsymbol(F.elu)
+@_one_kernel
 def elu(a, alpha=1.0, inplace=False):
     return where(gt(a, 0), a, mul(expm1(a), alpha))
 
 
 @number_torchsymbol(F.selu)
+@_one_kernel
 def selu(a, inplace=False):
     alpha, scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
     return mul(where(gt(a, 0), a, mul(expm1(a), alpha)), scale)
 
 
 @number_torchsymbol(F.celu)
+@_one_kernel
 def celu(a, alpha=1.0, inplace=False):
     return where(gt(a, 0), a, mul(expm1(div(a, alpha)), alpha))
 
@@ -502,6 +535,7 @@ def hardtanh(a, min_val=-1.0, max_val=1.0, inplace=False):
 
 
 @number_torchsymbol(F.gelu, methods=())
+@_one_kernel
 def gelu(a, *, approximate="none"):  # keyword-only, as in F.gelu
     if approximate == "none":
         return mul(mul(a, 0.5), add(erf(mul(a, 1 / math.sqrt(2))), 1))
@@ -511,32 +545,38 @@ def gelu(a, *, approximate="none"):  # keyword-only, as in F.gelu
 
 
 @number_torchsymbol(F.silu)
+@_one_kernel
 def silu(a, inplace=False):
     return mul(a, sigmoid(a))
 
 
 @number_torchsymbol(F.mish)
+@_one_kernel
 def mish(a, inplace=False):
     return mul(a, tanh(softplus(a)))
 
 
 @number_torchsymbol(F.softplus)
+@_one_kernel
 def softplus(a, beta=1.0, threshold=20.0):
     scaled = mul(a, beta) if beta != 1 else a
     return where(gt(scaled, threshold), a, div(log1p(exp(scaled)), beta) if beta != 1 else log1p(exp(scaled)))
 
 
 @number_torchsymbol(F.logsigmoid)
+@_one_kernel
 def logsigmoid(a):
     return neg(softplus(neg(a)))
 
 
 @number_torchsymbol(F.hardsigmoid)
+@_one_kernel
 def hardsigmoid(a, inplace=False):
     return div(clamp(add(a, 3), 0, 6), 6)
 
 
 @number_torchsymbol(F.hardswish)
+@_one_kernel
 def hardswish(a, inplace=False):
     return mul(a, hardsigmoid(a))
 

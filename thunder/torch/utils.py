@@ -10,8 +10,8 @@ from thunder.core import prims
 from thunder.core.extents import same_shape
 from thunder.core.proxies import TensorProxy, NumberProxy
 
-__all__ = ["Kind", "canonicalize_dim", "canonicalize_dims", "expand_to", "broadcast", "promote", "convert",
-           "elementwise_unary", "elementwise_binary", "check", "is_tensor", "to_dtype_arg"]
+__all__ = ["Kind", "canonicalize_dim", "canonicalize_dims", "expand_to", "broadcast", "promote", "common_dtype",
+           "convert", "rounded_to", "widened", "elementwise_unary", "elementwise_binary", "check", "is_tensor", "to_dtype_arg"]
 
 
 def check(cond: bool, msg, exc=RuntimeError):
@@ -113,6 +113,20 @@ def _highest_tensor_dtype(tensors, accept, as_complex=False):
 
 def promote(*args, kind=Kind.DEFAULT):
     """(computation dtype, result dtype) of an elementwise op, by torch's type promotion rules."""
+    dtype = common_dtype(*args, kind=kind)
+    if kind is Kind.NO_OPMATH:
+        return dtype, dtype
+    computation = _OPMATH.get(dtype, dtype)
+    if kind is Kind.ALWAYS_BOOL:
+        return computation, torch.bool
+    if kind is Kind.COMPLEX_TO_FLOAT and dtype.is_complex:
+        return computation, _REAL_OF[dtype]
+    return computation, dtype
+
+
+def common_dtype(*args, kind=Kind.DEFAULT):
+    """The dtype torch's TensorIterator casts an elementwise op's operands to (before its kernel widens a float16 or
+    bfloat16 one to float32 to compute)."""
     args = [a for a in args if a is not None]
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     highest = 0
@@ -128,18 +142,11 @@ def promote(*args, kind=Kind.DEFAULT):
         dtype = _highest_tensor_dtype(tensors, lambda d: _category_of_dtype(d) == 1) or torch.int64
     else:
         dtype = torch.bool
-    if kind is Kind.NO_OPMATH:
-        return dtype, dtype
     if kind is Kind.INT_TO_FLOAT and _category_of_dtype(dtype) < 2:
         dtype = torch.get_default_dtype()
     elif kind is Kind.BOOL_TO_LONG and dtype is torch.bool:
         dtype = torch.int64
-    computation = _OPMATH.get(dtype, dtype)
-    if kind is Kind.ALWAYS_BOOL:
-        return computation, torch.bool
-    if kind is Kind.COMPLEX_TO_FLOAT and dtype.is_complex:
-        return computation, _REAL_OF[dtype]
-    return computation, dtype
+    return dtype
 
 
 def convert(a, dtype):
@@ -165,13 +172,54 @@ def elementwise_unary(prim, a, kind=Kind.DEFAULT):
     return convert(prim(convert(a, computation)), result)
 
 
-def elementwise_binary(prim, a, b, kind=Kind.DEFAULT):
+def elementwise_binary(prim, a, b, kind=Kind.DEFAULT, *, full_precision_scalar=False):
+    """``prim`` of ``a`` and ``b`` computed as torch computes it. ``full_precision_scalar``: the CPU kernel reads a
+    second operand of one element at its own precision (``mul`` and ``div``; see [Note: operands rounded to the
+    common dtype])."""
     computation, result = promote(a, b, kind=kind)
+    if computation is not (common := common_dtype(a, b, kind=kind)) and _on_cpu(a, b):
+        a = rounded_to(a, common)
+        if not (full_precision_scalar and (not isinstance(b, TensorProxy) or b.numel() == 1)):
+            b = rounded_to(b, common)
     # Convert before broadcasting: the gradient of a broadcast input is then summed in the
     # computation dtype and cast once, as eager autograd does (and the cast touches fewer elements).
     a, b = broadcast(convert(a, computation), convert(b, computation))
     out = prim(a, b)
     return convert(out, result)
+
+
+# [Note: operands rounded to the common dtype]
+# An elementwise op of a float16 or bfloat16 result computes in float32, but torch's CPU kernels see their operands
+# first cast to the common dtype (TensorIterator casts its inputs): a float32 0-dim tensor, an integer tensor or a
+# Python number meeting a bfloat16 tensor is rounded to bfloat16 before the kernel widens it. ``bf16 + 0.3`` adds
+# 0.30078125, and ``floor_divide(t, t.bfloat16())`` of a 0-dim float32 ``t`` is 1 in eager, where ``t``'s float32 value
+# over its rounding gave 0 (fused generated program nn 17936); comparisons likewise. ``mul`` and ``div`` read a
+# second operand of one element at its own precision (their CPU kernels' ``original_scalar_value``): ``bf16 * 0.3``
+# multiplies by 0.3. On CUDA the kernels read a CPU scalar at its own precision, which thunder keeps.
+def _on_cpu(*args) -> bool:
+    devices = {x.device.type for x in args if isinstance(x, TensorProxy)}
+    return devices == {"cpu"}
+
+
+def widened(*operands, kind=Kind.DEFAULT):
+    """(the operands as one kernel reads them: rounded to the common dtype on the CPU, then in the computation dtype;
+    the result dtype). An op composed of several computes on them with no rounding between its steps, as torch's
+    single kernel does, and converts its result once."""
+    computation, result = promote(*operands, kind=kind)
+    common = common_dtype(*operands, kind=kind)
+    if computation is not common and _on_cpu(*operands):
+        operands = tuple(rounded_to(x, common) for x in operands)
+    return tuple(convert(x, computation) if x is not None else None for x in operands), result
+
+
+def rounded_to(x, dtype):
+    """``x`` (a tensor or a number) as a kernel computing in ``dtype`` reads it."""
+    if isinstance(x, TensorProxy):
+        return convert(x, dtype)
+    if type(x) in (int, float) and dtype in (torch.float16, torch.bfloat16):
+        with torch._C.DisableTorchFunction():  # a constant, not a traced operation
+            return torch.tensor(x, dtype=dtype).item()
+    return x
 
 
 def to_dtype_arg(dtype):
