@@ -179,7 +179,7 @@ def elementwise_binary(prim, a, b, kind=Kind.DEFAULT, *, full_precision_scalar=F
     computation, result = promote(a, b, kind=kind)
     if computation is not (common := common_dtype(a, b, kind=kind)) and _on_cpu(a, b):
         a = rounded_to(a, common)
-        if not (full_precision_scalar and (not isinstance(b, TensorProxy) or b.numel() == 1)):
+        if not (full_precision_scalar and _one_element(b)):
             b = rounded_to(b, common)
     # Convert before broadcasting: the gradient of a broadcast input is then summed in the
     # computation dtype and cast once, as eager autograd does (and the cast touches fewer elements).
@@ -210,6 +210,11 @@ def widened(*operands, kind=Kind.DEFAULT):
     if computation is not common and _on_cpu(*operands):
         operands = tuple(rounded_to(x, common) for x in operands)
     return tuple(convert(x, computation) if x is not None else None for x in operands), result
+
+
+def _one_element(x) -> bool:
+    """A number, or a tensor of one element (no extent known only at run time)."""
+    return not isinstance(x, TensorProxy) or all(type(n) is int and n == 1 for n in x.shape)
 
 
 def rounded_to(x, dtype):
