@@ -1823,3 +1823,16 @@ def test_fused_ops_of_reduced_precision_are_eagers_bit_for_bit(dtype):
     actual = thunder.jit(_reduced_precision_program, executors=FUSED)(a, z, i)
     for k, (x, y) in enumerate(zip(expected, actual)):
         assert x.dtype == y.dtype and torch.equal(x.nan_to_num(7), y.nan_to_num(7)), f"output {k}"
+
+
+@requires_compiler
+def test_fused_sums_of_negative_zeros_are_positive_zeros_as_eagers():
+    """ATen's sum starts from +0.0; inductor's code for a short row added its elements to each other, so a row of
+    -0.0 summed to -0.0, and ``1 // sum`` gave -inf for eager's inf (fused generated program 26571)."""
+    def fn(x, mask):
+        t = torch.where(mask, -0.0, x)
+        return t.sum(-1, keepdim=True), t.mean(-1), t.sum(), 1 // (t.sum(-1) * 2)
+
+    x, mask = torch.randn(1, 5, 2), torch.rand(4, 3, 5, 2) < 2
+    for e, t in zip(fn(x, mask), thunder.jit(fn, executors=FUSED)(x, mask)):
+        assert torch.equal(e, t) and torch.equal(e.signbit(), t.signbit())

@@ -299,7 +299,26 @@ def _decompositions() -> dict:
     for overload in (torch.ops.aten.floor_divide.default, torch.ops.aten.floor_divide.Scalar,
                      torch.ops.aten.div.Tensor_mode, torch.ops.aten.div.Scalar_mode):
         table[overload] = functools.partial(_floor_divide, inductors=table.get(overload))
+    for overload in (torch.ops.aten.sum.default, torch.ops.aten.sum.dim_IntList):
+        table[overload] = functools.partial(_sum_from_zero, overload)
     return table
+
+
+_IN_SUM = threading.local()
+
+
+def _sum_from_zero(overload, x, *args, **kwargs):
+    """A floating-point sum as ATen's, which starts from +0.0: a sum of negative zeros is +0.0, where inductor's code
+    for a short row adds its elements to each other (-0.0; fused generated program 26571, where ``1 // sum`` then
+    gave -inf for eager's inf). Adding +0.0 changes no other value."""
+    if getattr(_IN_SUM, "on", False) or not (x.dtype.is_floating_point or x.dtype.is_complex):
+        return NotImplemented  # (the sum itself, recorded as is)
+    _IN_SUM.on = True
+    try:
+        out = overload(x, *args, **kwargs)
+    finally:
+        _IN_SUM.on = False
+    return out + 0.0 if out.dtype.is_floating_point or out.dtype.is_complex else out
 
 
 def _remainder(a, b):
