@@ -180,6 +180,15 @@ _FUNCTIONS = {  # torch functions whose kernels lay out their results otherwise 
     "ldexp": lambda x: torch.ldexp(x, x),
     "a power of a number": lambda x: 2 ** x,
 }
+def _strides_of(fn):
+    """A function giving the strides of ``fn``'s result (of each of its results)."""
+    def strides(x):
+        out = fn(x)
+        return [t.stride() for t in ((out,) if isinstance(out, torch.Tensor) else out)]
+
+    return strides
+
+
 _UNIT_LAYOUTS = [((4, 3, 1), (3, 1, 3)), ((4, 3, 1), (1, 4, 5)), ((1, 4, 3), (7, 1, 4)), ((4, 2, 1), (1, 4, 8)),
                  ((2, 3, 4), (1, 2, 6))]
 
@@ -189,12 +198,7 @@ def test_results_of_kernels_inside_functions_have_eagers_strides(case):
     """The strides a program reads of results of functions that run kernels other than their meta kernels' (ATen's
     composites, ``empty_like`` and contiguous allocations, TensorIterator's fast setup), for inputs whose extents of
     one have strides that address nothing (kernel_layouts.KernelLayouts)."""
-    fn = _FUNCTIONS[case]
-
-    def strides(x):
-        out = fn(x)
-        return [t.stride() for t in ((out,) if isinstance(out, torch.Tensor) else out)]
-
+    strides = _strides_of(_FUNCTIONS[case])
     jstrides = thunder.jit(strides)
     for shape, layout in _UNIT_LAYOUTS:
         x = torch.empty_strided(shape, layout).uniform_(0.1, 0.9)
@@ -330,12 +334,7 @@ def test_results_of_kernels_laid_out_otherwise_on_the_cpu_have_eagers_strides(ca
     """torch's meta kernels lay out the vectors of ``svd`` and ``eig`` row-major and a channels-last input's 3-D
     padding contiguous, as CUDA's kernels do; the CPU's are column-major and channels-last (KernelLayouts asks the
     meta kernels for the CPU's layouts); resampling keeps a stride of an extent of one where the CPU's is fresh."""
-    fn = _CPU_KERNELS[case]
-
-    def strides(x):
-        out = fn(x)
-        return [t.stride() for t in ((out,) if isinstance(out, torch.Tensor) else out)]
-
+    strides = _strides_of(_CPU_KERNELS[case])
     jstrides = thunder.jit(strides)
     for shape, how in _CPU_LAYOUTS:
         x = _laid_out(shape, how)
