@@ -1801,7 +1801,8 @@ def _reduced_precision_program(a, z, i):
     ATen's)."""
     return (a + 0.3, 0.3 - a, a * 0.3, a / 0.3, a + z, z + a, a * z, z * a, a / z, z / a, a + i, a + 257,
             torch.floor_divide(z, a), torch.eq(a, z), torch.lt(z, a), torch.atan2(a, z), torch.remainder(z, a),
-            a.abs() ** 0.3, a ** 3, a ** -2, a.abs() ** z, torch.add(a, a.flip(0), alpha=0.7), torch.sub(z, a, alpha=0.3),
+            a.abs() ** 0.3, a ** 3, a ** -2, a.abs() ** z, torch.add(a, a.flip(0), alpha=0.7),
+            torch.sub(z, a, alpha=0.3),
             torch.addcmul(a, a, a.flip(0), value=0.3), torch.addcdiv(a, a, a.flip(0), value=0.3),
             torch.lerp(a, a * 2, z), torch.nextafter(a, z), F.silu(a), F.gelu(a, approximate="tanh"),
             F.softplus(a), F.mish(a), F.elu(a), F.selu(a), F.celu(a), F.hardswish(a), F.hardsigmoid(a),

@@ -265,10 +265,11 @@ def test_cpu_fourier_transform_kernels_are_laid_out_as_atens(kernel):
 
 
 _TRANSFORMS = {
-    "fft": lambda x: torch.fft.fft(x, dim=0), "ifft": lambda x: torch.fft.ifft(x), "rfft": lambda x: torch.fft.rfft(x, dim=0),
-    "irfft": lambda x: torch.fft.irfft(x, dim=0), "hfft": lambda x: torch.fft.hfft(x, dim=0),
-    "ihfft": lambda x: torch.fft.ihfft(x), "fftn": torch.fft.fftn, "rfftn": torch.fft.rfftn, "irfftn": torch.fft.irfftn,
-    "fft2": lambda x: torch.fft.fft2(x) if x.dim() >= 2 else x, "fft of a complex": lambda x: torch.fft.fft(torch.complex(x, x), dim=0),
+    "fft": lambda x: torch.fft.fft(x, dim=0), "ifft": lambda x: torch.fft.ifft(x),
+    "rfft": lambda x: torch.fft.rfft(x, dim=0), "irfft": lambda x: torch.fft.irfft(x, dim=0),
+    "hfft": lambda x: torch.fft.hfft(x, dim=0), "ihfft": lambda x: torch.fft.ihfft(x), "fftn": torch.fft.fftn,
+    "rfftn": torch.fft.rfftn, "irfftn": torch.fft.irfftn, "fft2": lambda x: torch.fft.fft2(x) if x.dim() >= 2 else x,
+    "fft of a complex": lambda x: torch.fft.fft(torch.complex(x, x), dim=0),
 }
 
 

@@ -149,12 +149,12 @@ _ATEN_COMPOSITES = {"isinf": _isinf, "isfinite": _isfinite, "soft_margin_loss": 
 # torch's meta kernels for ``_fft_r2c``, ``_fft_c2r`` and ``_fft_c2c`` lay a meta tensor's result out as cuFFT does
 # (the meta device stands for CUDA there). The CPU kernels (MKL's) run one batched transform: the dimensions not
 # transformed become one batch dimension, ordered by the input's strides (largest first; ties in the order
-# ``std::partition`` left them), the transformed ones follow in the order the kernel transforms them, and the result is dense in that order. A
-# complex-to-complex transform orders the transformed dimensions by the input's strides too, a real-to-complex one all
-# but the last, which stays last; a complex-to-real one over several dimensions is first a complex-to-complex one
-# over all but the last, then a complex-to-real one over the last. Without MKL (PocketFFT) the results are
-# contiguous. ``rfftn`` of a contiguous ``(3, 5)`` tensor: ``(3, 1)`` on the CPU, ``(1, 3)`` on meta; a ``reshape``
-# of it is a view in eager, which an update through it must reach.
+# ``std::partition`` left them), the transformed ones follow in the order the kernel transforms them, and the result
+# is dense in that order. A complex-to-complex transform orders the transformed dimensions by the input's strides too,
+# a real-to-complex one all but the last, which stays last; a complex-to-real one over several dimensions is first a
+# complex-to-complex one over all but the last, then a complex-to-real one over the last. Without MKL (PocketFFT) the
+# results are contiguous. ``rfftn`` of a contiguous ``(3, 5)`` tensor: ``(3, 1)`` on the CPU, ``(1, 3)`` on meta; a
+# ``reshape`` of it is a view in eager, which an update through it must reach.
 def _fft_result(x, out_shape: tuple, dims, dtype) -> torch.Tensor:
     """The meta result of a transform over ``dims`` (in the kernel's order) of ``x``, of ``out_shape``."""
     return torch.empty_strided(out_shape, _fft_strides(x, out_shape, dims), dtype=dtype, device="meta")
@@ -240,7 +240,8 @@ _ATEN_CPU_KERNELS = {"_fft_c2c": lambda func, *a: _fft_c2c(*a), "_fft_r2c": lamb
                                       "upsample_bicubic2d", "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa",
                                       "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",
                                       "_upsample_nearest_exact1d", "_upsample_nearest_exact2d",
-                                      "_upsample_nearest_exact3d", "reflection_pad3d", "replication_pad3d"), _suggested)}
+                                      "_upsample_nearest_exact3d", "reflection_pad3d", "replication_pad3d"),
+                                     _suggested)}
 
 
 @contextlib.contextmanager

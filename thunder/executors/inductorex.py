@@ -172,9 +172,9 @@ class InductorExecutor(FusionExecutor):
             return False
         if sym.module == "prims" and sym.name == "pow" and _integer_power_of_a_number(bsym):
             return False
-        if sym.module == "prims" and sym.name == "nextafter" and bsym.flat_outs[0].dtype in (torch.float16,
-                                                                                            torch.bfloat16):
-            return False  # inductor computes it in float32: the next float32, which rounds back (torch's kernel runs it)
+        if sym.module == "prims" and sym.name == "nextafter" and \
+                bsym.flat_outs[0].dtype in (torch.float16, torch.bfloat16):
+            return False  # inductor computes it in float32: the next float32, which rounds back (torch's runs it)
         if (sym.module == "prims" and sym.name in FUSIBLE) or (sym.module == "ltorch" and sym.name in FUSIBLE_KERNELS):
             return _fusible_tensors(bsym, self.device_types)
         return False

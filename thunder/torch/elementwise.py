@@ -12,7 +12,7 @@ from thunder.core.extents import same_shape
 from thunder.core.proxies import TensorProxy, NumberProxy
 from thunder.torch.registry import TORCH_TO_SYMBOL, _method, number_torchsymbol, torchsymbol
 from thunder.torch.utils import (Kind, broadcast, check, common_dtype, convert, elementwise_binary, elementwise_unary,
-                                 promote, rounded_to, widened)
+                                 on_cpu, promote, rounded_to, widened)
 from thunder.torch import fallback
 
 # ---------------------------------------------------------------------------------------------
@@ -109,7 +109,7 @@ def positive(a):
 @number_torchsymbol(torch.add, methods=("add", "__add__", "__radd__"), inplace_methods=("add_", "__iadd__"))
 def add(a, b, *, alpha=None):
     if alpha is not None and _reduced(a, b):  # ``a + alpha * b`` in float32, rounded once, as torch's kernel
-        alpha = rounded_to(alpha, common_dtype(a, b))  # (which reads alpha in the common dtype)
+        alpha = rounded_to(alpha, common_dtype(a, b)) if on_cpu(a, b) else alpha  # (the CPU's reads it so)
         (a, b), result = widened(a, b)
         return convert(add(a, b, alpha=alpha), result)
     if alpha is not None:
@@ -153,7 +153,7 @@ def _alpha_promotes(dtype, alpha) -> bool:
 @number_torchsymbol(torch.sub, torch.subtract, methods=("sub", "subtract", "__sub__"), inplace_methods=("sub_", "__isub__"))
 def sub(a, b, *, alpha=None):
     if alpha is not None and _reduced(a, b):
-        alpha = rounded_to(alpha, common_dtype(a, b))
+        alpha = rounded_to(alpha, common_dtype(a, b)) if on_cpu(a, b) else alpha
         (a, b), result = widened(a, b)
         return convert(sub(a, b, alpha=alpha), result)
     if alpha is not None:

@@ -11,7 +11,8 @@ from thunder.core.extents import same_shape
 from thunder.core.proxies import TensorProxy, NumberProxy
 
 __all__ = ["Kind", "canonicalize_dim", "canonicalize_dims", "expand_to", "broadcast", "promote", "common_dtype",
-           "convert", "rounded_to", "widened", "elementwise_unary", "elementwise_binary", "check", "is_tensor", "to_dtype_arg"]
+           "convert", "on_cpu", "rounded_to", "widened", "elementwise_unary", "elementwise_binary", "check",
+           "is_tensor", "to_dtype_arg"]
 
 
 def check(cond: bool, msg, exc=RuntimeError):
@@ -177,7 +178,7 @@ def elementwise_binary(prim, a, b, kind=Kind.DEFAULT, *, full_precision_scalar=F
     second operand of one element at its own precision (``mul`` and ``div``; see [Note: operands rounded to the
     common dtype])."""
     computation, result = promote(a, b, kind=kind)
-    if computation is not (common := common_dtype(a, b, kind=kind)) and _on_cpu(a, b):
+    if computation is not (common := common_dtype(a, b, kind=kind)) and on_cpu(a, b):
         a = rounded_to(a, common)
         if not (full_precision_scalar and _one_element(b)):
             b = rounded_to(b, common)
@@ -196,7 +197,7 @@ def elementwise_binary(prim, a, b, kind=Kind.DEFAULT, *, full_precision_scalar=F
 # over its rounding gave 0 (fused generated program nn 17936); comparisons likewise. ``mul`` and ``div`` read a
 # second operand of one element at its own precision (their CPU kernels' ``original_scalar_value``): ``bf16 * 0.3``
 # multiplies by 0.3. On CUDA the kernels read a CPU scalar at its own precision, which thunder keeps.
-def _on_cpu(*args) -> bool:
+def on_cpu(*args) -> bool:
     devices = {x.device.type for x in args if isinstance(x, TensorProxy)}
     return devices == {"cpu"}
 
@@ -207,7 +208,7 @@ def widened(*operands, kind=Kind.DEFAULT):
     single kernel does, and converts its result once."""
     computation, result = promote(*operands, kind=kind)
     common = common_dtype(*operands, kind=kind)
-    if computation is not common and _on_cpu(*operands):
+    if computation is not common and on_cpu(*operands):
         operands = tuple(rounded_to(x, common) for x in operands)
     return tuple(convert(x, computation) if x is not None else None for x in operands), result
 
