@@ -1806,7 +1806,7 @@ def _reduced_precision_program(a, z, i):
             torch.addcmul(a, a, a.flip(0), value=0.3), torch.addcdiv(a, a, a.flip(0), value=0.3),
             torch.lerp(a, a * 2, z), torch.nextafter(a, z), F.silu(a), F.gelu(a, approximate="tanh"),
             F.softplus(a), F.mish(a), F.elu(a), F.selu(a), F.celu(a), F.hardswish(a), F.hardsigmoid(a),
-            F.logsigmoid(a))
+            F.logsigmoid(a), F.cosine_similarity(a, a.flip(0), 1))
 
 
 @requires_compiler

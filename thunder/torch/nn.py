@@ -570,7 +570,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
 
 @torchsymbol(F.cosine_similarity, torch.cosine_similarity)
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
-    num = red.sum(ew.mul(x1, x2), dim)
-    n1 = ew.clamp_min(red.norm(x1, 2, dim), eps)
-    n2 = ew.clamp_min(red.norm(x2, 2, dim), eps)
-    return ew.div(num, ew.mul(n1, n2))
+    # torch's composite: each operand divided by its norm (clamped at eps) first, then the sum of their products
+    n1 = ew.clamp_min(red.norm(x1, 2, dim, keepdim=True), eps)
+    n2 = ew.clamp_min(red.norm(x2, 2, dim, keepdim=True), eps)
+    return red.sum(ew.mul(ew.div(x1, n1), ew.div(x2, n2)), dim)
