@@ -108,10 +108,8 @@ def positive(a):
 
 @number_torchsymbol(torch.add, methods=("add", "__add__", "__radd__"), inplace_methods=("add_", "__iadd__"))
 def add(a, b, *, alpha=None):
-    if alpha is not None and _reduced(a, b):  # ``a + alpha * b`` in float32, rounded once, as torch's kernel
-        alpha = rounded_to(alpha, common_dtype(a, b)) if on_cpu(a, b) else alpha  # (the CPU's reads it so)
-        (a, b), result = widened(a, b)
-        return convert(add(a, b, alpha=alpha), result)
+    if alpha is not None and _reduced(a, b):
+        return _widened_with_alpha(add, a, b, alpha)
     if alpha is not None:
         b = _scaled(a, b, alpha)
     return elementwise_binary(prims.add, a, b)
@@ -121,6 +119,14 @@ def _reduced(*operands) -> bool:
     """Whether an op of these operands computes in a wider dtype than its result's (float16, bfloat16)."""
     computation, result = promote(*operands)
     return computation is not result
+
+
+def _widened_with_alpha(op, a, b, alpha):
+    """``op(a, alpha * b)`` of a float16/bfloat16 result in float32, rounded once, as torch's kernel, which reads
+    ``alpha`` in the common dtype on the CPU."""
+    alpha = rounded_to(alpha, common_dtype(a, b)) if on_cpu(a, b) else alpha
+    (a, b), result = widened(a, b)
+    return convert(op(a, b, alpha=alpha), result)
 
 
 def _scaled(a, b, alpha):
@@ -153,9 +159,7 @@ def _alpha_promotes(dtype, alpha) -> bool:
 @number_torchsymbol(torch.sub, torch.subtract, methods=("sub", "subtract", "__sub__"), inplace_methods=("sub_", "__isub__"))
 def sub(a, b, *, alpha=None):
     if alpha is not None and _reduced(a, b):
-        alpha = rounded_to(alpha, common_dtype(a, b)) if on_cpu(a, b) else alpha
-        (a, b), result = widened(a, b)
-        return convert(sub(a, b, alpha=alpha), result)
+        return _widened_with_alpha(sub, a, b, alpha)
     if alpha is not None:
         b = _scaled(a, b, alpha)
     return elementwise_binary(prims.sub, a, b)
@@ -437,8 +441,9 @@ def clamp_max(a, max):
 @number_torchsymbol(torch.lerp, methods=("lerp",), inplace_methods=("lerp_",))
 def lerp(start, end, weight):
     # torch's formula, in the computation dtype: exact at both ends of the weight's range
-    (start, end, weight), result = widened(start, end, weight) if isinstance(weight, TensorProxy) else \
-        (widened(start, end)[0] + (weight,), promote(start, end, weight)[1])  # (a number weight: at its precision)
+    # (a number weight is read at its own precision, a tensor's rounded as the other operands)
+    (start, end, weight), result = widened(start, end, weight,
+                                           unrounded=() if isinstance(weight, TensorProxy) else (2,))
     diff = sub(end, start)
     if not isinstance(weight, TensorProxy):
         out = add(start, mul(weight, diff)) if math.fabs(weight) < 0.5 else sub(end, mul(diff, 1 - weight))

@@ -177,14 +177,11 @@ def elementwise_binary(prim, a, b, kind=Kind.DEFAULT, *, full_precision_scalar=F
     """``prim`` of ``a`` and ``b`` computed as torch computes it. ``full_precision_scalar``: the CPU kernel reads a
     second operand of one element at its own precision (``mul`` and ``div``; see [Note: operands rounded to the
     common dtype])."""
-    computation, result = promote(a, b, kind=kind)
-    if computation is not (common := common_dtype(a, b, kind=kind)) and on_cpu(a, b):
-        a = rounded_to(a, common)
-        if not (full_precision_scalar and _one_element(b)):
-            b = rounded_to(b, common)
+    unrounded = (1,) if full_precision_scalar and _one_element(b) else ()
     # Convert before broadcasting: the gradient of a broadcast input is then summed in the
     # computation dtype and cast once, as eager autograd does (and the cast touches fewer elements).
-    a, b = broadcast(convert(a, computation), convert(b, computation))
+    (a, b), result = widened(a, b, kind=kind, unrounded=unrounded)
+    a, b = broadcast(a, b)
     out = prim(a, b)
     return convert(out, result)
 
@@ -202,14 +199,14 @@ def on_cpu(*args) -> bool:
     return devices == {"cpu"}
 
 
-def widened(*operands, kind=Kind.DEFAULT):
-    """(the operands as one kernel reads them: rounded to the common dtype on the CPU, then in the computation dtype;
-    the result dtype). An op composed of several computes on them with no rounding between its steps, as torch's
-    single kernel does, and converts its result once."""
+def widened(*operands, kind=Kind.DEFAULT, unrounded=()):
+    """(the operands as one kernel reads them: rounded to the common dtype on the CPU, but those at the positions
+    ``unrounded``, then in the computation dtype; the result dtype). An op composed of several computes on them with
+    no rounding between its steps, as torch's single kernel does, and converts its result once."""
     computation, result = promote(*operands, kind=kind)
     common = common_dtype(*operands, kind=kind)
     if computation is not common and on_cpu(*operands):
-        operands = tuple(rounded_to(x, common) for x in operands)
+        operands = tuple(x if i in unrounded else rounded_to(x, common) for i, x in enumerate(operands))
     return tuple(convert(x, computation) if x is not None else None for x in operands), result
 
 
