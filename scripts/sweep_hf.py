@@ -13,6 +13,8 @@ WRONG, ERROR (thunder raised), EAGERFAIL (eager raised: a config this sweep cann
     python scripts/sweep_hf.py causal --autocast   # every type (covered ones too), the forward under CPU bfloat16 autocast
     python scripts/sweep_hf.py causal --fused      # every type, thunder.jit(executors=["inductor", "torch"]): CLOSE is
                                                    # the expected verdict, WRONG ones are rechecked in float64
+    python scripts/sweep_hf.py causal --bf16       # every type, its parameters and floating-point inputs in bfloat16
+                                                   # (combines with --fused)
 """
 from __future__ import annotations
 
@@ -63,6 +65,7 @@ _TEXT = ("AutoModelForCausalLM", "AutoModelForMaskedLM", "AutoModelForSeq2SeqLM"
 
 AUTOCAST = False  # --autocast: the forward under torch.autocast("cpu", dtype=torch.bfloat16), the backward outside
 EXECUTORS = None  # --fused: ["inductor", "torch"]
+DTYPE = None  # --bf16: torch.bfloat16, the model's parameters and buffers and the floating-point inputs
 
 
 def _run(model, inputs, jit: bool):
@@ -81,23 +84,27 @@ def _build(model_type: str, auto: str, tiny: dict):
         tiny = dict(tiny, architectures=[classes[0]])
     config = transformers.AutoConfig.for_model(model_type, **tiny)
     torch.manual_seed(0)
-    model = getattr(transformers, auto).from_config(config).train()
+    model, inputs = getattr(transformers, auto).from_config(config).train(), _inputs(config, auto)
+    return (model, inputs) if DTYPE is None else _in_dtype(model, inputs, DTYPE)
+
+
+def _inputs(config, auto: str) -> dict:
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(3, VOCAB, (2, 16), generator=g)
     if auto == "AutoModelForSequenceClassification":  # right-padded rows: the head pools each row's last token
         ids[1, 12:] = config.pad_token_id if config.pad_token_id is not None else 0
-        return model, dict(input_ids=ids, labels=torch.tensor([0, 1]))
+        return dict(input_ids=ids, labels=torch.tensor([0, 1]))
     if auto == "AutoModelForTokenClassification":
-        return model, dict(input_ids=ids, labels=ids % 2)
+        return dict(input_ids=ids, labels=ids % 2)
     if auto in _TEXT:
-        return model, dict(input_ids=ids, labels=ids.clone())
+        return dict(input_ids=ids, labels=ids.clone())
     if auto == "AutoModelForImageClassification":
         size = getattr(getattr(config, "vision_config", config), "image_size", 64)
         size = size if isinstance(size, int) else size[-1]
-        return model, dict(pixel_values=torch.randn(2, getattr(config, "num_channels", 3), size, size, generator=g),
-                           labels=torch.randint(0, 10, (2,), generator=g))
-    return model, dict(input_values=torch.randn(2, 4000, generator=g),  # a waveform
-                       labels=ids[:, :4] if auto == "AutoModelForCTC" else torch.randint(0, 10, (2,), generator=g))
+        return dict(pixel_values=torch.randn(2, getattr(config, "num_channels", 3), size, size, generator=g),
+                    labels=torch.randint(0, 10, (2,), generator=g))
+    return dict(input_values=torch.randn(2, 4000, generator=g),  # a waveform
+                labels=ids[:, :4] if auto == "AutoModelForCTC" else torch.randint(0, 10, (2,), generator=g))
 
 
 def _build_and_run(model_type: str, auto: str, tiny: dict):
@@ -131,10 +138,15 @@ def _bitwise_with_the_compile_path(model, inputs, jitted) -> bool:
         bit_for_bit(grads[n], j_grads[n]) for n in grads)
 
 
+def _in_dtype(model, inputs, dtype):
+    """A copy of ``model`` and of the floating-point ``inputs`` in ``dtype``."""
+    to = lambda x: x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x  # noqa: E731
+    return copy.deepcopy(model).to(dtype), {k: to(v) for k, v in inputs.items()}
+
+
 def _in_float64(model, inputs):
     """A float64 copy of ``model`` and of the floating-point ``inputs``."""
-    up = lambda x: x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x  # noqa: E731
-    return copy.deepcopy(model).double(), {k: up(v) for k, v in inputs.items()}
+    return _in_dtype(model, inputs, torch.float64)
 
 
 def _eager_in_float64(model, inputs, compile_path=False):
@@ -224,12 +236,13 @@ def sweep_one(model_type: str, auto: str) -> tuple[str, str]:
 
 
 def main(argv):
-    global AUTOCAST, EXECUTORS
+    global AUTOCAST, EXECUTORS, DTYPE
     AUTOCAST = "--autocast" in argv
     EXECUTORS = ["inductor", "torch"] if "--fused" in argv else None
-    argv = [a for a in argv if a not in ("--autocast", "--fused")]
+    DTYPE = torch.bfloat16 if "--bf16" in argv else None
+    argv = [a for a in argv if a not in ("--autocast", "--fused", "--bf16")]
     types, auto = KINDS[argv[1] if len(argv) > 1 else "causal"]
-    known = set() if AUTOCAST or EXECUTORS else {c.model_type for c in CASES.values() if c.auto == auto}
+    known = set() if AUTOCAST or EXECUTORS or DTYPE else {c.model_type for c in CASES.values() if c.auto == auto}
     names = argv[2].split(",") if len(argv) > 2 else sorted(set(types) - known)
     torch.set_num_threads(1)
     resource.setrlimit(resource.RLIMIT_AS, (10 * 2**30, 10 * 2**30))  # default configs can be huge: fail, not swap
