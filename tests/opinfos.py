@@ -550,6 +550,9 @@ def getitem_samples(dtype):
     for key in keys:
         yield S(a(), key)
     yield S(a(), torch.tensor([2, 0, 3]))  # integer tensor: gathers rows
+    # rows repeated: their gradients add up in eager's order (an accumulating index_put; index_select's gradient, an
+    # index_add, rounds otherwise in float16 and bfloat16: a mixture of experts' hidden_states[token_idx])
+    yield S(a(), torch.tensor([1, 3, 1, 1, 0, 1, -1, 1, 3, 1, 1]))
     yield S(a(), torch.tensor(1))
     yield S(a(), (slice(None), torch.tensor([[0, 1], [2, 4]])))  # advanced indexing: the generic fallback
     yield S(a(), (torch.tensor([0, 1]), slice(None), torch.tensor([1, 2])))
@@ -668,6 +671,7 @@ def take_along_dim_samples(dtype):
 
 def index_select_samples(dtype):
     yield S(make((4, 5), dtype), 1, torch.tensor([0, 4, 4, 2]))
+    yield S(make((6, 5), dtype), 0, torch.tensor([1, 3, 1, 1, 0, 1, 5, 1, 3, 1, 1]))  # an index_add, as eager's gradient
     yield S(make((4, 5), dtype), 0, torch.tensor(2))
     yield S(make((5,), dtype), 0, torch.tensor([1, 3]))
     yield S(make((), dtype), 0, torch.tensor([0]))

@@ -92,6 +92,10 @@ embedding_dense_backward = _aten_symbol(
     lambda g, indices, num_weights, padding_idx, scale_grad_by_freq: ((num_weights, g.shape[-1]), g.dtype, g.device))
 slice_backward = _aten_symbol(aten.slice_backward.default, "slice_backward",
                               lambda g, input_sizes, dim, start, end, step: (tuple(input_sizes), g.dtype, g.device))
+# advanced indexing's gradient: eager's ``index_backward``, an accumulating ``index_put`` into zeros (``index_add``,
+# ``index_select``'s, adds a float16 or bfloat16 gradient's rows of a repeated index in another order)
+index_backward = _aten_symbol(lambda g, index, sizes: g.new_zeros(sizes).index_put_((index,), g, accumulate=True),
+                              "index_backward", lambda g, index, sizes: (tuple(sizes), g.dtype, g.device))
 
 from thunder.torch import nn as tnn, elementwise as ew  # noqa: E402
 
@@ -762,6 +766,22 @@ def select_rule(a, dim, index):
         return slice_backward(prims.reshape(g, tuple(a.shape)), list(a.shape), d, 0, 1, 1), None, None
 
     return _shapes.select(a, dim, index), backward
+
+
+@register_vjp(_shapes.getitem)
+def getitem_rule(a, key):
+    """``a[index]`` of an integer tensor: eager's gradient (``index_backward``), where the decomposition's (a ``take``,
+    ``index_select``'s, whose gradient is an ``index_add``) rounds otherwise in float16 and bfloat16 (the hidden
+    states each expert of a mixture of experts selects, ``hidden_states[token_idx]``). Other keys: their decomposition
+    or torch's own indexing."""
+    if not _shapes.indexes_by_one_integer_tensor(a, key):
+        return NotImplemented
+
+    def backward(g):
+        index, g = (key, g) if key.ndim == 1 else (prims.reshape(key, (1,)), prims.reshape(g, (1, *g.shape)))
+        return index_backward(g, index, list(a.shape)), None
+
+    return _shapes.getitem(a, key), backward
 
 
 # nll_loss of (N, C) scores (cross_entropy of a language model's logits): torch's kernels, as eager runs them.
