@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import thunder
-from thunder.driver.kernel_layouts import tensor_iterator_strides
+from thunder.driver.kernel_layouts import KernelLayouts, tensor_iterator_strides
 
 
 def _operand(shape, rng):
@@ -352,3 +352,63 @@ def test_an_update_through_a_reshape_of_svds_vectors_stays_apart():
 
     x = torch.randn(2, 3, 3)
     assert torch.equal(thunder.jit(fn)(x), fn(x))
+
+
+# elementwise kernels that read operands of another dtype than their computation's ([Note: operands cast on the CPU])
+_PROMOTING = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "true_divide": torch.true_divide,
+    "floor_divide": torch.floor_divide, "remainder": torch.remainder, "eq": torch.eq, "lt": torch.lt,
+    "logical_and": torch.logical_and, "maximum": torch.maximum, "atan2": torch.atan2, "copysign": torch.copysign,
+    "pow": torch.pow, "clamp": lambda a, b: torch.clamp(a, min=b), "where": lambda a, b: torch.where(a > 0, a, b),
+    "plus a number": lambda a, b: a + 2.5, "equal to a number": lambda a, b: a == 2.5, "sin": lambda a, b: a.sin(),
+    "sigmoid": lambda a, b: torch.sigmoid(a), "abs": lambda a, b: a.abs(),
+}
+_DTYPES = [torch.int64, torch.int32, torch.bool, torch.float32, torch.float64, torch.bfloat16]
+
+
+def _in_dtype(t, dtype):
+    """``t``'s layout (strides, offset, storage) in ``dtype``."""
+    base = t._base if t._base is not None else t
+    base = base > 0 if dtype is torch.bool else base.to(dtype)
+    return base.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_elementwise_results_of_operands_of_mixed_dtypes_have_the_cpu_kernels_strides(seed):
+    """The CPU's TensorIterator reads an operand of another dtype than it computes in as a copy (``to``), laid out
+    densely in the order of its strides, a broadcast one's telling nothing, and orders the result's dimensions by the
+    copy's strides; thunder ordered them by the operand's (an int row broadcast to 3 x 3 divided by a transposed
+    int matrix: transposed in thunder, row-major in eager; fused relayout 28670)."""
+    rng = random.Random(seed)
+    checked = 0
+    for _ in range(1500):
+        name = rng.choice(list(_PROMOTING))
+        a, b = (_in_dtype(_any_layout(rng), rng.choice(_DTYPES)) for _ in range(2))
+        try:
+            expected = _PROMOTING[name](a, b)
+        except RuntimeError:
+            continue  # dtypes the kernel refuses
+        meta = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta") for t in (a, b)]
+        with KernelLayouts("cpu"):
+            actual = _PROMOTING[name](*meta)
+        if expected.numel():
+            assert actual.stride() == expected.stride(), \
+                f"{name}: {a.dtype} {tuple(a.shape)} {a.stride()}, {b.dtype} {tuple(b.shape)} {b.stride()}"
+            checked += 1
+    assert checked > 800
+
+
+@pytest.mark.parametrize("executors", [None, ["inductor", "torch"]], ids=["torch", "inductor"])
+def test_an_update_through_a_reshape_of_a_quotient_of_broadcast_integers_reaches_it(executors):
+    """``true_divide`` of an int row broadcast to 3 x 3 and a transposed int matrix is row-major on the CPU (the
+    broadcast operand's float copy decides), so ``reshape`` views it; thunder took it for transposed, copied, and lost
+    the update through the copy (a wrong value); fused, the region wrote the result transposed."""
+    def fn(a):
+        y = torch.true_divide(a.sum(-1, keepdim=True).expand_as(a), a)
+        y.reshape(-1).add_(1)
+        return y
+
+    a = torch.randint(1, 5, (3, 3), generator=torch.Generator().manual_seed(0)).mT
+    expected = fn(a)
+    actual = thunder.jit(fn, **({"executors": executors} if executors else {}))(a)
+    assert torch.equal(actual, expected) and actual.stride() == expected.stride()

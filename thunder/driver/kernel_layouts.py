@@ -58,11 +58,49 @@ _NUMBERS_ARE_OPERANDS = frozenset({
     "rsub", "rdiv", "rfloordiv", "rmod", "rpow", "logical_and", "logical_or", "logical_xor", "atan2", "hypot",
     "maximum", "minimum", "nextafter", "float_power", "xlogy", "special_xlogy", "special_xlog1py", "xlog1py",
     "special_zeta", "zeta"})
-def _tensor_iterator_layout(name: str, shape: tuple, strides: tuple, args, kwargs) -> tuple:
+# [Note: operands cast on the CPU]
+# On the CPU, TensorIterator replaces an operand of another dtype than the one its kernel computes in by a copy in
+# that dtype (``to``: laid out as the operand where that is dense, else densely in the order of its strides, a
+# broadcast operand's stride 0 telling nothing), before it takes its fast setup or orders the dimensions, which the
+# copy's strides then decide (``int_row.expand(3, 3) / int_t`` of a transposed ``int_t``: row-major, where the same
+# operands of one dtype give the transposed order; fused relayout 28670). CUDA's kernels cast as they read: no copy.
+# The kernels that promote their operands to a common dtype: the binary and comparison ones, ``where``'s two values,
+# and the unary kernels that compute an integer operand in floating point.
+_COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor"})
+_PROMOTING = _NUMBERS_ARE_OPERANDS | frozenset({"pow", "clamp", "clamp_min", "clamp_max", "fmax", "fmin", "logaddexp",
+                                                "logaddexp2", "igamma", "igammac", "addcmul", "addcdiv"})
+
+
+def _as_cast_on_the_cpu(name: str, out_dtype, args, operands: list) -> list:
+    """``operands`` as the CPU kernel ``name`` reads them (see [Note: operands cast on the CPU])."""
+    if name == "where":  # the condition is read as it is; the two values in the result's dtype
+        cast = {id(t) for t in operands[1:]}
+        common = out_dtype
+    elif name in _PROMOTING:
+        cast = {id(t) for t in operands}
+        common = out_dtype
+        if name in _COMPARISONS:  # a boolean result of operands compared in their common dtype
+            values = [x for x in args if isinstance(x, (torch.Tensor, Number))]
+            common = torch.result_type(*values[:2]) if len(values) >= 2 else out_dtype
+    elif len(operands) == 1 and out_dtype.is_floating_point and not (operands[0].dtype.is_floating_point
+                                                                       or operands[0].dtype.is_complex):
+        cast, common = {id(operands[0])}, out_dtype  # an integer operand of a floating-point kernel (``sin``)
+    else:
+        return operands
+    return [t.to(common) if id(t) in cast and t.dtype != common and t.ndim else t for t in operands]
+
+
+def _tensor_iterator_layout(name: str, shape: tuple, strides: tuple, args, kwargs, out_dtype=None,
+                            device_type: str = "cpu") -> tuple:
     """The strides TensorIterator gives the result of the elementwise kernel ``name`` of ``args``: its fast setup
     where every operand has the result's shape, else ``tensor_iterator_strides``; ``strides`` (the meta kernel's)
-    where an operand has more dimensions than the result."""
+    where an operand has more dimensions than the result. ``out_dtype``: the result's (on the CPU, operands of
+    another dtype are read as copies: [Note: operands cast on the CPU])."""
     operands = [x for x in tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+    if name == "rsub":  # ``other - self``: TensorIterator's operands in that order
+        operands.reverse()
+    if device_type == "cpu" and out_dtype is not None and operands:
+        operands = _as_cast_on_the_cpu(name, out_dtype, args, operands)
     if not operands or any(len(t.shape) > len(shape) for t in operands):
         return strides
     numbers = name in _NUMBERS_ARE_OPERANDS and any(isinstance(x, Number) for x in args)
@@ -306,7 +344,8 @@ class KernelLayouts(torch.utils._python_dispatch.TorchDispatchMode):
             strides = strides if len(strides) == len(shape) else None
         elif name in _ATEN_TENSOR_ITERATOR or (torch.Tag.pointwise in func.tags
                                                and name not in _ATEN_NOT_TENSOR_ITERATOR):
-            strides = _tensor_iterator_layout(name, shape, tuple(out.stride()), args, kwargs)
+            strides = _tensor_iterator_layout(name, shape, tuple(out.stride()), args, kwargs, out.dtype,
+                                              self.device_type)
         else:
             return out
         return self._laid_out(out, strides)
