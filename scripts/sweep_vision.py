@@ -14,6 +14,7 @@ EAGERFAIL (eager raised: an input this sweep cannot make), TIMEOUT. Outputs, par
     python scripts/sweep_vision.py timm --fused                # executors=["inductor", "torch"]: CLOSE is the
                                                                # expected verdict, WRONG ones are rechecked in float64
                                                                # (against eager's, then thunder's run in float64)
+    python scripts/sweep_vision.py timm --bf16                 # parameters, buffers and inputs in bfloat16
 """
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ def _loss(out):
 
 AUTOCAST = False  # --autocast: the forward under torch.autocast("cpu", dtype=torch.bfloat16), the backward outside
 EXECUTORS = None  # --fused: ["inductor", "torch"]
+DTYPE = None  # --bf16: torch.bfloat16, the model's floating-point parameters and buffers and the inputs
 
 
 def _run(model, inputs, jit: bool, train: bool):
@@ -122,6 +124,8 @@ def sweep_one(builds) -> tuple[str, str]:
     def eager(build):
         torch.manual_seed(0)
         model, inputs = build()
+        if DTYPE is not None:
+            model, inputs = model.to(DTYPE), tuple(x.to(DTYPE) if x.is_floating_point() else x for x in inputs)
         return model, inputs, {train: _run(model, inputs, jit=False, train=train) for train in (True, False)}
 
     built, failure = first_that_runs(lambda build=build: eager(build) for build in builds)
@@ -225,9 +229,11 @@ def main(argv):
     parser.add_argument("--up-to", type=float, help="timm: every model of at most this many parameters")
     parser.add_argument("--autocast", action="store_true", help="the forward under CPU bfloat16 autocast")
     parser.add_argument("--fused", action="store_true", help='thunder.jit(executors=["inductor", "torch"])')
+    parser.add_argument("--bf16", action="store_true", help="parameters, buffers and inputs in bfloat16")
     args = parser.parse_args(argv[1:])
-    global AUTOCAST, EXECUTORS
+    global AUTOCAST, EXECUTORS, DTYPE
     AUTOCAST = args.autocast
+    DTYPE = torch.bfloat16 if args.bf16 else None
     EXECUTORS = ["inductor", "torch"] if args.fused else None
     library, names = args.library, args.names.split(",") if args.names else None
     torch.set_num_threads(1)
