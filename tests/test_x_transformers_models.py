@@ -15,6 +15,8 @@ expression first: ``EINX_WARMUP`` compilations.
 """
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -64,7 +66,14 @@ def test_decoder_training_parity(variant):
     torch.manual_seed(0)
     model = _lm(xt.Decoder(dim=32, depth=2, heads=4, **DECODER_VARIANTS[variant]))
     tokens = torch.randint(0, 64, (2, 16))
-    check_training_parity(model, (tokens,), loss_of=_lm_loss(tokens), compilations=2 if variant == "alibi" else EINX_WARMUP)
+    # the soft clamp is a torch.jit.script function: from its third call on, TorchScript's graph executor
+    # differentiates it with formulas of its own, which round otherwise than autograd's on some CPUs (an AVX512-FP16
+    # Xeon: step 2's gradients), where thunder traces the Python function (autograd's gradients, see
+    # thunder/driver/torchscript.py); eager's reference runs it unoptimized, as autograd differentiates it
+    unoptimized = torch.jit.optimized_execution(False) if variant == "softclamp-logits" else contextlib.nullcontext()
+    with unoptimized:
+        check_training_parity(model, (tokens,), loss_of=_lm_loss(tokens),
+                              compilations=2 if variant == "alibi" else EINX_WARMUP)
 
 
 def _mask():

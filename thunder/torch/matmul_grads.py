@@ -200,9 +200,14 @@ def rule(sym, a, b):
 def _batched_backward(g, a, b):
     """The general path in the trace, where fusion executors see its copies: both operands expanded to the common
     batch and folded to 3-D (copying those a view cannot fold, such as ``k.transpose(-2, -1)`` of a head-split ``k``),
-    the gradients ``bmm``s of those folded operands (the same layouts as eager's: the same roundings)."""
+    the gradients ``bmm``s of those folded operands (the same layouts as eager's: the same roundings). ``bmm``
+    itself, as eager's ``BmmBackward``, not ``matmul``, whose own folding views an operand again, which gives its
+    extents of one other strides (a transposed ``(2, 16, 1)`` probability: ``(16, 1, 1)`` as ``bmm`` reads it,
+    ``(16, 16, 1)`` through ``matmul``), which some CPUs' kernels round by (PVT's and SegFormer's value gradients on
+    an AVX512-FP16 Xeon)."""
     from thunder.core.extents import prod
-    from thunder.torch import expand, matmul, reshape, transpose
+    from thunder.torch import expand, reshape, transpose
+    from thunder.torch.nn import bmm
     from thunder.transforms.grad_rules import _reduce_to
 
     batch = prims.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
@@ -211,6 +216,6 @@ def _batched_backward(g, a, b):
     a3 = reshape(expand(a, batch + (n, m)), (size, n, m))
     b3 = reshape(expand(b, batch + (m, p)), (size, m, p))
     g3 = reshape(g, (size, n, p))
-    ga = _reduce_to(reshape(matmul(g3, transpose(b3, 1, 2)), batch + (n, m)), a.shape)
-    gb = _reduce_to(reshape(matmul(transpose(a3, 1, 2), g3), batch + (m, p)), b.shape)
+    ga = _reduce_to(reshape(bmm(g3, transpose(b3, 1, 2)), batch + (n, m)), a.shape)
+    gb = _reduce_to(reshape(bmm(transpose(a3, 1, 2), g3), batch + (m, p)), b.shape)
     return ga, gb
