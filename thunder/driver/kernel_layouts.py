@@ -73,21 +73,16 @@ _PROMOTING = _NUMBERS_ARE_OPERANDS | frozenset({"pow", "clamp", "clamp_min", "cl
 
 def _as_cast_on_the_cpu(name: str, out_dtype, args, operands: list) -> list:
     """``operands`` as the CPU kernel ``name`` reads them (see [Note: operands cast on the CPU])."""
+    first, common = 0, out_dtype  # the first operand cast, and the dtype
     if name == "where":  # the condition is read as it is; the two values in the result's dtype
-        cast = {id(t) for t in operands[1:]}
-        common = out_dtype
-    elif name in _PROMOTING:
-        cast = {id(t) for t in operands}
-        common = out_dtype
-        if name in _COMPARISONS:  # a boolean result of operands compared in their common dtype
-            values = [x for x in args if isinstance(x, (torch.Tensor, Number))]
-            common = torch.result_type(*values[:2]) if len(values) >= 2 else out_dtype
-    elif len(operands) == 1 and out_dtype.is_floating_point and not (operands[0].dtype.is_floating_point
-                                                                       or operands[0].dtype.is_complex):
-        cast, common = {id(operands[0])}, out_dtype  # an integer operand of a floating-point kernel (``sin``)
-    else:
+        first = 1
+    elif name in _COMPARISONS:  # a boolean result of operands compared in their common dtype
+        values = [x for x in args if isinstance(x, (torch.Tensor, Number))]
+        common = torch.result_type(*values[:2]) if len(values) >= 2 else out_dtype
+    elif name not in _PROMOTING and not (len(operands) == 1 and out_dtype.is_floating_point and not (
+            operands[0].dtype.is_floating_point or operands[0].dtype.is_complex)):  # (``sin`` of integers)
         return operands
-    return [t.to(common) if id(t) in cast and t.dtype != common and t.ndim else t for t in operands]
+    return operands[:first] + [t.to(common) if t.dtype != common and t.ndim else t for t in operands[first:]]
 
 
 def _tensor_iterator_layout(name: str, shape: tuple, strides: tuple, args, kwargs, out_dtype=None,

@@ -777,11 +777,7 @@ def getitem_rule(a, key):
     if not _shapes.indexes_by_one_integer_tensor(a, key):
         return NotImplemented
 
-    def backward(g):
-        index, g = (key, g) if key.ndim == 1 else (prims.reshape(key, (1,)), prims.reshape(g, (1, *g.shape)))
-        return index_backward(g, index, list(a.shape)), None
-
-    return _shapes.getitem(a, key), backward
+    return _shapes.getitem(a, key), lambda g: (index_backward(g, key, list(a.shape)), None)
 
 
 # nll_loss of (N, C) scores (cross_entropy of a language model's logits): torch's kernels, as eager runs them.

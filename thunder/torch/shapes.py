@@ -597,18 +597,15 @@ def getitem(a, key):
     if _integer_tensor_as_int(key):  # a view in eager: torch's own indexing
         return fallback.fallback_call(operator.getitem, (a, key), {})
     if indexes_by_one_integer_tensor(a, key):
-        index = key if key.ndim == 1 else reshape(key, (1,))
-        index = prims.where(prims.lt(index, 0), prims.add(index, a.shape[0]), index)  # -1: the last row
-        out = prims.take(a, index, 0)
-        return out if key.ndim == 1 else prims.squeeze(out, (0,))
+        index = prims.where(prims.lt(key, 0), prims.add(key, a.shape[0]), key)  # -1: the last row
+        return prims.take(a, index, 0)
     return fallback.fallback_call(operator.getitem, (a, key), {})
 
 
 def indexes_by_one_integer_tensor(a, key) -> bool:
-    """Whether ``a[key]`` selects along the first dimension by an integer tensor of at most one dimension (a ``take``
-    that is not a view: see ``_integer_tensor_as_int``)."""
-    return (isinstance(key, TensorProxy) and key.dtype in (torch.int64, torch.int32) and key.ndim <= 1 and a.ndim >= 1
-            and not _integer_tensor_as_int(key))
+    """Whether ``a[key]`` selects along the first dimension by a 1-D integer tensor (a ``take``; a 0-dim one is read
+    as the integer it holds: ``_integer_tensor_as_int``)."""
+    return isinstance(key, TensorProxy) and key.dtype in (torch.int64, torch.int32) and key.ndim == 1 and a.ndim >= 1
 
 
 # tensor indices copy, as in torch, but for 0-dim integer ones (``_integer_tensor_as_int``)
