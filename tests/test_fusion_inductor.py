@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import os
 import shutil
 
 import threading
@@ -1435,24 +1436,58 @@ def _sin_of_product_plus(x, y):
 
 
 def test_cpu_isa_answers_are_what_inductors_probes_find():
-    """Where thunder answers inductor's instruction-set probes from ATen's CPU detection (sparing a compiled test
-    program each), the answers are the probes' own: run here for real, with the flags inductor would add."""
-    from torch._inductor.cpu_vec_isa import VecAVX512, VecAVX512VNNI
+    """Where thunder answers inductor's instruction-set probes from ATen's CPU detection and the compiler's version
+    (sparing a compiled and loaded test program each), the answers are the probes' own: run here for real, with
+    the flags inductor would add."""
+    from torch._inductor.cpu_vec_isa import VecAMX, VecAVX512, VecAVX512VNNI
 
     from thunder.executors import inductor_compile as ic
 
-    if not ic._cpu_isa_settings() or not ic._compiler_knows_avx512_extensions():
+    if not ic._cpu_isa_settings() or not ic._gcc_at_least(10):
         pytest.skip("thunder leaves inductor's probes to inductor on this machine")
     bf16 = VecAVX512()
     bf16._arch_flags = VecAVX512._arch_flags + " -mavx512bf16"
-    vnni = VecAVX512VNNI()
+    amx_fp16 = VecAMX()
+    amx_fp16._arch_flags = VecAMX._arch_flags + " -mamx-fp16"
+    probes = [(bf16, VecAVX512._avx512_bf16_code, torch.cpu._is_avx512_bf16_supported()),
+              (VecAVX512VNNI(), VecAVX512VNNI._avx512_vnni_code, torch.cpu._is_vnni_supported()),
+              (VecAMX(), VecAMX._amx_code, True),  # asked wherever the CPU lists amx_tile
+              (amx_fp16, VecAMX._amx_fp16_code, torch.cpu._is_amx_fp16_supported())]
     with ic._answered_probes():
-        answered = [bf16.check_build(VecAVX512._avx512_bf16_code), vnni.check_build(VecAVX512VNNI._avx512_vnni_code)]
+        answered = [isa.check_build(code) for isa, code, _ in probes]
+    probed = [isa.check_build(code) for isa, code, _ in probes]
     # inductor asks a probe only where ATen reports the extension: compare there
-    asked = [torch.cpu._is_avx512_bf16_supported(), torch.cpu._is_vnni_supported()]
-    probed = [bf16.check_build(VecAVX512._avx512_bf16_code), vnni.check_build(VecAVX512VNNI._avx512_vnni_code)]
-    assert [a for a, q in zip(answered, asked) if q] == [p for p, q in zip(probed, asked) if q]
-    assert answered == asked
+    assert [a for a, (*_, asked) in zip(answered, probes) if asked] == \
+        [p for p, (*_, asked) in zip(probed, probes) if asked]
+    assert answered[:2] == [asked for *_, asked in probes[:2]]
+
+
+def test_inductor_picks_the_same_cpu_isa_with_thunders_answers():
+    """In a fresh process and a fresh cache, inductor's choice of vector instructions (and their compiler flags)
+    under thunder's settings and answers is the one its own probes make."""
+    code = (
+        "import torch, torch._inductor.config as c\n"
+        "from torch._inductor.cpu_vec_isa import pick_vec_isa\n"
+        "from thunder.executors import inductor_compile as ic\n"
+        "import contextlib, sys\n"
+        "ctx = contextlib.ExitStack()\n"
+        "if sys.argv[1] == 'thunder' and ic._cpu_isa_settings():\n"
+        "    ctx.enter_context(c.patch(**ic._cpu_isa_settings()))\n"
+        "    ctx.enter_context(ic._answered_probes()) if ic._gcc_at_least(10) else None\n"
+        "with ctx:\n"
+        "    isa = pick_vec_isa()\n"
+        "    print(repr(str(isa)), repr(isa.build_arch_flags()) if isa else None)\n")
+    import subprocess
+    import sys
+    import tempfile
+
+    picks = {}
+    for how in ("inductor", "thunder"):
+        with tempfile.TemporaryDirectory() as cache:
+            env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
+            picks[how] = subprocess.run([sys.executable, "-c", code, how], env=env, check=True,
+                                        capture_output=True, text=True).stdout.strip()
+    assert picks["thunder"] == picks["inductor"], picks
 
 
 class _DeviceRecorder(OperatorExecutor):

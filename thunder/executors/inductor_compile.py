@@ -161,26 +161,41 @@ def _leave_rng_state_alone_in_background():
 @contextlib.contextmanager
 def _known_cpu_isa(region):
     """Inductor's settings (``_cpu_isa_settings``) for a region with CPU inputs; where they trust the CPU, its
-    probes of the instruction extensions ATen's CPU detection has answered too (AVX512-BF16, VNNI: a test
-    program compiled and run each, about half a second apiece in a fresh cache) answer yes, when the compiler
-    is a GCC that knows them (10 or newer). Other probes run as inductor makes them."""
+    probes of the instruction extensions ATen's CPU detection has answered too (AVX512-BF16, VNNI, AMX: a test
+    program compiled and loaded each, about a second apiece in a fresh cache and a fifth of one in a warm cache,
+    per process) are answered without compiling, when the compiler is a GCC that knows the extension. Other
+    probes run as inductor makes them."""
     settings = _cpu_isa_settings() if any(p.device.type == "cpu" for p in region.params) else {}
     with contextlib.ExitStack() as stack:
         if settings:
             import torch._inductor.config as inductor_config
 
             stack.enter_context(inductor_config.patch(**settings))
-            if _compiler_knows_avx512_extensions():
+            if _gcc_at_least(10):
                 stack.enter_context(_answered_probes())
         yield
 
 
+def _probe_answers() -> dict:
+    """What inductor's probe programs (a source each) would find, from ATen's CPU detection and the compiler's
+    version: a probe only compiles its program with the extension's flags and loads it, running nothing, so it
+    fails only where the compiler does not know the flags (AVX512-BF16 and VNNI: GCC 10; AMX: GCC 11; AMX-FP16:
+    GCC 13). Inductor asks the AVX512-BF16, VNNI and AMX-FP16 probes only where ATen reports the extension, and
+    follows the AMX probe with ATen's request for the operating system's permission (``torch.cpu._init_amx``),
+    which still runs."""
+    from torch._inductor.cpu_vec_isa import VecAMX, VecAVX512, VecAVX512VNNI
+
+    return {VecAVX512._avx512_bf16_code: torch.cpu._is_avx512_bf16_supported() and _gcc_at_least(10),
+            VecAVX512VNNI._avx512_vnni_code: torch.cpu._is_vnni_supported() and _gcc_at_least(10),
+            VecAMX._amx_code: _gcc_at_least(11),
+            VecAMX._amx_fp16_code: torch.cpu._is_amx_fp16_supported() and _gcc_at_least(13)}
+
+
 @contextlib.contextmanager
 def _answered_probes():
-    from torch._inductor.cpu_vec_isa import VecAVX512, VecAVX512VNNI, VecISA
+    from torch._inductor.cpu_vec_isa import VecISA
 
-    known = {VecAVX512._avx512_bf16_code: torch.cpu._is_avx512_bf16_supported(),
-             VecAVX512VNNI._avx512_vnni_code: torch.cpu._is_vnni_supported()}
+    known = _probe_answers()
     original = VecISA.check_build
 
     def check_build(self, code):
@@ -194,11 +209,12 @@ def _answered_probes():
 
 
 @functools.cache
-def _compiler_knows_avx512_extensions() -> bool:
+def _gcc_at_least(major: int) -> bool:
+    """Whether inductor's C++ compiler is a GCC of version ``major`` or newer."""
     try:
         from torch._inductor.cpp_builder import _is_gcc_version_less_than, get_cpp_compiler, is_gcc
 
-        return is_gcc() and not _is_gcc_version_less_than(get_cpp_compiler(), 10)
+        return is_gcc() and not _is_gcc_version_less_than(get_cpp_compiler(), major)
     except Exception:  # a private API of inductor's that moved: let inductor probe
         return False
 
@@ -210,8 +226,8 @@ def _cpu_isa_settings() -> dict:
     Before its first CPU kernel inductor builds and loads a test program per candidate instruction set (about
     9 s on a small machine, once per process). ATen has checked the CPU and the operating system already
     (``torch.backends.cpu.get_cpu_capability()``): where it reports AVX512, or AVX2 on a CPU without AVX512,
-    and the CPU has no AMX (which needs the operating system's permission, the probe's real use), inductor is
-    told the candidates the CPU lists are usable. Its choice is then the one the probe would make."""
+    inductor is told the candidates the CPU lists are usable. Its choice is then the one the probe would make:
+    the extensions' probes (``_probe_answers``) and AMX's permission from the operating system are still asked."""
     from torch._inductor.cpu_vec_isa import x86_isa_checker
     import platform
 
@@ -219,7 +235,7 @@ def _cpu_isa_settings() -> dict:
         return {}
     flags = set(x86_isa_checker())
     capability = torch.backends.cpu.get_cpu_capability()
-    trusted = (capability == "AVX512" and "amx_tile" not in flags) or (capability == "AVX2" and "avx512" not in flags)
+    trusted = capability == "AVX512" or (capability == "AVX2" and "avx512" not in flags)
     return {"cpp.vec_isa_ok": True} if trusted else {}
 
 
