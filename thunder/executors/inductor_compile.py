@@ -176,6 +176,7 @@ def _known_cpu_isa(region):
         yield
 
 
+@functools.cache
 def _probe_answers() -> dict:
     """What inductor's probe programs (a source each) would find, from ATen's CPU detection and the compiler's
     version: a probe only compiles its program with the extension's flags and loads it, running nothing, so it
@@ -183,12 +184,15 @@ def _probe_answers() -> dict:
     GCC 13). Inductor asks the AVX512-BF16, VNNI and AMX-FP16 probes only where ATen reports the extension, and
     follows the AMX probe with ATen's request for the operating system's permission (``torch.cpu._init_amx``),
     which still runs."""
-    from torch._inductor.cpu_vec_isa import VecAMX, VecAVX512, VecAVX512VNNI
+    try:
+        from torch._inductor.cpu_vec_isa import VecAMX, VecAVX512, VecAVX512VNNI
 
-    return {VecAVX512._avx512_bf16_code: torch.cpu._is_avx512_bf16_supported() and _gcc_at_least(10),
-            VecAVX512VNNI._avx512_vnni_code: torch.cpu._is_vnni_supported() and _gcc_at_least(10),
-            VecAMX._amx_code: _gcc_at_least(11),
-            VecAMX._amx_fp16_code: torch.cpu._is_amx_fp16_supported() and _gcc_at_least(13)}
+        return {VecAVX512._avx512_bf16_code: torch.cpu._is_avx512_bf16_supported() and _gcc_at_least(10),
+                VecAVX512VNNI._avx512_vnni_code: torch.cpu._is_vnni_supported() and _gcc_at_least(10),
+                VecAMX._amx_code: _gcc_at_least(11),
+                VecAMX._amx_fp16_code: torch.cpu._is_amx_fp16_supported() and _gcc_at_least(13)}
+    except (ImportError, AttributeError):  # private APIs of inductor's or ATen's that moved: let inductor probe
+        return {}
 
 
 @contextlib.contextmanager
