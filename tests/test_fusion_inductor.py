@@ -468,6 +468,24 @@ def test_outputs_follow_eagers_layouts_for_other_input_layouts(make):
     assert thunder.cache_misses(jf) == (1 if make().stride() == (6, 1) else 2)
 
 
+def _a_column_of_a_fused_value(x):  # a 1-D view of a region's value, which the region returns (fused 31202)
+    v = (x / 3).unbind(1)[0][..., ::2]
+    return v, v.sin()
+
+
+@requires_compiler
+def test_a_one_dimensional_view_of_a_fused_value_follows_eagers_layout_for_other_input_layouts():
+    """A fresh 1-D value is laid out alike whatever its operands' layouts, a 1-D view is not: a column of a value
+    computed from ``x`` has strides (4,) where ``x`` is a contiguous (5, 2), (2,) where it is transposed. The prologue
+    checks ``x``'s strides, and the transposed call is traced again (it was given the traced strides)."""
+    jf = thunder.jit(_a_column_of_a_fused_value, executors=FUSED)
+    for x in (torch.randn(5, 2), torch.randn(2, 5).t(), torch.randn(5, 2)):
+        for actual, expected in zip(jf(x), _a_column_of_a_fused_value(x)):
+            torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+            assert actual.stride() == expected.stride()
+    assert thunder.cache_misses(jf) == 2
+
+
 @requires_compiler
 def test_a_region_always_given_one_other_layout_calls_its_compilation_directly():
     """Compiled for contiguous inputs, a region that always receives transposed ones (an attention output laid out

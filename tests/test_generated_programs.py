@@ -143,8 +143,8 @@ _FUSED_SEEDS = ([(False, s) for s in (1, 53, 54, 141, 165, 175, 190, 228, 253, 2
                 + [(True, s) for s in (5, 39, 100, 184, 274, 276, 278, 320, 805, 977, 981, 1854, 1944, 1955, 2747, 14742)])
 # Fused runs with a third call of inputs laid out otherwise (``relayout``) that found bugs: TensorIterator's strides of
 # extents of one, which meta kernels keep where the CPU kernels give standard ones (kernel_layouts._tensor_iterator_layout); an
-# as_strided of a broadcast, which inductor reads from a copy of its own (21588).
-_FUSED_RELAYOUT_SEEDS = [(True, 13839), (True, 14325), (False, 21588)]
+# as_strided of a broadcast, which inductor reads from a copy of its own (21588); a 1-D view of a fused value (31202).
+_FUSED_RELAYOUT_SEEDS = [(True, 13839), (True, 14325), (False, 21588), (False, 31202)]
 _FUSED_KNOWN_FAILURES: dict = {
     (True, 2026): "std_mean's mean over infinities: inf fused (as torch.compile), NaN in eager (Welford's update)",
 }

@@ -106,7 +106,8 @@ class EagerOutputLayouts:
             return None
         if strides is None or len(strides) != len(value.shape):
             return None
-        if kept and len(strides) >= 2:  # (a fresh tensor of fewer dimensions is laid out alike for any operands)
+        # (a fresh tensor of fewer dimensions is laid out alike for any operands; a view of one is not: fused 31202)
+        if kept and (len(strides) >= 2 or layouts.made_as_view(proxy)):
             self._holder[1] |= layouts.inputs_laid_out_after(proxy)
         return strides
 
@@ -242,6 +243,35 @@ class Layouts:
         except Exception:  # noqa: BLE001 - any failure: no answer
             return True
         return strides is None or all(n == 1 or a == b for n, a, b in zip(shape, strides, other.stride()))
+
+    @_untraced
+    def made_as_view(self, proxy: TensorProxy) -> bool:
+        """Whether eager makes ``proxy`` a view of another tensor (or returns that tensor), whose layout its strides
+        then follow whatever its own dimensions: ``x.unbind(1)[0]`` has strides (2,) where a (5, 2) ``x`` is
+        contiguous, (1,) where it is transposed. True where thunder cannot tell."""
+        if proxy.name in self.value_of:
+            return True
+        producer = self.producer.get(proxy.name)
+        if producer is None:
+            return proxy.name in self.inputs
+        fn, args, kwargs, index = producer
+        if not any(isinstance(x, TensorProxy) for x in tree_leaves((args, kwargs))):
+            return False  # a factory's new tensor
+
+        def to_meta(x):
+            if known_value(x) is not None:
+                return known_value(x)
+            if isinstance(x, TensorProxy):
+                return self.peek(x)
+            return self._number(x) if isinstance(x, NumberProxy) else x
+
+        try:
+            margs, mkwargs = tree_map(to_meta, (args, kwargs))
+            with torch._C.DisableTorchFunction(), kernel_layouts.KernelLayouts(proxy.device.type):
+                t = tree_leaves(fn(*margs, **mkwargs))[index]
+        except Exception:  # noqa: BLE001 - no meta kernel, run-time extents: cannot tell
+            return True
+        return not isinstance(t, torch.Tensor) or t._is_view() or any(t is m for m in tree_leaves((margs, mkwargs)))
 
     @_untraced
     def replayed(self, proxy: TensorProxy, fn, args, kwargs, index: int) -> torch.Tensor:
