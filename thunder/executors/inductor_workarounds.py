@@ -18,6 +18,13 @@ tells it to do the same when the second tiled axis is further in (the check indu
 tail kernel is a vector kernel, its masked store is then the one that runs on the tail. Where it is the scalar
 kernel, the region is not compiled (it falls back to the torch executor with a warning), as that epilogue was
 never exercised for this loop shape.
+
+[Note: inductor's vectorized expm1 and atanh]
+Inductor's C++ vector code computes ``expm1(x)`` as ``exp(x) - 1`` and ``atanh(x)`` as ``0.5 * log((1 + x) / (1 - x))``
+(2.13 and earlier), which cancel catastrophically near zero: ``expm1(-1e-8)`` is 0 (eager: -1e-8), ``atanh(1e-6)``
+2.03e-6, and every ELU, SELU and CELU of a small negative value with them. Eager's kernels call ATen's vectorized
+``expm1()`` and ``atanh()`` (SLEEF's, within an ulp), and thunder has inductor do the same: the fused values are eager's,
+bit for bit.
 """
 from __future__ import annotations
 
@@ -72,7 +79,7 @@ def _cache_marker(depends_on: tuple):
             pass
 
         def uuid(self):
-            return f"thunder inductor workarounds {_source_hash()} (pytorch/pytorch#196681); {depends_on!r}"
+            return f"thunder inductor workarounds {_source_hash()}; {depends_on!r}"
 
     return ThunderWorkarounds()
 
@@ -96,6 +103,35 @@ def _tail_store_unmasked(proxy, outer_loop) -> bool:
 
 @functools.cache
 def _install() -> None:
+    _install_tail_store()
+    _install_accurate_vector_ops()
+
+
+# inductor's vector op -> the ATen vector method eager's kernel calls (see the note on expm1 and atanh)
+_ACCURATE_VECTOR_OPS = {
+    "expm1": "{x}.expm1()",
+    "atanh": "{x}.atanh()",
+}
+
+
+def _install_accurate_vector_ops() -> None:
+    try:
+        from torch._inductor.codegen.cpp import CppVecOverrides
+    except ImportError:  # an inductor without a C++ backend
+        return
+    for name, code in _ACCURATE_VECTOR_OPS.items():
+        original = getattr(CppVecOverrides, name, None)
+        if original is None:
+            continue
+
+        def accurate(x, original=original, code=code):
+            return code.format(x=x) if getattr(_ACTIVE, "on", False) else original(x)
+
+        functools.update_wrapper(accurate, original)  # its name: inductor looks the scalar op up by it
+        setattr(CppVecOverrides, name, staticmethod(accurate))
+
+
+def _install_tail_store() -> None:
     try:
         from torch._inductor.codegen.cpp import CppKernelProxy, CppVecKernel
     except ImportError:  # an inductor without a C++ backend
