@@ -570,8 +570,11 @@ class Tracer:
         out = sym(*args, **kwargs)
         bsym = scope[-1] if len(scope) > n else None
         torch_fn = fn if fn is not None else getattr(sym, "torch_impl", None)
-        # (F.batch_norm's result beside its running statistics' updates: laid out as the kernel lays it out)
-        self.layouts.add_output(torch_fn, args, kwargs, out.result if isinstance(out, Updates) else out)
+        # (F.batch_norm's result beside its running statistics' updates: laid out as the kernel lays it out; an
+        # in-place method, ``x.relu_()``, takes no ``inplace`` flag, which its symbol's arguments bind: fused nn 20709)
+        replayed = {k: v for k, v in kwargs.items() if k != "inplace"} \
+            if "inplace" in kwargs and getattr(torch_fn, "__name__", "").endswith("_") else kwargs
+        self.layouts.add_output(torch_fn, args, replayed, out.result if isinstance(out, Updates) else out)
         if bsym is not None and isinstance(sym, Symbol) and any(isinstance(x, TensorProxy) for x in args):
             self._record_views(sym, bsym, args, kwargs, out, torch_fn)
             if (isinstance(out, TensorProxy) and out.requires_grad and _copies_first_argument(bsym)
