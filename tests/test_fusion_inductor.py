@@ -843,6 +843,27 @@ def test_fused_ops_near_zero_keep_their_relative_accuracy(op, dtype):
     assert ((actual.double() - exact).abs() / exact.abs())[normal].max() <= bound
 
 
+@requires_compiler
+@pytest.mark.parametrize("fn", [lambda x: torch.std(x, 1), lambda x: torch.var(x, 1, correction=0), lambda x: torch.std(x),
+                                lambda x: torch.var_mean(x, 0)[0], lambda x: torch.std_mean(x, 1)],
+                         ids=["std", "var", "std_all", "var_mean", "std_mean"])
+@pytest.mark.parametrize("scale", [1.0, 1e-25], ids=["ordinary", "tiny"])
+def test_fused_float32_moments_are_eagers_bit_for_bit(fn, scale):
+    """torch's CPU kernels of var, std and their _mean forms compute float32 moments in float64; fused, they are
+    computed so too: in float32 the variance of values near 1e-25 underflowed (std 0, eager's about 1e-25) and other
+    values differed in their last bits."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 100, generator=g) * scale + 5 * scale
+
+    def f(v):
+        return [t * 2 for t in torch.utils._pytree.tree_leaves(fn(v))]
+
+    jf = thunder.jit(f, executors=FUSED)
+    for actual, expected in zip(jf(x), f(x)):
+        assert torch.equal(actual, expected)
+    assert _fused_ops(thunder.last_traces(jf)[-1])
+
+
 def _views_of_a_returned_value(x):  # a slice with gaps and a flatten were written apart from their base
     y = x * 2
     return y, y[..., ::2], y.flatten(), y.t()[0]

@@ -309,7 +309,7 @@ def group_norm(a, num_groups, weight=None, bias=None, eps=1e-5):
     x = shapes.reshape(a, (n, num_groups, -1))
     compute = torch.float32 if a.dtype in (torch.float16, torch.bfloat16) else a.dtype
     x = convert(x, compute)
-    var, mean = red.var_mean(x, 2, correction=0, keepdim=True)
+    var, mean = red.moments(x, 2, correction=0, keepdim=True)
     out = ew.mul(ew.sub(x, mean), ew.rsqrt(ew.add(var, eps)))
     out = shapes.reshape(out, tuple(a.shape))
     # float32 parameters of a reduced-precision input ("mixed type"): applied before the one rounding to its dtype

@@ -131,19 +131,41 @@ def _correction(unbiased, correction):
     return 1 if unbiased is None or unbiased else 0
 
 
+def _in_double(a) -> bool:
+    """Whether torch's CPU kernels of ``var``, ``std``, ``var_mean`` and ``std_mean`` compute ``a``'s moments (and their
+    square root) in float64: float32 on the CPU (``at::acc_type``). Their decompositions, which fusion executors run, do
+    the same: a float32 variance underflows where the values' squares do (below about 1e-19: fused, ``torch.std`` of
+    values near 1e-25 was 0, eager's about 1e-25), and float64 moments are eager's bit for bit."""
+    return a.dtype is torch.float32 and a.device.type == "cpu"
+
+
 @torchsymbol(torch.var, methods=("var",))
 def var(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    if _in_double(a):
+        return prims.convert_element_type(var(prims.convert_element_type(a, torch.float64), dim, unbiased, keepdim,
+                                              correction=correction), a.dtype)
     dims = _dims(a, dim)
     return _keepdim(prims.var(a, dims, correction=_correction(unbiased, correction)), a, dims, keepdim)
 
 
 @torchsymbol(torch.std, methods=("std",))
 def std(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    if _in_double(a):
+        wide = prims.convert_element_type(a, torch.float64)
+        return prims.convert_element_type(prims.sqrt(var(wide, dim, unbiased, keepdim, correction=correction)), a.dtype)
     return prims.sqrt(var(a, dim, unbiased, keepdim, correction=correction))
 
 
 @torchsymbol(torch.var_mean)
 def var_mean(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    if _in_double(a):
+        v, m = moments(prims.convert_element_type(a, torch.float64), dim, unbiased, keepdim, correction=correction)
+        return prims.convert_element_type(v, a.dtype), prims.convert_element_type(m, a.dtype)
+    return moments(a, dim, unbiased, keepdim, correction=correction)
+
+
+def moments(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """``var_mean`` computed in ``a``'s dtype (normalizations, whose kernels compute so)."""
     dims = _dims(a, dim)
     v, m = prims.var_mean(a, dims, correction=_correction(unbiased, correction))
     return _keepdim(v, a, dims, keepdim), _keepdim(m, a, dims, keepdim)
@@ -151,7 +173,10 @@ def var_mean(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 @torchsymbol(torch.std_mean)
 def std_mean(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    v, m = var_mean(a, dim, unbiased, keepdim, correction=correction)
+    if _in_double(a):
+        v, m = moments(prims.convert_element_type(a, torch.float64), dim, unbiased, keepdim, correction=correction)
+        return prims.convert_element_type(prims.sqrt(v), a.dtype), prims.convert_element_type(m, a.dtype)
+    v, m = moments(a, dim, unbiased, keepdim, correction=correction)
     return prims.sqrt(v), m
 
 
