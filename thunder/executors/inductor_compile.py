@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import math
 import queue
 import sys
 import threading
@@ -383,6 +384,57 @@ def _floor_divide(a, b, *, inductors=None, **kwargs):
     return torch.where(b != 0, floor, quotient) if isinstance(b, torch.Tensor) else floor if b != 0 else quotient
 
 
+# [Note: erf near zero, fused]
+# float32 ``torch.erf`` on the CPU is MKL's, within an ulp. Inductor's C++ code calls ATen's vector erf (Abramowitz and
+# Stegun's 7.1.26, which eager's GELU kernel also calls: an absolute error of 1.5e-7), of the form
+# ``1 - t P(t) exp(-x^2)``, which loses every digit near zero: fused, ``erf(1e-8)`` was 0 and ``erf(1e-6)`` 5 % too
+# large. In the graph thunder hands inductor, a float32 CPU erf takes its series within 0.5 of zero, ``x P(x^2)``
+# (seven terms: the first left out is below 1e-9 of the sum), and ATen's erf elsewhere. An erf of a bfloat16 or
+# float16 value (computed in float32, converted from and to that dtype) is left as it is: eager's kernels for those
+# dtypes compute ATen's vector erf in float, bit for bit; so is the torch executor's, where a region falls back.
+_ERF_SERIES = tuple(2 / math.sqrt(math.pi) * c for c in (1 / 9360, -1 / 1320, 1 / 216, -1 / 42, 1 / 10, -1 / 3, 1))
+_CASTS = ("_to_copy", "convert_element_type", "to")
+
+
+def _reduced_precision_cast(node, source: bool) -> bool:
+    """Whether ``node`` converts from (``source``) or to a float16 or bfloat16 value."""
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function" or \
+            getattr(node.target, "__name__", "").split(".")[0] not in _CASTS:
+        return False
+    val = (node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None) if source \
+        else node.meta.get("val")
+    return isinstance(val, torch.Tensor) and val.dtype in (torch.float16, torch.bfloat16)
+
+
+def _widened_erf(node) -> bool:
+    """Whether ``node`` is a float32 CPU erf (see the note on erf near zero) of no reduced-precision value."""
+    if node.op != "call_function" or node.target is not torch.ops.aten.erf.default:
+        return False
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.dtype != torch.float32 or val.device.type != "cpu":
+        return False
+    return not (_reduced_precision_cast(node.args[0], source=True)
+                or (node.users and all(_reduced_precision_cast(u, source=False) for u in node.users)))
+
+
+def _erf_to_widen(gm) -> bool:
+    return any(_widened_erf(n) for n in gm.graph.nodes)
+
+
+class _AccurateErf(torch.fx.Interpreter):
+    """Runs a graph with its float32 CPU erfs accurate near zero (see the note on erf near zero), for make_fx."""
+
+    def run_node(self, n):
+        if not _widened_erf(n):
+            return super().run_node(n)
+        x = self.env[n.args[0]]
+        x2 = x * x
+        series = x2 * _ERF_SERIES[0] + _ERF_SERIES[1]
+        for c in _ERF_SERIES[2:]:
+            series = series * x2 + c
+        return torch.where(x.abs() < 0.5, x * series, torch.erf(x))
+
+
 def _check_layouts(args, strides):
     for a, s in zip(args, strides):  # runs before every call of a region: no index kept
         if a.stride() != s:
@@ -589,6 +641,8 @@ class CompiledRegion:
                     inductor_workarounds(depends_on=("donated inputs", donated)):
                 with mode:
                     gm = make_fx(self._traced_fn(), decomposition_table=_decompositions())(*fakes)
+                    if _erf_to_widen(gm):
+                        gm = make_fx(_AccurateErf(gm).run)(*fakes)
                 if strides == self.expected and reuse:
                     self.output_layouts = _output_strides(gm)
                 with _deferred_kernel_waits(self):

@@ -43,8 +43,6 @@ def _unary_symbol(name: str, kind):
         torch_fns.append(F.tanh)
 
     def fn(a):
-        if name in _CPU_FLOAT32_FORMS and isinstance(a, TensorProxy) and a.dtype is torch.float32 and on_cpu(a):
-            return _CPU_FLOAT32_FORMS[name](a)
         return elementwise_unary(prim, a, kind)
 
     fn.__name__ = name
@@ -53,27 +51,6 @@ def _unary_symbol(name: str, kind):
     methods = (name,) + _UNARY_METHOD_ALIASES.get(name, ())
     return number_torchsymbol(*torch_fns, methods=methods, inplace_methods=inplace, name=name)(fn)
 
-
-# [Note: erf near zero, fused]
-# A fusion executor runs the primitives a torch op decomposes into; the torch executor runs the op itself. float32
-# ``torch.erf`` on the CPU is MKL's, within an ulp; inductor's C++ code computes ``prims.erf`` with ATen's vector erf
-# (Abramowitz and Stegun's 7.1.26, which eager's GELU kernel also calls: an absolute error of 1.5e-7), of the form
-# ``1 - t P(t) exp(-x^2)``, which loses every digit near zero: fused, ``erf(1e-8)`` was 0 and ``erf(1e-6)`` 5 % too
-# large. Within 0.5 of zero float32 erf decomposes into its series, ``x P(x^2)`` (seven terms: the first left out is
-# below 1e-9 of the sum), and into ``prims.erf`` elsewhere. bfloat16 and float16 keep ``prims.erf`` (in float32),
-# which is what eager's kernels for them compute, bit for bit; CUDA's erf (libdevice's) is accurate.
-_ERF_SERIES = tuple(2 / math.sqrt(math.pi) * c for c in (1 / 9360, -1 / 1320, 1 / 216, -1 / 42, 1 / 10, -1 / 3, 1))
-
-
-def _erf_float32_cpu(a):
-    x2 = prims.mul(a, a)
-    series = prims.add(prims.mul(x2, _ERF_SERIES[0]), _ERF_SERIES[1])
-    for c in _ERF_SERIES[2:]:
-        series = prims.add(prims.mul(series, x2), c)
-    return prims.where(prims.lt(prims.abs(a), 0.5), prims.mul(a, series), prims.erf(a))
-
-
-_CPU_FLOAT32_FORMS = {"erf": _erf_float32_cpu}  # see the note on erf near zero
 
 _UNARY_ALIASES = {"abs": (torch.absolute,), "neg": (torch.negative,), "asin": (torch.arcsin,), "acos": (torch.arccos,),
                   "atan": (torch.arctan,), "asinh": (torch.arcsinh,), "acosh": (torch.arccosh,), "atanh": (torch.arctanh,),
