@@ -219,18 +219,8 @@ class Layouts:
         if len(shape) < 2 or is_symbolic_shape(shape):
             return True
         other = torch.empty(shape[::-1], dtype=operand.dtype, device="meta").permute(*reversed(range(len(shape))))
-
-        def to_meta(x):
-            if x is operand:
-                return other
-            if known_value(x) is not None:
-                return known_value(x)
-            if isinstance(x, TensorProxy):
-                return self.peek(x)
-            return self._number(x) if isinstance(x, NumberProxy) else x
-
         try:
-            margs, mkwargs = tree_map(to_meta, (args, kwargs))
+            margs, mkwargs = self._peeked(args, kwargs, operand, other)
             # (an update's new value has the shape of the tensor it updates: ``operand``'s)
             strides = None
             with kernel_layouts.KernelLayouts(operand.device.type):
@@ -257,21 +247,28 @@ class Layouts:
         fn, args, kwargs, index = producer
         if not any(isinstance(x, TensorProxy) for x in tree_leaves((args, kwargs))):
             return False  # a factory's new tensor
+        try:
+            margs, mkwargs = self._peeked(args, kwargs)
+            with torch._C.DisableTorchFunction(), kernel_layouts.KernelLayouts(proxy.device.type):
+                t = tree_leaves(fn(*margs, **mkwargs))[index]
+        except Exception:  # noqa: BLE001 - no meta kernel, run-time extents: cannot tell
+            return True
+        return not isinstance(t, torch.Tensor) or t._is_view() or any(t is m for m in tree_leaves((margs, mkwargs)))
+
+    def _peeked(self, args, kwargs, operand: TensorProxy | None = None, other: torch.Tensor | None = None) -> tuple:
+        """``(args, kwargs)`` for a meta replay: ``peek``'s meta tensors for tensors (``other`` for ``operand``), values
+        the trace knows, and numbers."""
 
         def to_meta(x):
+            if operand is not None and x is operand:
+                return other
             if known_value(x) is not None:
                 return known_value(x)
             if isinstance(x, TensorProxy):
                 return self.peek(x)
             return self._number(x) if isinstance(x, NumberProxy) else x
 
-        try:
-            margs, mkwargs = tree_map(to_meta, (args, kwargs))
-            with torch._C.DisableTorchFunction(), kernel_layouts.KernelLayouts(proxy.device.type):
-                t = tree_leaves(fn(*margs, **mkwargs))[index]
-        except Exception:  # noqa: BLE001 - no meta kernel, run-time extents: cannot tell
-            return True
-        return not isinstance(t, torch.Tensor) or t._is_view() or any(t is m for m in tree_leaves((margs, mkwargs)))
+        return tree_map(to_meta, (args, kwargs))
 
     @_untraced
     def replayed(self, proxy: TensorProxy, fn, args, kwargs, index: int) -> torch.Tensor:
