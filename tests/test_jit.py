@@ -300,6 +300,17 @@ def test_untraceable_op_raises_not_implemented_naming_it():
         thunder.jit(lambda x: torch.histogramdd(x, bins=3))(torch.randn(4, 2))
 
 
+def test_a_custom_operator_without_a_meta_kernel_is_refused_by_its_name():
+    """A ``torch.library`` operator called as ``torch.ops.ns.op`` (not an overload) was named by pybind11's
+    qualified name of its function record."""
+    lib = torch.library.Library("thunder_test_no_meta", "DEF")
+    lib.define("twice(Tensor x) -> Tensor")
+    lib.impl("twice", lambda x: x * 2, "CPU")
+    with pytest.raises(NotImplementedError, match=r"thunder cannot trace torch\.ops\.thunder_test_no_meta\.twice: "
+                                                  "torch has no meta kernel"):
+        thunder.jit(lambda x: torch.ops.thunder_test_no_meta.twice(x).exp())(torch.randn(3))
+
+
 # ---------------------------------------------------------------------------------------------
 # In-place operations
 # ---------------------------------------------------------------------------------------------

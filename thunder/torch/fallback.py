@@ -64,6 +64,8 @@ def printable_name(fn) -> str | None:
     global _PATHS
     if isinstance(fn, torch._ops.OpOverload):
         return f"torch.ops.{fn.namespace}.{fn._opname}.{fn._overloadname}"
+    if isinstance(fn, torch._ops.OpOverloadPacket):  # torch.ops.mylib.op (its __qualname__ is pybind11's)
+        return "torch.ops." + fn._qualified_op_name.replace("::", ".")
     if _PATHS is None:
         _PATHS = _build_paths()
     path = _PATHS.get(id(fn))
