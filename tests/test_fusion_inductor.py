@@ -844,9 +844,9 @@ def test_fused_ops_near_zero_keep_their_relative_accuracy(op, dtype):
 
 
 @requires_compiler
-@pytest.mark.parametrize("fn", [lambda x: torch.std(x, 1), lambda x: torch.var(x, 1, correction=0), lambda x: torch.std(x),
-                                lambda x: torch.var_mean(x, 0)[0], lambda x: torch.std_mean(x, 1)],
-                         ids=["std", "var", "std_all", "var_mean", "std_mean"])
+@pytest.mark.parametrize("fn", [lambda x: torch.std(x, 1), lambda x: torch.var(x, 1, correction=0),
+                                lambda x: torch.var_mean(x, 0)[0], lambda x: torch.std_mean(x, 1), lambda x: torch.std_mean(x)],
+                         ids=["std", "var", "var_mean", "std_mean", "std_mean_all"])
 @pytest.mark.parametrize("scale", [1.0, 1e-25], ids=["ordinary", "tiny"])
 def test_fused_float32_moments_are_eagers_bit_for_bit(fn, scale):
     """torch's CPU kernels of var, std and their _mean forms compute float32 moments in float64; fused, they are
@@ -857,6 +857,28 @@ def test_fused_float32_moments_are_eagers_bit_for_bit(fn, scale):
 
     def f(v):
         return [t * 2 for t in torch.utils._pytree.tree_leaves(fn(v))]
+
+    jf = thunder.jit(f, executors=FUSED)
+    for actual, expected in zip(jf(x), f(x)):
+        assert torch.equal(actual, expected)
+    assert _fused_ops(thunder.last_traces(jf)[-1])
+
+
+@requires_compiler
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("values", ["equal", "random"])
+@pytest.mark.parametrize("shape,dim,keepdim", [((30,), None, False), ((1, 3, 2, 5), None, False), ((1, 30), 1, True),
+                                               ((3, 1, 7), (0, 2), False)], ids=["1d", "4d", "rows", "two_dims"])
+@pytest.mark.parametrize("op", [torch.var, torch.std], ids=["var", "std"])
+def test_fused_variance_to_one_element_is_eagers_bit_for_bit(op, shape, dim, keepdim, values, dtype):
+    """torch's CPU var and std that leave one element take the mean in the input's dtype (its sum in the kernel's
+    order of additions), then sum the squared deviations in float64: the variance of thirty float32 copies of -0.1 is
+    5.55e-17. Fused, it was 0, and ``t // t.var()`` inf where eager's was 1.8e16 (generated program 32936)."""
+    x = (torch.full(shape, -0.1) if values == "equal" else torch.randn(shape, generator=torch.Generator().manual_seed(0))).to(dtype)
+
+    def f(v):
+        w = v.abs().neg()
+        return op(w, dim, keepdim=keepdim) * 2, w // op(w, dim, keepdim=keepdim, correction=0)
 
     jf = thunder.jit(f, executors=FUSED)
     for actual, expected in zip(jf(x), f(x)):

@@ -139,7 +139,7 @@ def test_generator_exercises_aliasing_broadcasting_layouts_and_grads():
 # kernels round otherwise), the seeds whose fused runs found bugs, as regressions tests; those still failing go in
 # _FUSED_KNOWN_FAILURES as strict xfails: differences from eager's artifacts, documented in the README.
 _FUSED_SEEDS = ([(False, s) for s in (1, 53, 54, 141, 165, 175, 190, 228, 253, 258, 500, 644, 780, 960, 1196, 1856,
-                                      1981, 2090, 2591, 2611, 2948, 4003, 31839)]
+                                      1981, 2090, 2591, 2611, 2948, 4003, 31839, 32936)]
                 + [(True, s) for s in (5, 39, 100, 184, 274, 276, 278, 320, 805, 977, 981, 1854, 1944, 1955, 2747, 14742,
                                      20709)])
 # Fused runs with a third call of inputs laid out otherwise (``relayout``) that found bugs: TensorIterator's strides of

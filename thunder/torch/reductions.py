@@ -9,6 +9,7 @@ import torch
 from thunder.core import prims
 from thunder.core.extents import is_runtime, is_zero, prod as extent_prod
 from thunder.core.proxies import TensorProxy
+from thunder.core.symbol import Tag
 from thunder.torch.registry import torchsymbol
 from thunder.torch.utils import Kind, canonicalize_dims, check, convert, promote
 from thunder.torch import shapes
@@ -139,8 +140,43 @@ def _in_double(a) -> bool:
     return a.dtype is torch.float32 and a.device.type == "cpu"
 
 
+def _to_one_element(a, dims) -> bool:
+    """Whether torch's CPU kernel of ``var`` or ``std`` of a float32 or float64 ``a`` over ``dims`` takes its two-pass
+    path (``std_var_all_cpu``): one element results (and some are reduced). It computes the mean in ``a``'s dtype
+    (``a.mean()``: a sum, then a division), then sums the squared deviations from it in float64, so the variance
+    of a float32 constant is the square of its mean's rounding error: ``torch.var`` of thirty copies of ``-0.1``
+    is 5.55e-17, not 0 (fused, 1 // var was inf where eager's was 1.8e16: generated program 32936)."""
+    if a.device.type != "cpu" or a.dtype not in (torch.float32, torch.float64):
+        return False
+    if not builtins.all(type(s) is int for s in a.shape) or math.prod(a.shape) == 0:
+        return False
+    return builtins.all(a.shape[i] == 1 for i in range(a.ndim) if i not in dims)
+
+
+def _two_pass(a, dims, correction, take_sqrt: bool):
+    """``var`` (``take_sqrt``: ``std``) of ``a`` over ``dims`` as ``std_var_all_cpu`` computes it (see
+    ``_to_one_element``), in ``a``'s dtype."""
+    n = math.prod(a.shape)
+    wide = prims.convert_element_type(a, torch.float64)
+    dx = prims.sub(wide, prims.broadcast_in_dim(prims.convert_element_type(_kernels_mean(a), torch.float64),
+                                                tuple(a.shape), ()))
+    out = prims.div(prims.sum(prims.mul(dx, dx), dims), builtins.max(0.0, n - correction))
+    return convert(prims.sqrt(out) if take_sqrt else out, a.dtype)
+
+
+@torchsymbol(name="mean_of_torchs_kernel", torch_impl=torch.mean, tags=(Tag.KERNEL_ROUNDING,))
+def _kernels_mean(a):
+    """The mean of all of ``a``'s elements, which fusion executors leave to torch's kernel (a region holding it is
+    not formed): the order of its sum's additions decides the mean's last bit, and that decides the variance of
+    equal values (see ``_to_one_element``; inductor's sum of thirty copies of -0.1 is -3.0, torch's -2.9999998)."""
+    return prims.div(prims.sum(a, tuple(range(a.ndim))), float(math.prod(a.shape)))
+
+
 @torchsymbol(torch.var, methods=("var",))
 def var(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    if _to_one_element(a, _dims(a, dim)):
+        dims = _dims(a, dim)
+        return _keepdim(_two_pass(a, dims, _correction(unbiased, correction), False), a, dims, keepdim)
     if _in_double(a):
         return prims.convert_element_type(var(prims.convert_element_type(a, torch.float64), dim, unbiased, keepdim,
                                               correction=correction), a.dtype)
@@ -150,6 +186,9 @@ def var(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 @torchsymbol(torch.std, methods=("std",))
 def std(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    if _to_one_element(a, _dims(a, dim)):
+        dims = _dims(a, dim)
+        return _keepdim(_two_pass(a, dims, _correction(unbiased, correction), True), a, dims, keepdim)
     if _in_double(a):
         wide = prims.convert_element_type(a, torch.float64)
         return prims.convert_element_type(prims.sqrt(var(wide, dim, unbiased, keepdim, correction=correction)), a.dtype)
