@@ -174,20 +174,19 @@ def _kernels_mean(a):
 
 @torchsymbol(torch.var, methods=("var",))
 def var(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    if _to_one_element(a, _dims(a, dim)):
-        dims = _dims(a, dim)
+    dims = _dims(a, dim)
+    if _to_one_element(a, dims):
         return _keepdim(_two_pass(a, dims, _correction(unbiased, correction), False), a, dims, keepdim)
     if _in_double(a):
         return prims.convert_element_type(var(prims.convert_element_type(a, torch.float64), dim, unbiased, keepdim,
                                               correction=correction), a.dtype)
-    dims = _dims(a, dim)
     return _keepdim(prims.var(a, dims, correction=_correction(unbiased, correction)), a, dims, keepdim)
 
 
 @torchsymbol(torch.std, methods=("std",))
 def std(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    if _to_one_element(a, _dims(a, dim)):
-        dims = _dims(a, dim)
+    dims = _dims(a, dim)
+    if _to_one_element(a, dims):
         return _keepdim(_two_pass(a, dims, _correction(unbiased, correction), True), a, dims, keepdim)
     if _in_double(a):
         wide = prims.convert_element_type(a, torch.float64)
