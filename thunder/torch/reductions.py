@@ -142,7 +142,7 @@ def _in_double(a) -> bool:
 
 def _to_one_element(a, dims) -> bool:
     """Whether torch's CPU kernel of ``var`` or ``std`` of a float32 or float64 ``a`` over ``dims`` takes its two-pass
-    path (``std_var_all_cpu``): one element results (and some are reduced). It computes the mean in ``a``'s dtype
+    path (``std_var_all_cpu``): where one element results. It computes the mean in ``a``'s dtype
     (``a.mean()``: a sum, then a division), then sums the squared deviations from it in float64, so the variance
     of a float32 constant is the square of its mean's rounding error: ``torch.var`` of thirty copies of ``-0.1``
     is 5.55e-17, not 0 (fused, 1 // var was inf where eager's was 1.8e16: generated program 32936)."""
