@@ -169,7 +169,7 @@ def _kernels_mean(a):
     """The mean of all of ``a``'s elements, which fusion executors leave to torch's kernel (a region holding it is
     not formed): the order of its sum's additions decides the mean's last bit, and that decides the variance of
     equal values (see ``_to_one_element``; inductor's sum of thirty copies of -0.1 is -3.0, torch's -2.9999998)."""
-    return prims.div(prims.sum(a, tuple(range(a.ndim))), float(math.prod(a.shape)))
+    return mean(a)
 
 
 @torchsymbol(torch.var, methods=("var",))
