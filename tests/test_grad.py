@@ -325,6 +325,70 @@ def test_autograd_hooks_inside_refused(fn, what):
         thunder.jit(fn)(torch.randn(3, requires_grad=True))
 
 
+class _LinearSin(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.linear(x).sin()
+
+
+def _double_grad_input(module, grad_input, grad_output):
+    return (grad_input[0] * 2,)
+
+
+def _triple_grad_output(module, grad_output):
+    return (grad_output[0] * 3,)
+
+
+_MODULE_HOOKS = {
+    "full": (lambda m: m.register_full_backward_hook(_double_grad_input), "register_full_backward_hook"),
+    "full-pre": (lambda m: m.register_full_backward_pre_hook(_triple_grad_output), "register_full_backward_hook"),
+    "global-full": (lambda m: torch.nn.modules.module.register_module_full_backward_hook(_double_grad_input),
+                    "register_full_backward_hook"),
+    "old": (lambda m: m.register_backward_hook(lambda *args: None), "Module.register_backward_hook"),
+}
+
+
+@pytest.mark.filterwarnings("ignore:Using a non-full backward hook")
+@pytest.mark.parametrize("where", ["submodule", "jitted-module"])
+@pytest.mark.parametrize("kind", list(_MODULE_HOOKS))
+def test_module_backward_hooks_inside_refused(kind, where):
+    """A module's backward hooks run from hooks on autograd nodes around it, which thunder's backward (one compiled
+    program) would never call: refused with a message that says so, not torch's "Error while setting up backward
+    hooks. Please open an issue" (full hooks) or an AttributeError of thunder's grad_fn (the deprecated hooks)."""
+    model = _LinearSin()
+    register, what = _MODULE_HOOKS[kind]
+    handle = register(model.linear if where == "submodule" else model)
+    try:
+        x = torch.randn(2, 4, requires_grad=True)
+        model(x).sum().backward()  # eager runs them
+        with pytest.raises(NotImplementedError, match=f"{what}.*are not supported: thunder's backward is one compiled"):
+            thunder.jit(model)(x)
+    finally:
+        handle.remove()
+
+
+@pytest.mark.parametrize("kind", ["full", "full-pre"])
+def test_module_backward_hooks_around_the_jitted_module_run_as_eager(kind):
+    """What the refusal suggests: the hooks on a module that calls the jitted one run around thunder's backward, with
+    eager's gradients and eager's changes to them."""
+    grads, calls = [], []
+    for jit in (False, True):
+        torch.manual_seed(0)
+        model = _LinearSin()
+        outer = torch.nn.Sequential(thunder.jit(model) if jit else model)
+        _MODULE_HOOKS[kind][0](outer)
+        outer.register_full_backward_hook(lambda m, gi, go: calls.append((jit, gi[0].clone(), go[0].clone())))
+        x = torch.randn(2, 4, requires_grad=True)
+        outer(x).square().sum().backward()
+        grads.append((x.grad, model.linear.weight.grad))
+    assert all(torch.equal(a, e) for a, e in zip(*grads))
+    (_, egi, ego), (_, agi, ago) = calls
+    assert torch.equal(agi, egi) and torch.equal(ago, ego)
+
+
 class _BuildsALayerInForward(torch.nn.Module):
     """As Hugging Face's BigBird when it switches attention kinds: a new layer (its parameters) made in forward."""
 

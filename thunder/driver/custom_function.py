@@ -21,6 +21,7 @@ that is an input returned as is or a view.
 from __future__ import annotations
 
 import inspect
+import sys
 
 import torch
 from torch.autograd.function import FunctionCtx
@@ -136,6 +137,8 @@ def needs_custom_backward(tracer, args, kwargs) -> bool:
 def apply(tracer, cls, args: tuple, kwargs: dict):
     """``cls.apply(*args, **kwargs)`` in a traced program that needs gradients (see [Note: custom autograd
     functions])."""
+    if cls is torch.nn.modules._functions.BackwardHookFunction:
+        _refuse_module_backward_hooks()
     setup_context = _setup_context_defined(cls)
     if setup_context:
         bound = inspect.signature(cls.forward).bind(*args, **kwargs)
@@ -180,6 +183,24 @@ def apply(tracer, cls, args: tuple, kwargs: dict):
             tracer.aliases.add_view(r, new, ViewStep(symbol, (), {}, i, (), kind="custom_function"))
         program_outs.append(new)
     return tuple(program_outs) if type(out) is tuple else program_outs[0]
+
+
+def _refuse_module_backward_hooks():
+    """torch runs a module's full backward hooks (and pre-hooks) from hooks on the nodes of ``BackwardHookFunction``,
+    which wraps the module's inputs and outputs: inside thunder's backward, one compiled program, they would never be
+    called."""
+    frame, module = sys._getframe(1), None
+    while frame is not None and module is None:
+        owner = frame.f_locals.get("self")
+        module = owner.module if isinstance(owner, torch.utils.hooks.BackwardHook) else None
+        frame = frame.f_back
+    name = type(module).__name__ if module is not None else "a module"
+    raise NotImplementedError(
+        f"backward hooks of {name}, a module the jitted function calls (Module.register_full_backward_hook, "
+        "register_full_backward_pre_hook, or torch's global module backward hooks), are not supported: thunder's "
+        "backward is one compiled program, and the hooks would never be called. Register them on a module that calls "
+        "the jitted one (torch.nn.Sequential(jitted) runs them around thunder's backward), or use Tensor.register_hook "
+        "on the jitted call's inputs or outputs.")
 
 
 def _setup_context_defined(cls) -> bool:

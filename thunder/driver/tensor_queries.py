@@ -56,6 +56,15 @@ class TracedGradFn:
     def __repr__(self):
         return f"<thunder traced grad_fn of {self._name}>"
 
+    def register_hook(self, fn):
+        raise NotImplementedError(
+            "hooks on the grad_fn of a tensor inside a jitted function (grad_fn.register_hook, register_prehook, and "
+            "so Module.register_backward_hook on a module the program calls) are not supported: thunder's backward is "
+            "one compiled program, and the hook would never be called. Register Module.register_full_backward_hook on "
+            "a module that calls the jitted one, or Tensor.register_hook on the jitted call's inputs or outputs.")
+
+    register_prehook = register_hook
+
 
 def printed(proxy: TensorProxy) -> str:
     from thunder.core.proxies import type_string
