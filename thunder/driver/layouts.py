@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import types
 
 import torch
 
@@ -132,6 +133,9 @@ class Layouts:
         self.strides_observed: set[str] = set()
         self.value_of: dict[str, TensorProxy] = {}  # a new value of a tensor (an in-place update) -> the tensor
         self.trial: dict | None = None  # run-time extent (root name) -> a value tried for it (see ``aliases``)
+        # (fn, its meta arguments' metadata, output index, device type) -> (strides, storage offset) of that output:
+        # a model's repeated blocks replay the same operations on the same layouts (see ``_meta_key``)
+        self.replays: dict = {}
 
     def add_input(self, proxy: TensorProxy, tensor: torch.Tensor):
         self.inputs[proxy.name] = (tuple(tensor.stride()), tensor.storage_offset())
@@ -223,13 +227,20 @@ class Layouts:
             margs, mkwargs = self._peeked(args, kwargs, operand, other)
             # (an update's new value has the shape of the tensor it updates: ``operand``'s)
             strides = None
-            with kernel_layouts.KernelLayouts(operand.device.type):
-                if fn in kernel_layouts.RULES:
-                    strides = kernel_layouts.strides(fn, shape, operand, margs, mkwargs, operand)
-                if strides is None:
-                    with torch._C.DisableTorchFunction():
-                        t = tree_leaves(fn(*margs, **mkwargs))[index]
-                    strides = tuple(t.stride()) if tuple(t.shape) == shape else None
+            key = None if fn in kernel_layouts.RULES else _meta_key(fn, margs, mkwargs, index, operand.device.type, shape)
+            key = key and ("follows", *key)  # its own answers: None where the output is not of ``shape``
+            if key is not None and key in self.replays:
+                strides = self.replays[key][0]
+            else:
+                with kernel_layouts.KernelLayouts(operand.device.type):
+                    if fn in kernel_layouts.RULES:
+                        strides = kernel_layouts.strides(fn, shape, operand, margs, mkwargs, operand)
+                    if strides is None:
+                        with torch._C.DisableTorchFunction():
+                            t = tree_leaves(fn(*margs, **mkwargs))[index]
+                        strides = tuple(t.stride()) if tuple(t.shape) == shape else None
+                        if key is not None:
+                            self.replays[key] = strides, None
         except Exception:  # noqa: BLE001 - any failure: no answer
             return True
         return strides is None or all(n == 1 or a == b for n, a, b in zip(shape, strides, other.stride()))
@@ -367,6 +378,10 @@ class Layouts:
                 strides = kernel_layouts.strides(fn, self._shape(proxy), proxy, margs, mkwargs, source)
             if strides is not None:
                 return strides, 0, frozenset(deps)
+        key = _meta_key(fn, margs, mkwargs, index, proxy.device.type, shape)
+        answer = self.replays.get(key) if key is not None else None
+        if answer is not None:
+            return answer[0], answer[1], frozenset(deps)
         try:
             with torch._C.DisableTorchFunction(), kernel_layouts.KernelLayouts(proxy.device.type):
                 out = fn(*margs, **mkwargs)
@@ -379,8 +394,12 @@ class Layouts:
         leaves = tree_leaves(out)
         t = leaves[index] if index < len(leaves) else None
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape:
-            return contiguous_strides(shape), 0, frozenset(deps)
-        return tuple(t.stride()), t.storage_offset(), frozenset(deps)
+            answer = contiguous_strides(shape), 0
+        else:
+            answer = tuple(t.stride()), t.storage_offset()
+        if key is not None:
+            self.replays[key] = answer
+        return answer[0], answer[1], frozenset(deps)
 
     @_untraced
     def aliases(self, fn, args, kwargs, out_index: int, base: TensorProxy) -> bool:
@@ -533,6 +552,54 @@ class Layouts:
         if offset:
             t = t.as_strided(shape, strides, offset)
         return t
+
+
+def _meta_key(fn, margs, mkwargs, index: int, device_type: str, shape: tuple):
+    """What a meta replay's layout depends on: the callable, the shapes, strides, offsets and dtypes of its meta
+    tensors, its other arguments (by type and value), the output asked for and the device whose kernels are followed.
+    None where an argument is not a plain value (an object whose state could differ between two calls)."""
+    if not isinstance(fn, _REPLAYED_TYPES) or is_symbolic_shape(shape):
+        return None
+    parts = [fn, index, device_type, shape]
+    try:
+        _key_parts((margs, mkwargs), parts)
+    except _NotAKey:
+        return None
+    return tuple(parts)
+
+
+class _NotAKey(Exception):
+    pass
+
+
+# the torch callables traces record (functions, Tensor methods, ATen overloads), which hold no state of their own
+_REPLAYED_TYPES = (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType,
+                   types.WrapperDescriptorType, types.BuiltinMethodType, torch._ops.OpOverload,
+                   torch._ops.OpOverloadPacket)
+_PLAIN = (bool, int, float, complex, str, type(None), type(Ellipsis), torch.dtype, torch.device, torch.memory_format,
+          torch.layout)
+
+
+def _key_parts(x, parts: list) -> None:
+    if isinstance(x, torch.Tensor):
+        if x.device.type != "meta":
+            raise _NotAKey
+        parts.append((torch.Tensor, tuple(x.shape), tuple(x.stride()), x.storage_offset(), x.dtype))
+    elif isinstance(x, (tuple, list)):
+        parts.append((type(x), len(x)))
+        for y in x:
+            _key_parts(y, parts)
+    elif isinstance(x, dict):
+        parts.append((dict, tuple(x)))
+        for y in x.values():
+            _key_parts(y, parts)
+    elif isinstance(x, slice):
+        parts.append(slice)
+        _key_parts((x.start, x.stop, x.step), parts)
+    elif type(x) in _PLAIN:
+        parts.append((type(x), x))
+    else:
+        raise _NotAKey
 
 
 def _roots(leaves) -> set:
