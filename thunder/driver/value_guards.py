@@ -67,9 +67,21 @@ class ValueGuards:
 
     def value(self, proxy: TensorProxy, conversion: str, what: str):
         """The value ``what`` asks of ``proxy``, computed from the call's arguments; else DataDependentError."""
+        checked = conversion in ("bool", "item") and getattr(proxy, "_thunder_checked_true", False)
         proxy = self.tracer.resolve(proxy)  # its current value, after in-place updates
         subject = f"tensor {proxy.name}"
-        tensor, value = self._replay([proxy], CONVERSIONS[conversion], f"{conversion} of {proxy.name}", what, subject)
+        try:
+            tensor, value = self._replay([proxy], CONVERSIONS[conversion], f"{conversion} of {proxy.name}", what,
+                                         subject)
+        except DataDependentError:
+            if not checked:
+                raise
+            # torch._is_all_true of values not known while tracing: True, checked when the program runs (see [Note:
+            # checks that all elements hold] in thunder/torch/reductions.py)
+            from thunder.torch.reductions import assert_all_true
+
+            self.tracer.call(assert_all_true, (proxy, f"torch._is_all_true({proxy.name})"), {})
+            return True
         if proxy.ndim == 0:
             proxy._thunder_value = tensor  # see known_value
         return value

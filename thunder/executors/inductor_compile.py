@@ -322,7 +322,20 @@ def _decompositions() -> dict:
         table[overload] = functools.partial(_floor_divide, inductors=table.get(overload))
     for overload in (torch.ops.aten.sum.default, torch.ops.aten.sum.dim_IntList):
         table[overload] = functools.partial(_sum_from_zero, overload)
+    table[torch.ops.aten.eq.Scalar] = functools.partial(_bool_compared, True)
+    table[torch.ops.aten.ne.Scalar] = functools.partial(_bool_compared, False)
     return table
+
+
+def _bool_compared(eq: bool, a, b):
+    """``a == b`` (``eq``) or ``a != b`` of a bool tensor and a bool, which is how thunder's traces negate (``all`` is
+    ``not any(not a)``), as ``logical_not`` or a copy of ``a``: inductor's analysis of value ranges fails on ``==``
+    of two distinct bool constants (sympy's "A Boolean argument can only be used in Eq and Ne", raised where a region
+    computes a bool from constants: ``torch.zeros_like(x).eq(0).all()``, a constant scale validated by
+    torch.distributions)."""
+    if not (isinstance(a, torch.Tensor) and a.dtype is torch.bool and type(b) is bool):
+        return NotImplemented
+    return a.clone() if b == eq else torch.logical_not(a)
 
 
 _IN_SUM = threading.local()

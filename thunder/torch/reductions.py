@@ -224,6 +224,36 @@ def all(a, dim=None, keepdim=False):
     return logical_not(any(logical_not(a), dim, keepdim))
 
 
+# [Note: checks that all elements hold]
+# ``torch._is_all_true(valid)`` is how torch.distributions validates a distribution's parameters and values (its
+# default ``validate_args=True``): ``if not torch._is_all_true(valid): raise ValueError(...)``. Where ``valid`` is
+# computed from parameters or activations, thunder cannot know its value while tracing (see [Note: value guards] in
+# thunder/driver/value_guards.py); Python's ``bool`` (or ``.item()``) of such a result is then taken to be True and
+# the trace checks it on every call (``assert_all_true``), raising where it is False: the trace holds only the
+# branch for True, and never runs where eager would have taken the other one.
+@torchsymbol(torch._is_all_true, methods=("_is_all_true",))
+def is_all_true(a):
+    check(a.dtype is torch.bool, lambda: f"torch._is_all_true expects a bool tensor, got {a.dtype}", RuntimeError)
+    out = all(a)
+    out._thunder_checked_true = True  # see TensorProxy.__bool__
+    return out
+
+
+def _assert_all_true(t, what: str):
+    if not bool(t):
+        raise ValueError(
+            f"{what} was False when the jitted program ran: thunder traced the program with it True (it could not "
+            "know the value while tracing), and eager takes another branch here: for torch.distributions' argument "
+            "validation, a ValueError for a parameter or value outside its constraint")
+
+
+@torchsymbol(name="assert_all_true", tags=(Tag.SIDE_EFFECT,), torch_impl=_assert_all_true)
+def assert_all_true(t, what: str):
+    """Raises where ``t`` (a 0-dim bool tensor) is False when the program runs (see [Note: checks that all elements
+    hold])."""
+    return None
+
+
 def _reduces_nothing(a, dims) -> bool:
     """Whether a reduction over ``dims`` reduces empty extents (where max-like reductions have no value)."""
     return builtins.any(is_zero(a.shape[d]) for d in dims)  # a run-time extent is taken to be nonzero
