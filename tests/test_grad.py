@@ -325,6 +325,53 @@ def test_autograd_hooks_inside_refused(fn, what):
         thunder.jit(fn)(torch.randn(3, requires_grad=True))
 
 
+def _gradient_penalty(x):
+    y = (x * 2).sin().sum()
+    (g,) = torch.autograd.grad(y, x, create_graph=True)
+    return y + g.square().sum()
+
+
+def _backward_inside(x):
+    y = (x * 2).sin().sum()
+    y.backward()
+    return y
+
+
+def _autograd_backward_inside(x):
+    y = (x * 2).sin().sum()
+    torch.autograd.backward([y])
+    return y
+
+
+class _GradInBackward(torch.autograd.Function):
+    """A backward that recomputes its forward and differentiates it (as zuko's Gauss-Legendre quadrature does)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        with torch.enable_grad():
+            x = x.detach().requires_grad_()
+            return torch.autograd.grad(x.sin(), x, grad)
+
+
+@pytest.mark.parametrize("fn,what", [(_gradient_penalty, "torch.autograd.grad"), (_backward_inside, "Tensor.backward"),
+                                     (_autograd_backward_inside, "torch.autograd.backward"),
+                                     (lambda x: _GradInBackward.apply(x).sum(), "torch.autograd.grad|requires_grad_")],
+                         ids=["grad", "Tensor.backward", "autograd.backward", "in-a-custom-backward"])
+def test_gradients_taken_inside_refused(fn, what):
+    """Refused by name: they ran torch's autograd on thunder's traced values, which raised "element 0 of tensors does
+    not require grad and does not have a grad_fn", as if the user's tensors were at fault."""
+    x = torch.randn(3, requires_grad=True)
+    fn(x)  # eager computes them
+    with pytest.raises(NotImplementedError, match=f"({what}).* inside a jitted function is not supported"):
+        thunder.jit(fn)(x)
+
+
 class _LinearSin(torch.nn.Module):
     def __init__(self):
         super().__init__()

@@ -513,6 +513,12 @@ _REFUSED = {
                                 "one compiled program, and the hook would never be called. " + _HOOK_FIX,
     torch.Tensor.register_post_accumulate_grad_hook: "Tensor.register_post_accumulate_grad_hook inside a jitted "
                                                      "function is not supported. " + _HOOK_FIX,
+    **{fn: f"{what} inside a jitted function is not supported: thunder differentiates the program as a whole, once, "
+           "from the gradients of its outputs (loss.backward() or torch.autograd.grad on the jitted call's results); "
+           "gradients taken inside the program (a gradient penalty, a custom torch.autograd.Function whose backward "
+           "calls torch.autograd.grad) are not. Compute them outside the jitted function."
+       for fn, what in ((torch.autograd.grad, "torch.autograd.grad"), (torch.autograd.backward, "torch.autograd.backward"),
+                        (torch.Tensor.backward, "Tensor.backward"))},
     torch._C.TensorBase.retain_grad: "Tensor.retain_grad inside a jitted function is not supported: the tensor is a "
                                      "value inside thunder's compiled program and its .grad would stay None. Return the "
                                      "tensor and call retain_grad() on the result of the jitted call.",
