@@ -976,8 +976,17 @@ def _views_of_a_value_an_inplace_method_updated(x):  # x.relu_()'s replay took F
     return t.view(t.size(0), -1), t.reshape(-1)
 
 
+def _a_stack_of_a_part_of_a_concatenation(x):  # fused generated program 34521: inductor computes the part into the
+    t = x.unsqueeze(1) / -3  # concatenation's memory, and the stack of one tensor (a concatenation of one) returned a
+    part = torch.lerp(t, t.flip(0), 0.25)  # view of it: a slice of extent one, laid out as a tensor of its own
+    whole = torch.cat([part, t, t], dim=1)
+    batch = part.unsqueeze(0)
+    clamped = batch.clamp_min(0.1)
+    return torch.stack([batch], -5), clamped, whole, clamped.softmax(0)
+
+
 @pytest.mark.parametrize("fn,integers,grad", [
-    (fn, False, grad) for fn in (_views_of_a_returned_value, _views_of_an_input_through_views, _two_views_of_one_value,
+    (fn, False, grad) for fn in (_a_stack_of_a_part_of_a_concatenation, _views_of_a_returned_value, _views_of_an_input_through_views, _two_views_of_one_value,
                                  _two_views_of_a_transposed_value,
                                  _one_of_split_returned, _a_view_returned_of_a_view_inside,
                                  _views_taken_again_after_an_update, _a_reduction_over_nothing, _an_expanded_reduction,

@@ -366,14 +366,29 @@ def _fresh_outputs_on_shared_memory(members, prims_, inputs, outputs) -> tuple:
     copies = fresh - {o.name for m in members if m.sym.name in MAYBE_VIEWS for o in m.flat_outs}
     root: dict = {}  # name -> the name of the value whose memory it may be, through views and identities
     eager_root: dict = {}  # the same in eager, where the copies have memory of their own
+    inside: dict = {}  # name -> the concatenation whose memory it may be part of
+    inputs = {a.name for a in inputs if isinstance(a, TensorProxy)}
     for p in prims_:
         first = next((a for a in p.flat_args if isinstance(a, TensorProxy)), None)
         if first is not None and (is_view(p) or _may_return_its_input(p, first)):
             for o in p.flat_outs:
                 root[o.name] = root.get(first.name, first.name)
                 eager_root[o.name] = o.name if o.name in copies else eager_root.get(first.name, first.name)
-    roots = [root.get(o.name, o.name) if isinstance(o, TensorProxy) else None for o in outputs]
-    inputs = {a.name for a in inputs if isinstance(a, TensorProxy)}
+        elif p.sym.name == "cat":
+            # inductor computes the parts it makes into the concatenation's memory: a view of such a part is a view
+            # of the concatenation (``torch.stack([t4])`` of a ``t4`` concatenated too: fused generated program 34521)
+            for a in p.args[0]:
+                r = root.get(a.name, a.name)
+                if r not in inputs:
+                    inside[r] = p.flat_outs[0].name
+
+    def where(name):
+        r = root.get(name, name)
+        while r in inside:
+            r = root.get(inside[r], inside[r])
+        return r
+
+    roots = [where(o.name) if isinstance(o, TensorProxy) else None for o in outputs]
     return tuple(i for i, (o, r) in enumerate(zip(outputs, roots)) if isinstance(o, TensorProxy)
                  and (o.name in fresh or r != eager_root.get(o.name, o.name)) and r != o.name
                  and (r in inputs or roots.count(r) > 1))
