@@ -104,3 +104,15 @@ def test_fusion_benchmark_profile(device, tmp_path):
         assert 0 < host <= step and (kernel_ms > 0 and kernels > 0) == (device == "cuda")
     text = path.read_text()
     assert "## Llama" in text and text.count("\n## ") == (3 if device == "cuda" else 2)  # + thunder+cudagraphs
+
+
+def test_first_call_benchmark_smoke():
+    """benchmarks/first_call.py: a row per model, thunder's second call a cache hit (faster than its first)."""
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "first_call.py"), "--models", "hf-llama",
+                           "--layers", "1", "--repeats", "1"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in proc.stdout.splitlines()
+            if line.startswith("| HF Llama 1x256")]
+    assert len(rows) == 1, proc.stdout
+    eager, first, second, ops, ratio = map(float, rows[0][1:])
+    assert 0 < second < first and ops > 0 and ratio > 0

@@ -163,6 +163,8 @@ IGNORED = {
     ("embedding", "scale_grad_by_freq"): "forward unaffected; the gradient rule reads it from the bound symbol",
     ("embedding", "norm_type"): "only used with max_norm, which is refused",
     ("manual_seed", "seed"): "the torch executor reseeds with it; the definition records the call",
+    ("assert_all_true", "t"): "the torch executor checks it when the program runs; the definition records the call",
+    ("assert_all_true", "what"): "the torch executor's error message",
     ("torch_autograd_backward", "graph"): "the executor's",
     ("torch_autograd_backward", "cotangents"): "the executor's",
     ("contiguous_as_suggested", "like"): "the torch executor lays the value out as torch suggests for it",
