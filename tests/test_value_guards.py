@@ -3,6 +3,8 @@
 a value changes, and clear refusals where the value could change with every step."""
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -243,3 +245,48 @@ def test_training_with_a_check_on_the_labels():
     labels = torch.randint(0, 5, (2, 6), generator=g)
     labels[1, 4:] = -100
     check_training_parity(Head(), (torch.randn(2, 6, 8, generator=g), labels), loss_of=lambda loss: loss)
+
+
+class _ActNorm(torch.nn.Module):
+    """Glow's data-dependent initialization: a boolean buffer says whether the first batch has set the parameters."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.loc, self.log_scale = torch.nn.Parameter(torch.zeros(4)), torch.nn.Parameter(torch.zeros(4))
+        self.register_buffer("initialized", torch.tensor(False))
+        self.register_buffer("mask", torch.tensor([True, False, True, True]))
+
+    def forward(self, x):
+        h = self.linear(x)
+        if not self.initialized:
+            with torch.no_grad():
+                self.loc.copy_(-h.mean(0))
+                self.log_scale.copy_(-h.std(0).log())
+                self.initialized.fill_(True)
+        out = (h + self.loc) * self.log_scale.exp()
+        return out[:, self.mask] if self.mask.any() else out
+
+
+def test_boolean_buffers_are_checked_like_arguments():
+    """A module's boolean buffers (flags, masks) do not change with training as parameters do: their values are
+    checked like arguments' (DataDependentError before). The first call initializes and sets the flag, the second
+    compiles the other branch, the later ones hit the cache; the mask's selection is a run-time extent, so a changed
+    mask needs no new trace, and its values reach the result."""
+    torch.manual_seed(0)
+    model = _ActNorm()
+    expected_model = copy.deepcopy(model)
+    jitted = thunder.jit(model)
+    for step in range(4):
+        if step == 3:
+            for m in (model, expected_model):
+                m.mask[1] = True
+        x = torch.randn(8, 4, generator=torch.Generator().manual_seed(step))
+        actual, expected = jitted(x), expected_model(x)
+        actual.square().sum().backward()
+        expected.square().sum().backward()
+        assert torch.equal(actual, expected)
+        for (name, p), e in zip(model.named_parameters(), expected_model.parameters()):
+            assert torch.equal(p, e) and torch.equal(p.grad, e.grad), name
+            p.grad = e.grad = None
+    assert thunder.cache_misses(jitted) == 2

@@ -137,7 +137,7 @@ def trace_program(cd: CompileData, args, kwargs, compilation: "Compilation") -> 
                              sharp_edges=cd.sharp_edges)
     arguments = frozenset(p.name for p, src in prologue.inputs
                           if isinstance(p, TensorProxy) and isinstance(src, frontend.ArgSource))
-    guards = ValueGuards(tracer, arguments)
+    guards = ValueGuards(tracer, arguments, prologue)
     comp.tensor_values, comp.extent_comparisons = guards.value, guards.compare
     recorder = InstructionRecorder()
     autocast_state = ltorch_autocast.state()

@@ -12,7 +12,8 @@ error, its other value) follows. That costs the replay on every call: a reductio
 
 Values computed from parameters, buffers, captured tensors or tensors that require grad stay refused
 (``DataDependentError``): they change with every optimizer step or activation, and the trace would change with
-them. So do values drawn by random operations.
+them. So do values drawn by random operations. A module's boolean buffers (masks, flags such as Glow's ``initialized``)
+do not change with training: they are checked like arguments.
 
 A Python comparison of run-time extents (``if label_index.size(0) > 0`` of a ``nonzero``), which thunder cannot decide
 for every value, is decided the same way where the extents are computed from the arguments: the prologue checks the
@@ -28,6 +29,7 @@ from thunder.core.extents import is_runtime, poly_of
 from thunder.core.proxies import DataDependentError, NumberProxy, TensorProxy
 from thunder.core.symbol import Tag, has_tag
 from thunder.core.trace import TraceCtx, tracectx
+from thunder.driver import frontend
 from thunder.executors.passes import transform_for_execution
 from thunder.extend import resolve_executors
 
@@ -60,9 +62,10 @@ class Replay:
 class ValueGuards:
     """The values a trace specialized on, each with how to compute it from the call's arguments."""
 
-    def __init__(self, tracer, arguments: frozenset):
+    def __init__(self, tracer, arguments: frozenset, prologue=None):
         self.tracer = tracer
         self.arguments = arguments  # names of the input proxies that are the call's tensor arguments
+        self.prologue = prologue  # its inputs: the jitted module's parameters and buffers among them
         self.guards: list = []  # (Replay, source proxies, value)
 
     def value(self, proxy: TensorProxy, conversion: str, what: str):
@@ -158,6 +161,8 @@ class ValueGuards:
 
     def _source(self, t, what: str, subject: str) -> TensorProxy:
         real = self.tracer.real_inputs.get(t.name)
+        if isinstance(t, TensorProxy) and real is not None and self._boolean_buffer(t, real):
+            return t
         if not isinstance(t, TensorProxy) or t.name not in self.arguments or real is None:
             raise _refused(what, subject, f"it is computed from {t.name}, which is not a tensor argument of the call (a "
                                           "parameter, a buffer or a captured tensor: it may change between calls)")
@@ -167,6 +172,17 @@ class ValueGuards:
             raise _refused(what, subject, f"it is computed from {t.name}, which requires grad (its values change "
                                           "between calls)")
         return t
+
+    def _boolean_buffer(self, t: TensorProxy, real: torch.Tensor) -> bool:
+        """Whether ``t`` is a module's boolean buffer (a mask, a flag: ``self.register_buffer("mask", m.bool())``),
+        whose values do not change with training as parameters' and statistics' do: checked like an argument's."""
+        with torch._C.DisableTorchFunction():  # a real tensor: no traced call
+            if real.dtype is not torch.bool or real.requires_grad:
+                return False
+        sources = [(i.proxy, i.source) for i in self.tracer.inputs]  # captured: modules the jitted one does not hold
+        sources += self.prologue.inputs if self.prologue is not None else []
+        return any(p is t and isinstance(src, frontend.ModuleTensorSource) and src.collection == "_buffers"
+                   for p, src in sources)
 
     def _check_operation(self, bsym, what: str, subject: str):
         if has_tag(bsym, Tag.RANDOM):
