@@ -133,8 +133,8 @@ class Layouts:
         self.strides_observed: set[str] = set()
         self.value_of: dict[str, TensorProxy] = {}  # a new value of a tensor (an in-place update) -> the tensor
         self.trial: dict | None = None  # run-time extent (root name) -> a value tried for it (see ``aliases``)
-        # (fn, its meta arguments' metadata, output index, device type) -> (strides, storage offset) of that output:
-        # a model's repeated blocks replay the same operations on the same layouts (see ``_meta_key``)
+        # (fn, its meta arguments' metadata, output index, device type) -> (shape, strides, storage offset) of that
+        # output: a model's repeated blocks replay the same operations on the same layouts (see ``_meta_key``)
         self.replays: dict = {}
 
     def add_input(self, proxy: TensorProxy, tensor: torch.Tensor):
@@ -227,20 +227,12 @@ class Layouts:
             margs, mkwargs = self._peeked(args, kwargs, operand, other)
             # (an update's new value has the shape of the tensor it updates: ``operand``'s)
             strides = None
-            key = None if fn in kernel_layouts.RULES else _meta_key(fn, margs, mkwargs, index, operand.device.type, shape)
-            key = key and ("follows", *key)  # its own answers: None where the output is not of ``shape``
-            if key is not None and key in self.replays:
-                strides = self.replays[key][0]
-            else:
+            if fn in kernel_layouts.RULES:
                 with kernel_layouts.KernelLayouts(operand.device.type):
-                    if fn in kernel_layouts.RULES:
-                        strides = kernel_layouts.strides(fn, shape, operand, margs, mkwargs, operand)
-                    if strides is None:
-                        with torch._C.DisableTorchFunction():
-                            t = tree_leaves(fn(*margs, **mkwargs))[index]
-                        strides = tuple(t.stride()) if tuple(t.shape) == shape else None
-                        if key is not None:
-                            self.replays[key] = strides, None
+                    strides = kernel_layouts.strides(fn, shape, operand, margs, mkwargs, operand)
+            if strides is None:
+                out = self._run_meta(fn, margs, mkwargs, index, operand.device.type)
+                strides = out[1] if out is not None and out[0] == shape else None
         except Exception:  # noqa: BLE001 - any failure: no answer
             return True
         return strides is None or all(n == 1 or a == b for n, a, b in zip(shape, strides, other.stride()))
@@ -378,28 +370,32 @@ class Layouts:
                 strides = kernel_layouts.strides(fn, self._shape(proxy), proxy, margs, mkwargs, source)
             if strides is not None:
                 return strides, 0, frozenset(deps)
-        key = _meta_key(fn, margs, mkwargs, index, proxy.device.type, shape)
-        answer = self.replays.get(key) if key is not None else None
-        if answer is not None:
-            return answer[0], answer[1], frozenset(deps)
         try:
-            with torch._C.DisableTorchFunction(), kernel_layouts.KernelLayouts(proxy.device.type):
-                out = fn(*margs, **mkwargs)
+            out = self._run_meta(fn, margs, mkwargs, index, proxy.device.type)
         except Exception as e:  # noqa: BLE001 - any failure means: layout unknown
             t = _with_sizes_assumed(fn, margs, mkwargs, index)
             if t is None or t.ndim != len(shape) or is_symbolic_shape(shape):
                 raise UnknownLayout(f"thunder cannot compute the strides of {proxy.name}: running "
                                     f"{getattr(fn, '__name__', fn)} on meta tensors failed ({e})") from e
             return dense_strides_in_order(t.stride(), shape), 0, frozenset(deps)
-        leaves = tree_leaves(out)
+        if out is None or out[0] != shape:
+            return contiguous_strides(shape), 0, frozenset(deps)
+        return out[1], out[2], frozenset(deps)
+
+    def _run_meta(self, fn, margs, mkwargs, index: int, device_type: str):
+        """(shape, strides, storage offset) of output ``index`` of ``fn`` run on the meta tensors ``margs``/``mkwargs``
+        as the kernels of ``device_type`` lay it out (None where it is not a tensor); remembered for the same callable
+        on the same layouts (``replays``, see ``_meta_key``). Raises where the run does."""
+        key = _meta_key(fn, margs, mkwargs, index, device_type)
+        if key is not None and key in self.replays:
+            return self.replays[key]
+        with torch._C.DisableTorchFunction(), kernel_layouts.KernelLayouts(device_type):
+            leaves = tree_leaves(fn(*margs, **mkwargs))
         t = leaves[index] if index < len(leaves) else None
-        if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape:
-            answer = contiguous_strides(shape), 0
-        else:
-            answer = tuple(t.stride()), t.storage_offset()
+        out = (tuple(t.shape), tuple(t.stride()), t.storage_offset()) if isinstance(t, torch.Tensor) else None
         if key is not None:
-            self.replays[key] = answer
-        return answer[0], answer[1], frozenset(deps)
+            self.replays[key] = out
+        return out
 
     @_untraced
     def aliases(self, fn, args, kwargs, out_index: int, base: TensorProxy) -> bool:
@@ -554,13 +550,13 @@ class Layouts:
         return t
 
 
-def _meta_key(fn, margs, mkwargs, index: int, device_type: str, shape: tuple):
-    """What a meta replay's layout depends on: the callable, the shapes, strides, offsets and dtypes of its meta
+def _meta_key(fn, margs, mkwargs, index: int, device_type: str):
+    """What a meta replay's result depends on: the callable, the shapes, strides, offsets and dtypes of its meta
     tensors, its other arguments (by type and value), the output asked for and the device whose kernels are followed.
     None where an argument is not a plain value (an object whose state could differ between two calls)."""
-    if not isinstance(fn, _REPLAYED_TYPES) or is_symbolic_shape(shape):
+    if not isinstance(fn, _REPLAYED_TYPES):
         return None
-    parts = [fn, index, device_type, shape]
+    parts = [fn, index, device_type]
     try:
         _key_parts((margs, mkwargs), parts)
     except _NotAKey:
