@@ -486,6 +486,25 @@ def test_a_one_dimensional_view_of_a_fused_value_follows_eagers_layout_for_other
     assert thunder.cache_misses(jf) == 2
 
 
+def _a_concatenation_of_a_column(x):  # fused generated program 4853
+    t = torch.frac(x.double())
+    c = torch.cat([t.view(t.size(0), -1)[:, 0]])
+    return torch.index_select(c, 0, torch.tensor([3])), c
+
+
+@requires_compiler
+def test_a_concatenation_of_one_column_is_laid_out_as_eagers_for_other_input_layouts():
+    """Inductor compiles ``torch.cat([t])`` to ``t`` itself; for an input transposed, the column it concatenates is
+    a strided view of a value inductor lays out row-major, where eager's concatenation is contiguous (as
+    ``torch.compile``'s result is not). A compilation's first call compares the outputs' strides with eager's and
+    the region copies the ones inductor laid out otherwise (before, the output had strides (3,), eager's (1,))."""
+    jf = thunder.jit(_a_concatenation_of_a_column, executors=FUSED)
+    for x in (torch.randn(5, 3), torch.randn(3, 5).t(), torch.randn(3, 5).t(), torch.randn(5, 3)):
+        for actual, expected in zip(jf(x), _a_concatenation_of_a_column(x)):
+            torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+            assert actual.stride() == expected.stride()
+
+
 @requires_compiler
 def test_a_region_always_given_one_other_layout_calls_its_compilation_directly():
     """Compiled for contiguous inputs, a region that always receives transposed ones (an attention output laid out

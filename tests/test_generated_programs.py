@@ -145,8 +145,9 @@ _FUSED_SEEDS = ([(False, s) for s in (1, 53, 54, 141, 165, 175, 190, 228, 253, 2
 # Fused runs with a third call of inputs laid out otherwise (``relayout``) that found bugs: TensorIterator's strides of
 # extents of one, which meta kernels keep where the CPU kernels give standard ones (kernel_layouts._tensor_iterator_layout); an
 # as_strided of a broadcast, which inductor reads from a copy of its own (21588); a 1-D view of a fused value (31202); a
-# stack of a part of a concatenation, which inductor returned as a view of the concatenation's memory (34521).
-_FUSED_RELAYOUT_SEEDS = [(True, 13839), (True, 14325), (False, 21588), (False, 31202), (False, 34521)]
+# stack of a part of a concatenation, which inductor returned as a view of the concatenation's memory (34521); a
+# concatenation of one column, which inductor returned as the column itself, a strided view (4853).
+_FUSED_RELAYOUT_SEEDS = [(True, 13839), (True, 14325), (False, 21588), (False, 31202), (False, 34521), (False, 4853)]
 _FUSED_KNOWN_FAILURES: dict = {
     (True, 2026): "std_mean's mean over infinities: inf fused (as torch.compile), NaN in eager (Welford's update)",
 }

@@ -528,6 +528,40 @@ def _with_eager_layouts(fn, eager: tuple):
     return laid_out
 
 
+def _misplaced_outputs(outs, seen: tuple, inputs: tuple) -> tuple:
+    """The (position, strides) of ``seen``, the traced graph's layouts of outputs, whose output in ``outs`` (a
+    compiled graph's first) inductor wrote with other strides. Its layout of an output is fixed by the input
+    layouts, so the first call tells. (Inductor compiles ``torch.cat([t])`` to ``t`` itself; of a column of a
+    value it lays out row-major for inputs laid out otherwise, that is a strided view where eager's
+    concatenation is contiguous: fused generated program 4853, and ``torch.compile``'s own result.)"""
+    misplaced = tuple((i, st) for i, st in seen
+                      if any(n > 1 and a != b for n, a, b in zip(outs[i].shape, outs[i].stride(), st)))
+    memory = {a.untyped_storage().data_ptr() for a in inputs if isinstance(a, torch.Tensor)}
+    for i, st in misplaced:  # a copy would no longer share the input's memory, as eager's view does
+        if outs[i].untyped_storage().data_ptr() in memory:
+            raise NotImplementedError(f"inductor laid out an output viewing an input with strides {outs[i].stride()},"
+                                      f" eager's are {tuple(st)}: run this program without the inductor executor")
+    return misplaced
+
+
+def _relaid(outs, misplaced: tuple):
+    relaid = list(outs)
+    for i, strides in misplaced:
+        o = relaid[i]
+        relaid[i] = torch.empty_strided(o.shape, strides, dtype=o.dtype, device=o.device).copy_(o)
+    return type(outs)(relaid)
+
+
+def _relaying(fn, misplaced: tuple):
+    """``fn``, a compiled graph's function of a list of inputs, its outputs at ``misplaced`` copied into eager's
+    layout."""
+
+    def relaid(args):
+        return _relaid(fn(args), misplaced)
+
+    return relaid
+
+
 def _expands_own_value(t, strides, args) -> bool:
     """Whether ``t`` broadcasts (a stride 0 where eager's is too, over more than one element) a value the region
     computes. Inductor writes such a view to a buffer of its own, all elements, and would read an ``as_strided`` of
@@ -588,7 +622,8 @@ class CompiledRegion:
         self.region = region
         self.executor = executor
         self.torch_fn = transform_for_execution(region, (torch_ex,)).python_callable()
-        if eager:  # (position, strides) of outputs the program sees: written as eager lays them out
+        self.eager = eager  # (position, strides) of outputs the program sees: written as eager lays them out
+        if eager:
             self.torch_fn = _with_eager_layouts(self.torch_fn, eager)
         self.dense = dense  # positions of outputs only matmuls read: written contiguous unless read in place
         # (position, received) of the inputs whose memory the compiled function reuses: see _may_reuse
@@ -656,12 +691,15 @@ class CompiledRegion:
                     gm = make_fx(self._traced_fn(), decomposition_table=_decompositions())(*fakes)
                     if _erf_to_widen(gm):
                         gm = make_fx(_AccurateErf(gm).run)(*fakes)
+                traced = _output_strides(gm)
                 if strides == self.expected and reuse:
-                    self.output_layouts = _output_strides(gm)
+                    self.output_layouts = traced
+                seen = tuple((i, traced[i]) for i, _ in self.eager)  # (eager's, or contiguous for a matmul: dense)
                 with _deferred_kernel_waits(self):
                     compiled = (self.executor.inductor_compile(gm, fakes, donated=donated) if donated
                                 else self.executor.inductor_compile(gm, fakes))
-                    return self._through_call_once(compiled, strides, self.by_layout if reuse else self.plain_by_layout)
+                    return self._through_call_once(compiled, strides, self.by_layout if reuse else self.plain_by_layout,
+                                                   seen)
         except Exception as e:  # inductor's errors have no common base class
             self.fall_back(e)
             return self._torch_boxed
@@ -669,16 +707,22 @@ class CompiledRegion:
     def _traced_fn(self):
         return _with_dense_outputs(self.torch_fn, self.dense) if self.dense else self.torch_fn
 
-    def _through_call_once(self, compiled, strides, table):
+    def _through_call_once(self, compiled, strides, table, seen: tuple):
         """Inductor's compiled graph: through its ``__call__`` once (which finishes autotuning and caching), then
         straight to the generated function (after a check of the input strides), which replaces this one
-        wherever it is held (``table``: the compilations by layout it belongs to)."""
+        wherever it is held (``table``: the compilations by layout it belongs to). ``seen``: (position, strides) of
+        the outputs the program sees, as the traced graph lays them out, which the call checks inductor kept."""
 
         def first(args):
             _check_layouts(args, strides)
+            inputs = tuple(args)  # (the compiled function empties the list)
             out = compiled(args)
             # (a graph that only returns its inputs compiles to a boxed call of the graph, without current_callable)
-            direct = _checking_layouts(getattr(compiled, "current_callable", compiled), strides)
+            direct = getattr(compiled, "current_callable", compiled)
+            misplaced = _misplaced_outputs(out, seen, inputs)
+            if misplaced:
+                out, direct = _relaid(out, misplaced), _relaying(direct, misplaced)
+            direct = _checking_layouts(direct, strides)
             if table.get(strides) is first:
                 table[strides] = direct
             if self.fn is first:
