@@ -290,3 +290,43 @@ def test_boolean_buffers_are_checked_like_arguments():
             assert torch.equal(p, e) and torch.equal(p.grad, e.grad), name
             p.grad = e.grad = None
     assert thunder.cache_misses(jitted) == 2
+
+
+class _Coupling(torch.nn.Module):  # zuko's RealNVP: the masked features and the context condition a layer
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("mask", torch.tensor([True, False, False]))
+        self.hyper = torch.nn.Linear(1 + 2, 2)
+
+    def forward(self, x, c):
+        a, b = x[..., self.mask], x[..., ~self.mask]
+        shift = self.hyper(torch.cat([a, c], -1))
+        return torch.cat([a, b * shift.exp()], -1).square().mean()
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_a_layer_fed_a_selection_by_a_mask_buffer_trains(grad):
+    """A layer of fixed width fed the elements a mask buffer selects (and more: an extent ``i + 2``, equal to the
+    width by the mask's values, which the prologue checks). The gradient's re-trace of the concatenation gave the
+    extent a fresh name, not known equal to the width: NotImplementedError ("cannot tell whether the extents ...
+    are equal"). A mask selecting another count: eager's error."""
+    torch.manual_seed(0)
+    model = _Coupling()
+    expected_model = copy.deepcopy(model)
+    jitted = thunder.jit(model)
+    for step in range(3):
+        x = torch.randn(8, 3, requires_grad=grad)
+        c = torch.randn(8, 2)
+        actual, expected = jitted(x, c), expected_model(x, c)
+        assert torch.equal(actual, expected)
+        if grad:
+            actual.backward()
+            expected.backward()
+            for p, e in zip(model.parameters(), expected_model.parameters()):
+                assert torch.equal(p.grad, e.grad)
+    assert thunder.cache_misses(jitted) == 1
+    for m in (model, expected_model):
+        m.mask[1] = True
+    for fn in (expected_model, jitted):
+        with pytest.raises(RuntimeError, match="cannot be multiplied|shapes"):
+            fn(x, c)

@@ -517,6 +517,8 @@ def unify(old, new) -> dict:
                 renamed.setdefault(a.name, b)
                 if b.poly is not None and len(b.poly.terms) == 1 and b.poly.key() == ((((b.name,), 1),)):
                     b.poly = poly_of(a)
+                elif poly_of(a).constant() is not None:  # an extent traced equal to a number (``assume_equal``,
+                    b.poly = poly_of(a)  # checked by the prologue): its fresh copy is too (zuko's RealNVP: i2 + 2)
     return renamed
 
 
