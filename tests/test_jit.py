@@ -986,17 +986,43 @@ def test_torch_keyword_spellings(name):
     assert out.dtype == expected.dtype and torch.equal(out, expected)
 
 
-def test_vmap_of_traced_tensors_is_refused_with_a_clear_message():
-    """torch.vmap batches below torch's Python-level interception (Hugging Face's Falcon builds its mask with it):
-    refused by name, not with an error about an aten op; outside a jitted function vmap is torch's own."""
-    def f(x):
-        return torch.vmap(lambda row: row * 2 + row.sum())(x)
+_FUNC_TRANSFORMS = {
+    "vmap": lambda x: torch.vmap(lambda row: row * 2 + row.sum())(x),
+    "vmap_imported_before": lambda x: _imported_vmap(lambda row: row * 2 + row.sum())(x),
+    "grad": lambda x: torch.func.grad(lambda r: r.sin().sum())(x),
+    "vjp": lambda x: torch.func.vjp(torch.sin, x)[1](torch.ones_like(x))[0],
+    "jvp": lambda x: torch.func.jvp(torch.sin, (x,), (torch.ones_like(x),))[1],
+    "jacrev": lambda x: torch.func.jacrev(torch.sin)(x[0]),
+    "jacfwd": lambda x: torch.func.jacfwd(torch.sin)(x[0]),
+    "hessian": lambda x: torch.func.hessian(lambda r: r.sin().sum())(x[0]),
+}
+_imported_vmap = torch.func.vmap  # as a library imports it, before thunder does anything
 
+
+def _forward_ad(x):
+    import torch.autograd.forward_ad as fwAD
+
+    with fwAD.dual_level():
+        return fwAD.unpack_dual(fwAD.make_dual(x, torch.ones_like(x)).sin()).tangent
+
+
+@pytest.mark.parametrize("name", list(_FUNC_TRANSFORMS) + ["forward_ad"])
+def test_torch_func_transforms_of_traced_tensors_are_refused_with_a_clear_message(name):
+    """torch.func's transforms act below torch's Python-level interception (Hugging Face's Falcon builds its mask with
+    vmap): refused by name, where before ``grad`` and ``vjp`` blamed ``requires_grad_``, ``jvp`` raised torch's
+    "invalid forward AD level", ``jacfwd`` an aten op; forward-mode AD gave a tangent of None (eager's: cos(x)). Outside
+    a jitted function they are torch's own, and a jitted function is not traced inside one either."""
+    fn = _FUNC_TRANSFORMS.get(name, _forward_ad)
     x = torch.randn(3, 4)
-    with pytest.raises(NotImplementedError, match="does not support torch.vmap of traced tensors"):
-        thunder.jit(f)(x)
-    assert torch.equal(f(x), x * 2 + x.sum(1, keepdim=True))
-    assert torch.func.vmap is torch.vmap
+    expected = fn(x)
+    assert isinstance(expected, torch.Tensor)
+    match = "forward-mode automatic differentiation" if name == "forward_ad" else "does not support torch.func"
+    with pytest.raises(NotImplementedError, match=match):
+        thunder.jit(fn)(x)
+    assert torch.equal(fn(x), expected)
+    if name == "vmap":
+        with pytest.raises(NotImplementedError, match="nor tracing a jitted function inside one"):
+            torch.vmap(thunder.jit(lambda row: row * 2))(x)
 
 
 class _Axis(__import__("enum").IntEnum):

@@ -9,14 +9,11 @@ The reentrant variant (``use_reentrant=True``) runs through ``CheckpointFunction
 """
 from __future__ import annotations
 
-import functools
 import threading
 
 import torch
 import torch.utils.checkpoint as torch_checkpoint
 
-from thunder.core.codeutils import flat_proxies
-from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import Tag
 
 
@@ -68,32 +65,7 @@ def install():
         torch_checkpoint._checkpoint_without_reentrant_generator = _region_generator
         torch_checkpoint.CheckpointFunction = _RegionCheckpointFunction
         torch.autograd.Function.apply = classmethod(_custom_function_apply(_ORIGINAL_APPLY.__func__))
-        torch.vmap = torch.func.vmap = _refused_while_tracing(torch.vmap)
         _installed = True
-
-
-def _refused_while_tracing(vmap):
-    """``torch.vmap``: its batching runs below torch's Python-level interception, where thunder cannot record what
-    happens to traced tensors; a vmapped function called with traced tensors is refused with a clear message
-    (Hugging Face's ``create_causal_mask`` vmaps its mask functions when given an ``and_mask_function``, as Falcon's
-    model does)."""
-
-    @functools.wraps(vmap)
-    def wrapper(func, *vmap_args, **vmap_kwargs):
-        batched = vmap(func, *vmap_args, **vmap_kwargs)
-
-        @functools.wraps(batched)
-        def call(*args, **kwargs):
-            if _tracing_trace() is not None and any(isinstance(a, TensorProxy) for a in flat_proxies((args, kwargs))):
-                raise NotImplementedError(
-                    "thunder does not support torch.vmap of traced tensors: its batching happens below torch's "
-                    "Python-level interception, where thunder cannot record it. Call it outside the jitted "
-                    "function, or express it with broadcasting.")
-            return batched(*args, **kwargs)
-
-        return call
-
-    return wrapper
 
 
 def _custom_function_apply(original):

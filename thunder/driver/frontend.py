@@ -160,11 +160,23 @@ class TracingMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if torch._C._functorch.peek_interpreter_stack() is not None:
+            raise NotImplementedError(_FUNCTORCH_REFUSED)
         if func in DISPATCH_DROPS:
             kwargs = _with_dropped_arguments(func, kwargs)
         if func in _MIRRORED_COMPARISONS and len(args) == 2 and type(args[0]) is not type(args[1]):
             func, args = _as_written(func, args, sys._getframe(1))
         return self.tracer.handle(func, args, kwargs)
+
+
+# torch.func's transforms (grad, vjp, jvp, jacrev, jacfwd, hessian, vmap) run below torch's Python-level
+# interception: what they do to the traced tensors is not recorded (torch.func.grad marks its input with
+# requires_grad_ and differentiates by autograd, which a trace has not; vmap batches below __torch_function__)
+_FUNCTORCH_REFUSED = (
+    "thunder does not support torch.func transforms (grad, vjp, jvp, jacrev, jacfwd, hessian, vmap) of traced "
+    "tensors, nor tracing a jitted function inside one: they act below torch's Python-level interception, where "
+    "thunder cannot record them. Call them outside the jitted function (the gradient of a jitted function's "
+    "result: backward or torch.autograd.grad), or express a vmap with broadcasting.")
 
 
 # [Note: reflected comparisons] A tensor whose shape holds run-time extents is a SymbolicTensorProxy while tracing, a

@@ -519,6 +519,11 @@ _REFUSED = {
            "calls torch.autograd.grad) are not. Compute them outside the jitted function."
        for fn, what in ((torch.autograd.grad, "torch.autograd.grad"), (torch.autograd.backward, "torch.autograd.backward"),
                         (torch.Tensor.backward, "Tensor.backward"))},
+    **{fn: "forward-mode automatic differentiation (torch.autograd.forward_ad: make_dual, unpack_dual) inside a "
+           "jitted function is not supported: thunder records the program's values, not their tangents. Compute "
+           "the dual numbers outside the jitted function, or differentiate the jitted function's results in reverse "
+           "mode (backward, torch.autograd.grad)."
+       for fn in (torch._make_dual, torch._unpack_dual)},
     torch._C.TensorBase.retain_grad: "Tensor.retain_grad inside a jitted function is not supported: the tensor is a "
                                      "value inside thunder's compiled program and its .grad would stay None. Return the "
                                      "tensor and call retain_grad() on the result of the jitted call.",
