@@ -51,6 +51,42 @@ def test_manual_seed_in_training():
     assert torch.equal(g, lin.weight.grad)
 
 
+def _forked_random(x):
+    with torch.random.fork_rng():
+        noise = torch.rand(x.shape)
+    return x + noise + torch.rand(x.shape)  # eager: the same numbers twice
+
+
+def _state_saved_and_restored(x):
+    state = torch.get_rng_state()
+    noise = torch.rand(x.shape)
+    torch.set_rng_state(state)
+    return x + noise - torch.rand(x.shape)  # eager: zeros
+
+
+def _reseeded_by_torch_seed(x):
+    torch.seed()
+    return x + torch.rand(x.shape)
+
+
+@pytest.mark.parametrize("fn,match", [(_forked_random, "torch.get_rng_state"),
+                                      (_state_saved_and_restored, "torch.get_rng_state"),
+                                      (_reseeded_by_torch_seed, "torch.seed")],
+                         ids=lambda v: getattr(v, "__name__", ""))
+def test_the_random_state_read_or_set_inside_the_program_is_refused(fn, match):
+    """The generator's state read or set by the program (``fork_rng``, ``get_rng_state``/``set_rng_state``,
+    ``torch.seed``) would act on the tracing call alone: ``fork_rng``'s block and the numbers after it came out
+    different, where eager's are the same (a wrong result). Refused, the state untouched."""
+    x = torch.zeros(4)
+    torch.manual_seed(0)
+    expected_next = torch.rand(3)
+    torch.manual_seed(0)
+    with pytest.raises(NotImplementedError, match=match):
+        thunder.jit(fn)(x)
+    assert torch.equal(torch.rand(3), expected_next)
+    fn(x)  # outside a jitted function, torch's own
+
+
 @pytest.mark.parametrize("mode", ["warn", "error"])
 def test_python_side_effects_are_reported(mode):
     def f(x):
