@@ -443,14 +443,31 @@ class _BuildsALayerInForward(torch.nn.Module):
         return torch.nn.Linear(3, 3)(x)
 
 
-@pytest.mark.parametrize("fn", [lambda x: torch.zeros_like(x).requires_grad_() * x, _BuildsALayerInForward()],
-                         ids=["requires_grad_", "layer-built-in-forward"])
+def _set_requires_grad(t, flag: bool):
+    t.requires_grad = flag
+    return t
+
+
+@pytest.mark.parametrize("fn", [lambda x: torch.zeros_like(x).requires_grad_() * x, _BuildsALayerInForward(),
+                                lambda x: _set_requires_grad(torch.zeros_like(x), True) * x],
+                         ids=["requires_grad_", "layer-built-in-forward", "requires_grad-set"])
 def test_making_a_tensor_require_grad_inside_refused(fn):
     """A tensor the program makes require grad would be a leaf whose gradient no one sees: refused, with a message
     that names the usual cause."""
     with pytest.raises(NotImplementedError, match=r"Tensor.requires_grad_\(\) inside a jitted function is not "
                                                   r"supported \(nn.Parameter calls it"):
         thunder.jit(fn)(torch.randn(3, requires_grad=True))
+
+
+def test_setting_requires_grad_of_an_input_inside_refused():
+    """``x.requires_grad = False`` of an input that requires grad: eager changes the caller's leaf, and the result
+    no longer requires grad; the traced program's did (the setter reached the proxy alone: a wrong result). Refused
+    as ``requires_grad_(False)``; setting the flag a tensor has is nothing to refuse."""
+    with pytest.raises(NotImplementedError, match=r"requires_grad_\(False\) of a tensor that requires grad"):
+        thunder.jit(lambda x: _set_requires_grad(x, False) * 2)(torch.randn(3, requires_grad=True))
+    x = torch.randn(3)
+    out = thunder.jit(lambda x: _set_requires_grad(x, False) * 2)(x)
+    assert torch.equal(out, x * 2) and not out.requires_grad
 
 
 # ---------------------------------------------------------------------------------------------

@@ -502,6 +502,9 @@ class Tracer:
         key = property_key(func)
         if key in _SYMBOLIC_QUERIES and args and type(self.resolve(args[0])) is SymbolicTensorProxy:
             return _SYMBOLIC_QUERIES[key](self.resolve(args[0]), *args[1:], **kwargs)
+        if key in tensor_queries.REQUIRES_GRAD and getattr(func, "__name__", None) == "__set__":
+            ltorch_shapes.check_requires_grad_unchanged(self.resolve(args[0]), bool(args[1]))
+            return None
         if key in tensor_queries.METADATA:
             return func(*self.resolve(args), **kwargs)
         if key in _QUERIES:

@@ -41,7 +41,7 @@ BASE = _objects("_base")
 IS_VIEW = _objects("_is_view")
 PRINTING = _objects("__repr__", "__format__", "__str__") | {torch.Tensor.__format__}
 NEEDS_DATA = _objects("data_ptr", "untyped_storage", "storage", "_storage", "_cdata")
-SETTERS = {"data", "requires_grad", "grad", "names", "_base"}
+REQUIRES_GRAD = _objects("requires_grad")  # its setter: as requires_grad_
 
 
 class TracedGradFn:

@@ -810,6 +810,12 @@ def data(a):
 
 @torchsymbol(methods=("requires_grad_",), torch_impl=torch.Tensor.requires_grad_)
 def requires_grad_(a, requires_grad=True):
+    check_requires_grad_unchanged(a, requires_grad)
+    return a
+
+
+def check_requires_grad_unchanged(a, requires_grad: bool) -> None:
+    """``a.requires_grad_(requires_grad)`` or ``a.requires_grad = requires_grad``: accepted where the flag stays."""
     check(not requires_grad or a.requires_grad,
           "Tensor.requires_grad_() inside a jitted function is not supported (nn.Parameter calls it: a module whose "
           "forward builds layers, or parameters, must build them before the jitted call)", NotImplementedError)
@@ -817,7 +823,6 @@ def requires_grad_(a, requires_grad=True):
           "Tensor.requires_grad_(False) of a tensor that requires grad inside a jitted function is not supported "
           "(eager changes the flag of the caller's leaf tensor, which a trace cannot): use detach()",
           NotImplementedError)
-    return a
 
 
 @torchsymbol(torch.diagonal, methods=("diagonal",), view=True)
