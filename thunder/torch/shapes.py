@@ -818,7 +818,10 @@ def check_requires_grad_unchanged(a, requires_grad: bool) -> None:
     """``a.requires_grad_(requires_grad)`` or ``a.requires_grad = requires_grad``: accepted where the flag stays."""
     check(not requires_grad or a.requires_grad,
           "Tensor.requires_grad_() inside a jitted function is not supported (nn.Parameter calls it: a module whose "
-          "forward builds layers, or parameters, must build them before the jitted call)", NotImplementedError)
+          "forward builds layers, or parameters, must build them before the jitted call; a program that takes a "
+          "gradient inside, with torch.autograd.grad, calls it on that gradient's inputs, and thunder does not "
+          "take gradients inside the program either: compute them outside the jitted function)",
+          NotImplementedError)
     check(requires_grad or not a.requires_grad,
           "Tensor.requires_grad_(False) of a tensor that requires grad inside a jitted function is not supported "
           "(eager changes the flag of the caller's leaf tensor, which a trace cannot): use detach()",
