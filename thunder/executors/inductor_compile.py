@@ -699,7 +699,7 @@ class CompiledRegion:
                     compiled = (self.executor.inductor_compile(gm, fakes, donated=donated) if donated
                                 else self.executor.inductor_compile(gm, fakes))
                     return self._through_call_once(compiled, strides, self.by_layout if reuse else self.plain_by_layout,
-                                                   seen)
+                                                   seen, donated)
         except Exception as e:  # inductor's errors have no common base class
             self.fall_back(e)
             return self._torch_boxed
@@ -707,19 +707,21 @@ class CompiledRegion:
     def _traced_fn(self):
         return _with_dense_outputs(self.torch_fn, self.dense) if self.dense else self.torch_fn
 
-    def _through_call_once(self, compiled, strides, table, seen: tuple):
+    def _through_call_once(self, compiled, strides, table, seen: tuple, donated: tuple):
         """Inductor's compiled graph: through its ``__call__`` once (which finishes autotuning and caching), then
         straight to the generated function (after a check of the input strides), which replaces this one
         wherever it is held (``table``: the compilations by layout it belongs to). ``seen``: (position, strides) of
-        the outputs the program sees, as the traced graph lays them out, which the call checks inductor kept."""
+        the outputs the program sees, as the traced graph lays them out, which the call checks inductor kept;
+        ``donated``: the positions of the inputs whose memory it may reuse."""
 
         def first(args):
             _check_layouts(args, strides)
-            inputs = tuple(args)  # (the compiled function empties the list)
+            kept = tuple(a for i, a in enumerate(args) if i not in donated)  # (the compiled function empties the
+            # list; a donated input's memory may hold an output)
             out = compiled(args)
             # (a graph that only returns its inputs compiles to a boxed call of the graph, without current_callable)
             direct = getattr(compiled, "current_callable", compiled)
-            misplaced = _misplaced_outputs(out, seen, inputs)
+            misplaced = _misplaced_outputs(out, seen, kept)
             if misplaced:
                 out, direct = _relaid(out, misplaced), _relaying(direct, misplaced)
             direct = _checking_layouts(direct, strides)
