@@ -1025,6 +1025,28 @@ def test_torch_func_transforms_of_traced_tensors_are_refused_with_a_clear_messag
             torch.vmap(thunder.jit(lambda row: row * 2))(x)
 
 
+class _ConvertsItselfInForward(torch.nn.Module):
+    def __init__(self, convert):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+        self.convert = convert
+
+    def forward(self, x):
+        return self.convert(self.lin)(x.double())
+
+
+@pytest.mark.parametrize("convert", [lambda m: m.double(), lambda m: m.to(torch.float64)], ids=["double", "to"])
+def test_converting_a_module_inside_the_program_is_refused_by_name(convert):
+    """``module.to(dtype)`` / ``.double()`` in forward replaces the module's parameters, thunder's inputs: refused by
+    name (before: "thunder cannot trace torch._has_compatible_shallow_copy_type: it returns a Python value")."""
+    m = _ConvertsItselfInForward(convert)
+    with pytest.raises(NotImplementedError, match=r"nn.Module.to \(or .float\(\), .double\(\).*Convert the module "
+                                                  "before the jitted call"):
+        thunder.jit(m)(torch.randn(2, 3))
+    assert m.lin.weight.dtype == torch.float32
+    assert m(torch.randn(2, 3)).dtype == torch.float64
+
+
 class _Axis(__import__("enum").IntEnum):
     ROWS = 0
     COLS = 1

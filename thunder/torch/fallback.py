@@ -524,6 +524,12 @@ _REFUSED = {
            "the dual numbers outside the jitted function, or differentiate the jitted function's results in reverse "
            "mode (backward, torch.autograd.grad)."
        for fn in (torch._make_dual, torch._unpack_dual)},
+    # only nn.Module._apply asks it (module.to, .float(), .double(), .half(), .cuda(), .cpu())
+    torch._has_compatible_shallow_copy_type: "nn.Module.to (or .float(), .double(), .half(), .bfloat16(), .cuda(), "
+                                             ".cpu(): Module._apply) of a module inside a jitted function is not "
+                                             "supported: it replaces the module's parameters and buffers, which "
+                                             "thunder holds as the program's inputs. Convert the module before the "
+                                             "jitted call.",
     torch._C.TensorBase.retain_grad: "Tensor.retain_grad inside a jitted function is not supported: the tensor is a "
                                      "value inside thunder's compiled program and its .grad would stay None. Return the "
                                      "tensor and call retain_grad() on the result of the jitted call.",
