@@ -87,6 +87,43 @@ def test_the_random_state_read_or_set_inside_the_program_is_refused(fn, match):
     fn(x)  # outside a jitted function, torch's own
 
 
+def _ones_in_float64(x):
+    torch.set_default_dtype(torch.float64)
+    try:
+        return torch.ones(x.shape) + x  # eager: float64
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
+def _denormals_flushed(x):
+    torch.set_flush_denormal(True)
+    try:
+        return x * 1e-39  # eager: zeros
+    finally:
+        torch.set_flush_denormal(False)
+
+
+def _default_dtype_set_as_it_is(x):
+    torch.set_default_dtype(torch.float32)
+    return torch.ones(x.shape) + x
+
+
+@pytest.mark.parametrize("fn,match", [(_ones_in_float64, "torch.set_default_dtype"),
+                                      (_denormals_flushed, "torch.set_flush_denormal")],
+                         ids=lambda v: getattr(v, "__name__", ""))
+def test_process_wide_settings_changed_inside_the_program_are_refused(fn, match):
+    """A setting changed by the program would hold while tracing, not when the trace runs: ``torch.ones`` between
+    ``set_default_dtype(float64)`` and ``set_default_dtype(float32)`` came out float32, denormals were not flushed
+    (wrong results). Refused; setting the default dtype it is changes nothing and is accepted."""
+    x = torch.ones(3)
+    with pytest.raises(NotImplementedError, match=match):
+        thunder.jit(fn)(x)
+    assert torch.get_default_dtype() is torch.float32
+    expected = fn(x)
+    assert expected.dtype is torch.float64 or torch.equal(expected, torch.zeros(3))
+    assert torch.equal(thunder.jit(_default_dtype_set_as_it_is)(x), _default_dtype_set_as_it_is(x))
+
+
 @pytest.mark.parametrize("mode", ["warn", "error"])
 def test_python_side_effects_are_reported(mode):
     def f(x):

@@ -8,7 +8,8 @@ import time
 
 import torch
 
-from thunder.driver import checkpointing, frontend, python_state, random_state, side_effects, torchscript
+from thunder.driver import (checkpointing, frontend, global_setters, python_state, random_state, side_effects,
+                            torchscript)
 from thunder.driver.layouts import EagerOutputLayouts
 from thunder.driver.compile_data import CacheEntry, CompileData
 from thunder.driver.interpreter import InstructionRecorder
@@ -122,6 +123,7 @@ def module_tensors_as_proxies(module, comp: TraceCtx, prologue: PrologueBuilder,
 def trace_program(cd: CompileData, args, kwargs, compilation: "Compilation") -> TraceResult:
     checkpointing.install()
     random_state.install()
+    global_setters.install()
     torchscript.install()
     comp = TraceCtx("computation")
     prologue = compilation._prologue = PrologueBuilder(comp, cd.cache_option, cd.functional)

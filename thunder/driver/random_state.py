@@ -19,6 +19,8 @@ import threading
 
 import torch
 
+from thunder.driver.global_setters import refused_while_tracing
+
 _installed = False
 _lock = threading.Lock()
 
@@ -43,7 +45,7 @@ def install():
         torch.manual_seed = manual_seed
         torch.random.manual_seed = manual_seed
         for name in ("get_rng_state", "set_rng_state", "seed"):
-            refused = _refused_while_tracing(getattr(torch.random, name))
+            refused = refused_while_tracing(getattr(torch.random, name), _REFUSED.format(name=name))
             setattr(torch, name, refused)
             setattr(torch.random, name, refused)
         _installed = True
@@ -53,15 +55,3 @@ _REFUSED = ("torch.{name}() inside a jitted function is not supported: thunder r
             "operations and runs them on every call, where the state read or set while tracing would be the "
             "tracing call's alone (torch.random.fork_rng reads the state and sets it back). Seed with "
             "torch.manual_seed (recorded in the trace), or move this out of the jitted function.")
-
-
-def _refused_while_tracing(fn):
-    @functools.wraps(fn)
-    def refused(*args, **kwargs):
-        from thunder.driver.frontend import current_tracer
-
-        if current_tracer() is not None:
-            raise NotImplementedError(_REFUSED.format(name=fn.__name__))
-        return fn(*args, **kwargs)
-
-    return refused
