@@ -1,7 +1,8 @@
 """torch's process-wide settings changed by a program thunder traces.
 
-``torch.set_default_dtype`` and ``torch.set_flush_denormal`` are plain calls (no tensor goes through
-``__torch_function__``): a program's call would change the setting while tracing, and on later calls not at all.
+``torch.set_default_dtype``, ``torch.set_flush_denormal`` and ``torch.set_float32_matmul_precision`` are plain
+calls (no tensor goes through ``__torch_function__``): a program's call would change the setting while tracing,
+and on later calls not at all.
 The trace's values would then follow the setting of the tracing call's moment, its operations the one of the
 moment they run (``torch.ones(3)`` inside ``set_default_dtype(torch.float64)`` ... ``set_default_dtype(float32)``
 came out float32). While a thread traces they are refused, unless they set what is already set; elsewhere they are
@@ -51,4 +52,9 @@ def install():
             torch.set_flush_denormal,
             "torch.set_flush_denormal inside a jitted function is not supported: it would act while thunder traces "
             "the program, not when its operations run. " + _ADVICE)
+        torch.set_float32_matmul_precision = refused_while_tracing(
+            torch.set_float32_matmul_precision,
+            "torch.set_float32_matmul_precision inside a jitted function is not supported: it would act while thunder "
+            "traces the program, not when its products run (TF32 on CUDA). " + _ADVICE,
+            unchanged=lambda precision: precision == torch.get_float32_matmul_precision())
         _installed = True
