@@ -833,6 +833,7 @@ def scalar_tensor_samples(dtype):
     yield S(2.5)
     yield S(3, dtype=dtype)
     yield S(True, dtype=dtype)
+    yield S(1.5, dtype=dtype, requires_grad=False)  # (a TypeError before: found by torch's OpInfo samples)
 
 
 def random_factory_samples(dtype):

@@ -211,7 +211,7 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
 
 @number_torchsymbol(torch.scalar_tensor)
 @_plain_tensor
-def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None):
+def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False):
     dtype = _float_dtype(dtype)
     return prims.full((), convert(s, dtype), device=_device(device), dtype=dtype)
 
