@@ -52,6 +52,7 @@ ELEMENTWISE = {
     "normalize": lambda x: F.normalize(x, dim=-1), "clamp": lambda x: x.clamp(-0.5, 0.5),
     "clamp-tensor": lambda x: x.clamp(x.flip(0) - 1, x.flip(1) + 1), "lerp": lambda x: torch.lerp(x, x.flip(0), 0.3),
     "addcmul": lambda x: torch.addcmul(x, x, x.flip(0), value=0.5), "addcdiv": lambda x: torch.addcdiv(x, x, x.abs() + 1),
+    "addcdiv-value": lambda x: torch.addcdiv(x, x.flip(0), x.abs() + 1, value=3.14),  # ATen's value / t2 (OpInfo)
     "where": lambda x: torch.where(x > 0, x, x * 2), "bce-with-logits": lambda x: F.binary_cross_entropy_with_logits(
         x, torch.sigmoid(x.flip(0)).detach()), "smooth_l1": lambda x: F.smooth_l1_loss(x, x.flip(0).detach()),
     "cross_entropy": lambda x: F.cross_entropy(x, torch.arange(x.shape[0]) % x.shape[1]),

@@ -19,7 +19,7 @@ import math
 import torch
 
 from thunder.core.proxies import TensorProxy
-from thunder.torch import elementwise as ew
+from thunder.torch import creation, elementwise as ew
 from thunder.torch.fallback import fallback_symbol, inplace_fallback_symbol
 from thunder.torch.grad_rules_helpers import reduce_like
 from thunder.transforms.grad_rules import register_cheap_vjp as register_vjp
@@ -388,7 +388,9 @@ def addcdiv_rule(a, t1, t2, *, value=1):
     out = ew.addcdiv(a, t1, t2, value=value)
 
     def backward(g):
-        g1 = ew.mul(g, conj(ew.mul(ew.reciprocal(t2), value)))  # ``value / t2`` in ATen
+        # ATen's ``value / t2`` of a Scalar fills a tensor with ``value`` and divides it (``operator/(Scalar,
+        # Tensor)``): not Python's ``value / t2``, a reciprocal times ``value`` (one ulp apart; torch's OpInfo samples)
+        g1 = ew.mul(g, conj(ew.div(creation.full_like(t2, value), t2)))
         g2 = ew.mul(ew.neg(g), conj(ew.div(ew.mul(t1, value), ew.mul(t2, t2))))
         return _grad_for(g, a), _grad_for(g1, t1), _grad_for(g2, t2)
 
