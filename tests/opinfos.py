@@ -668,6 +668,7 @@ def take_along_dim_samples(dtype):
     yield S(make((4, 5), dtype), torch.randint(0, 4, (1, 5)), 0)  # broadcasts the other dims
     yield S(make((4, 5), dtype), torch.randint(0, 20, (6,)))  # no dim: the flattened input
     yield S(make((2, 4, 5), dtype), torch.randint(0, 5, (4, 2)), -1)
+    yield S(make((4, 5), dtype), torch.randint(-5, 5, (4, 3)), 1)  # negative indices, which eager wraps (OpInfo)
 
 
 def index_select_samples(dtype):

@@ -437,7 +437,10 @@ def take_along_dim(a, indices, dim=None):
     a_shape[dim] = a.shape[dim]
     i_shape = list(shape)
     i_shape[dim] = indices.shape[dim]
-    return gather(expand_to(a, a_shape), dim, expand_to(indices, i_shape))
+    # eager wraps negative indices along ``dim`` (``indices % size``; with no ``dim`` it does not), which gather
+    # would refuse or, fused, read out of bounds
+    wrapped = prims.remainder(indices, a.shape[dim]) if a.shape[dim] else indices
+    return gather(expand_to(a, a_shape), dim, expand_to(wrapped, i_shape))
 
 
 @torchsymbol(torch.scatter_add, methods=("scatter_add",), inplace_methods=("scatter_add_",))
