@@ -389,7 +389,24 @@ def unreached_inputs(fn, args, kwargs) -> frozenset:
         if variable is not None:
             reached.add(id(variable))
         stack.extend(n for n, _ in node.next_functions)
-    return frozenset(i for i in wanted if id(metas[i]) not in reached)
+    unreached = {i for i in wanted if id(metas[i]) not in reached}
+    return frozenset(unreached | _undefined_gradients(out, metas, wanted - unreached))
+
+
+def _undefined_gradients(out, metas, reached: set) -> set:
+    """Positions among ``reached`` whose gradient eager's backward formula leaves undefined (None) though the graph
+    connects them (``torch.linalg.norm(x, 0)``: its backward gives ``x`` none), from a backward of the meta run."""
+    outs = [o for o in tree_leaves(out) if isinstance(o, torch.Tensor) and o.requires_grad]
+    order = sorted(reached)
+    if not outs or not order:
+        return set()
+    try:
+        with torch._C.DisableTorchFunction():
+            grads = torch.autograd.grad(outs, [metas[i] for i in order], [torch.ones_like(o) for o in outs],
+                                        allow_unused=True)
+    except Exception:  # noqa: BLE001 - no meta backward: as connected
+        return set()
+    return {i for i, g in zip(order, grads) if g is None}
 
 
 def _run(fn, args, kwargs, values: dict):
