@@ -428,6 +428,9 @@ def var_samples(dtype):
             yield S(make(shape, dtype), dim, keepdim=True)
     yield S(make((4, 5), dtype))
     yield S(make((4, 5), dtype), 1, False, True)  # positional unbiased, keepdim
+    # the overload var(input, unbiased: bool): over all elements (read as dim 1, fused it gave a row; OpInfo samples)
+    yield S(make((4, 5), dtype), True)
+    yield S(make((4, 5), dtype), False)
 
 
 def logsumexp_samples(dtype):

@@ -602,6 +602,7 @@ register_vjp(red.norm)(_norm_rule(torch.norm))
 
 def _var_meta_fn(two_outputs):
     def meta(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        dim, unbiased = red.unbiased_overload(dim, unbiased)
         ((shape, dtype, device),) = _norm_meta(a, 2, dim, keepdim)
         out = ((shape, dtype, device),)
         return out + ((shape, a.dtype, device),) if two_outputs else out
@@ -615,6 +616,7 @@ def _with_correction(torch_fn):
     """``torch_fn`` called with the torch language's normalized arguments (unbiased=None is not accepted by torch)."""
 
     def call(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        dim, unbiased = red.unbiased_overload(dim, unbiased)
         if correction is None and unbiased is not None:
             correction = 1 if unbiased else 0
         kwargs = {} if correction is None else {"correction": correction}

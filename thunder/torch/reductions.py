@@ -172,8 +172,18 @@ def _kernels_mean(a):
     return mean(a)
 
 
+def unbiased_overload(dim, unbiased):
+    """``(dim, unbiased)``: torch's ``var(input, unbiased: bool)`` overload takes a bool second argument as
+    ``unbiased``, not as a dim (``torch.var(x, True)``, ``x.std(False)``: over all elements; read as dim 1 they
+    gave a fused result of another shape)."""
+    if isinstance(dim, bool) and unbiased is None:
+        return None, dim
+    return dim, unbiased
+
+
 @torchsymbol(torch.var, methods=("var",))
 def var(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    dim, unbiased = unbiased_overload(dim, unbiased)
     dims = _dims(a, dim)
     if _to_one_element(a, dims):
         return _keepdim(_two_pass(a, dims, _correction(unbiased, correction), False), a, dims, keepdim)
@@ -185,6 +195,7 @@ def var(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 @torchsymbol(torch.std, methods=("std",))
 def std(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    dim, unbiased = unbiased_overload(dim, unbiased)
     dims = _dims(a, dim)
     if _to_one_element(a, dims):
         return _keepdim(_two_pass(a, dims, _correction(unbiased, correction), True), a, dims, keepdim)
@@ -196,6 +207,7 @@ def std(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 @torchsymbol(torch.var_mean)
 def var_mean(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    dim, unbiased = unbiased_overload(dim, unbiased)
     if _in_double(a):
         v, m = moments(prims.convert_element_type(a, torch.float64), dim, unbiased, keepdim, correction=correction)
         return prims.convert_element_type(v, a.dtype), prims.convert_element_type(m, a.dtype)
@@ -211,6 +223,7 @@ def moments(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 @torchsymbol(torch.std_mean)
 def std_mean(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    dim, unbiased = unbiased_overload(dim, unbiased)
     if _in_double(a):
         v, m = moments(prims.convert_element_type(a, torch.float64), dim, unbiased, keepdim, correction=correction)
         return prims.convert_element_type(prims.sqrt(v), a.dtype), prims.convert_element_type(m, a.dtype)
