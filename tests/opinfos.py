@@ -622,6 +622,7 @@ def index_add_samples(dtype):
     # repeated indices and alpha: the kernel scales each slice as it adds it (rounding as a scaled source does not)
     yield S(make((2, 5), dtype), 0, torch.tensor([0, 1, 0, 1, 0, 1]), make((6, 5), dtype), alpha=3)
     yield S(make((5,), dtype), 0, torch.tensor(2), make((), dtype))
+    yield S(make((), dtype), 0, torch.tensor([0]), make((), dtype), alpha=-1)  # 0-dim (its gradient: OpInfo samples)
 
 
 def cat_samples(dtype):

@@ -501,7 +501,8 @@ flip = make_prim("flip", flip_meta)
 
 def take_meta(a, index, dim: int):
     shape = list(a.shape)
-    shape[dim] = index.numel()
+    if shape:  # (torch's index_select of a 0-dim tensor is 0-dim)
+        shape[dim] = index.numel()
     return new_tensor(shape, a.dtype, a.device, requires_grad(a))
 
 
