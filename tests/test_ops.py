@@ -649,3 +649,26 @@ def test_op_output_layouts_follow_eager(info: OpInfo, layout):
         else:
             actual = _call(jfn, sample, _SEED)
         assert actual == expected, f"{info.name} on {sample}"
+
+
+def test_the_opinfo_sweeps_comparison_tells_every_kind_of_difference():
+    """``scripts/sweep_opinfo.py`` (torch's OpInfo samples against eager; it needs ``expecttest``, so it is not run
+    here) reports a result as WRONG by ``difference``: values, dtypes, shapes, layouts, a missing gradient."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "sweep_opinfo.py"
+    spec = importlib.util.spec_from_file_location("sweep_opinfo", path)
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    x = torch.randn(3, 4)
+    nan = torch.tensor([float("nan"), 1.0])
+    assert sweep.difference((x, 2), (x.clone(), 2), fused=False) is None
+    assert sweep.difference(nan, nan.clone(), fused=False) is None
+    assert "values" in sweep.difference(x, x + 1e-6, fused=False)
+    assert sweep.difference(x, x + 1e-6, fused=True) is None
+    assert "float64" in sweep.difference(x, x.double(), fused=False)
+    assert "(4, 3)" in sweep.difference(x, x.t(), fused=False)
+    assert "strides" in sweep.difference(x, x.t().contiguous().t(), fused=False)
+    assert "thunder 'no gradient'" in sweep.difference([x], ["no gradient"], fused=False)
+    assert "results" in sweep.difference((x, x), (x,), fused=False)
