@@ -502,8 +502,10 @@ class Tracer:
         key = property_key(func)
         if key in _SYMBOLIC_QUERIES and args and type(self.resolve(args[0])) is SymbolicTensorProxy:
             return _SYMBOLIC_QUERIES[key](self.resolve(args[0]), *args[1:], **kwargs)
-        if key in tensor_queries.REQUIRES_GRAD and getattr(func, "__name__", None) == "__set__":
-            ltorch_shapes.check_requires_grad_unchanged(self.resolve(args[0]), bool(args[1]))
+        if key in tensor_queries.REQUIRES_GRAD and getattr(func, "__name__", None) == "__set__" and not args[1]:
+            # (``= True`` marks the traced value, as Hugging Face's wav2vec2 feature encoder does to its input for
+            # gradient checkpointing: the trace differentiates it from there; the caller's tensor keeps its flag)
+            ltorch_shapes.check_requires_grad_unchanged(self.resolve(args[0]), False)
             return None
         if key in tensor_queries.METADATA:
             return func(*self.resolve(args), **kwargs)

@@ -228,7 +228,8 @@ def minimum_prim(a, b):
 
 
 def take(a, index, dim):
-    return torch.index_select(a, dim, index)
+    # torch's own binding: PyTorch Geometric replaces ``torch.index_select`` with a wrapper that refuses a 0-dim input
+    return torch._C._VariableFunctions.index_select(a, dim, index)
 
 
 def gather_prim(a, index, dim):
