@@ -519,7 +519,7 @@ def _with_eager_layouts(fn, eager: tuple):
             # too for a part of a buffer the region computes and does not return (inductor lays that buffer out as
             # it likes: a column of a transposed value would come with the gaps of a row-major one)
             if (_has_gaps(o.shape, strides) or _part_of_own_buffer(o, args, outs)
-                    or any(n > 1 and a != b for n, a, b in zip(o.shape, o.stride(), strides))):
+                    or _strides_differ(o, strides)):
                 outs[i] = torch.empty_strided(o.shape, strides, dtype=o.dtype, device=o.device).copy_(o)
             elif o.stride() != tuple(strides):
                 outs[i] = o.as_strided(o.shape, strides)
@@ -528,14 +528,18 @@ def _with_eager_layouts(fn, eager: tuple):
     return laid_out
 
 
+def _strides_differ(t, strides) -> bool:
+    """Whether ``t`` is laid out otherwise than ``strides`` along an extent over one (which address elements)."""
+    return any(n > 1 and a != b for n, a, b in zip(t.shape, t.stride(), strides))
+
+
 def _misplaced_outputs(outs, seen: tuple, inputs: tuple) -> tuple:
     """The (position, strides) of ``seen``, the traced graph's layouts of outputs, whose output in ``outs`` (a
     compiled graph's first) inductor wrote with other strides. Its layout of an output is fixed by the input
     layouts, so the first call tells. (Inductor compiles ``torch.cat([t])`` to ``t`` itself; of a column of a
     value it lays out row-major for inputs laid out otherwise, that is a strided view where eager's
     concatenation is contiguous: fused generated program 4853, and ``torch.compile``'s own result.)"""
-    misplaced = tuple((i, st) for i, st in seen
-                      if any(n > 1 and a != b for n, a, b in zip(outs[i].shape, outs[i].stride(), st)))
+    misplaced = tuple((i, st) for i, st in seen if _strides_differ(outs[i], st))
     memory = {a.untyped_storage().data_ptr() for a in inputs if isinstance(a, torch.Tensor)}
     for i, st in misplaced:  # a copy would no longer share the input's memory, as eager's view does
         if outs[i].untyped_storage().data_ptr() in memory:
