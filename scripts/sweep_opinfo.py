@@ -10,6 +10,8 @@ torch's testing package imports (``pip install expecttest``; not a dependency of
     python scripts/sweep_opinfo.py --grad           # forward and gradients (samples that require grad)
     python scripts/sweep_opinfo.py --fused          # executors=["inductor", "torch"], within float tolerance
     python scripts/sweep_opinfo.py var std --grad   # some operators (OpInfo names, variants as name.variant)
+    python scripts/sweep_opinfo.py --dtype bfloat16 # samples of another dtype (float64, int64, bool, ...)
+    python scripts/sweep_opinfo.py --variant inplace  # x.add_(y) (the input's new value compared too); or method
 """
 from __future__ import annotations
 
@@ -33,6 +35,10 @@ _UNVALUED = ("bernoulli", "normal", "rand", "randn", "randint", "multinomial", "
              "cauchy", "exponential", "geometric", "log_normal", "empty")
 
 
+# fused kernels round otherwise than eager's: a few ulps of the dtype
+_FUSED_TOLERANCE = {torch.bfloat16: (1.6e-2, 1e-2), torch.float16: (2e-3, 1e-3), torch.float64: (1e-7, 1e-7)}
+
+
 def difference(e, a, fused: bool) -> str | None:
     """How thunder's results ``a`` differ from eager's ``e``, or None."""
     le, la = pytree.tree_leaves(e), pytree.tree_leaves(a)
@@ -50,7 +56,8 @@ def difference(e, a, fused: bool) -> str | None:
         if x.dtype == torch.complex32:  # (no comparison kernels)
             x, y = x.to(torch.complex64), y.to(torch.complex64)
         if fused:
-            if not torch.allclose(x, y, rtol=1e-4, atol=1e-5, equal_nan=True):
+            rtol, atol = _FUSED_TOLERANCE.get(x.dtype, (1e-4, 1e-5))
+            if not torch.allclose(x, y, rtol=rtol, atol=atol, equal_nan=True):
                 largest = (x.double() - y.double()).abs().nan_to_num().max()
                 return f"result {i}: values (largest difference {largest:.3g})"
             continue
@@ -76,14 +83,30 @@ def _gradients(out, inputs):
     return [g if g is not None else "no gradient" for g in grads]
 
 
+def _callable(op, variant: str):
+    """The operator as called: ``op.op(x, ...)``, ``x.op(...)`` or ``x.op_(...)``; an in-place variant returns the
+    input too, so that its new value is compared."""
+    if variant == "op":
+        return op.op
+    if variant == "method":
+        return op.method_variant
+    inplace = op.inplace_variant
+
+    def fn(inp, *a, **kw):
+        return inplace(inp, *a, **kw), inp
+    return fn
+
+
 def check(op, args) -> tuple[str, str, int]:
     """(verdict, detail, samples compared) of one operator."""
-    samples = list(itertools.islice(op.sample_inputs("cpu", torch.float32, requires_grad=args.grad), args.samples))
+    dtype = getattr(torch, args.dtype)
+    samples = list(itertools.islice(op.sample_inputs("cpu", dtype, requires_grad=args.grad), args.samples))
     unvalued = any(w in op.name for w in _UNVALUED)
+    called = _callable(op, args.variant)
     compared = 0
     for k, s in enumerate(samples):
         def fn(inp, *a, **kw):
-            return op.op(inp, *a, **kw)
+            return called(inp, *a, **kw)
 
         eager_in, thunder_in = _copy((s.input, s.args, s.kwargs)), _copy((s.input, s.args, s.kwargs))
         try:
@@ -120,14 +143,22 @@ def main():
     ap.add_argument("--grad", action="store_true", help="samples that require grad: gradients compared too")
     ap.add_argument("--fused", action="store_true", help="executors=['inductor', 'torch'], within float tolerance")
     ap.add_argument("--samples", type=int, default=6, help="samples per operator (the first ones)")
+    ap.add_argument("--dtype", default="float32", help="the samples' dtype (a torch attribute name)")
+    ap.add_argument("--variant", choices=("op", "method", "inplace"), default="op",
+                    help="torch.op(x, ...), x.op(...) or x.op_(...) (no gradients)")
     args = ap.parse_args()
+    if args.variant == "inplace" and args.grad:
+        ap.error("--variant inplace compares values only (an in-place update of a leaf has no gradient)")
     from torch.testing._internal.common_methods_invocations import op_db
 
     torch.set_num_threads(1)
     counts: dict[str, int] = {}
     for op in op_db:
         name = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
-        if (args.names and name not in args.names) or torch.float32 not in op.supported_dtypes("cpu"):
+        if (args.names and name not in args.names) or getattr(torch, args.dtype) not in op.supported_dtypes("cpu"):
+            continue
+        if (args.variant == "method" and op.method_variant is None) or \
+                (args.variant == "inplace" and op.inplace_variant is None):
             continue
         if args.grad and not op.supports_autograd:
             continue

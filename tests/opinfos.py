@@ -212,6 +212,9 @@ def lerp_samples(dtype):
     yield S(make((4, 5), dtype), make((4, 5), dtype), 0.3)
     yield S(make((4, 5), dtype), make((5,), dtype), make((4, 1), dtype))
     yield S(make((4, 5), dtype), make((4, 5), dtype), 0.7)
+    if dtype.is_complex:  # a complex weight: its modulus picks the formula (math.fabs of it raised TypeError)
+        yield S(make((4, 5), dtype), make((4, 5), dtype), 0.3 + 0.2j)
+        yield S(make((4, 5), dtype), make((4, 5), dtype), 0.7 - 0.1j)
 
 
 def addc_samples(div):
@@ -343,7 +346,8 @@ def elementwise_opinfos():
         OpInfo("clamp", clamp_samples, NUMERIC),
         OpInfo("clamp_min", clamp_one_samples(), NUMERIC),
         OpInfo("clamp_max", clamp_one_samples(), NUMERIC),
-        OpInfo("lerp", lerp_samples, FLOATS),
+        # complex: a complex weight (torch's OpInfo samples); ATen's complex kernel multiplies otherwise than the prims
+        OpInfo("lerp", lerp_samples, FLOATS + (torch.complex64,), decomp_tol={torch.complex64: (1.3e-6, 1e-5)}),
         OpInfo("addcmul", addc_samples(False), NUMERIC),
         OpInfo("addcdiv", addc_samples(True), FLOATS),
         OpInfo("nan_to_num", nan_to_num_samples, NUMERIC),

@@ -12,6 +12,8 @@ Two checks per (op, dtype):
 """
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -672,3 +674,11 @@ def test_the_opinfo_sweeps_comparison_tells_every_kind_of_difference():
     assert "strides" in sweep.difference(x, x.t().contiguous().t(), fused=False)
     assert "thunder 'no gradient'" in sweep.difference([x], ["no gradient"], fused=False)
     assert "results" in sweep.difference((x, x), (x,), fused=False)
+    h = torch.randn(3, 4, dtype=torch.bfloat16)
+    assert sweep.difference(h, h + 0.004, fused=True) is None and "values" in sweep.difference(h, h + 1, fused=True)
+    # an in-place variant returns the input too, with its new value
+    op = types.SimpleNamespace(op=torch.add, method_variant=torch.Tensor.add, inplace_variant=torch.Tensor.add_)
+    y = torch.zeros(2)
+    out, updated = sweep._callable(op, "inplace")(y, 1)
+    assert out is y and updated is y and y.eq(1).all()
+    assert sweep._callable(op, "method") is torch.Tensor.add

@@ -441,12 +441,14 @@ def clamp_max(a, max):
 @number_torchsymbol(torch.lerp, methods=("lerp",), inplace_methods=("lerp_",))
 def lerp(start, end, weight):
     # torch's formula, in the computation dtype: exact at both ends of the weight's range
-    # (a number weight is read at its own precision, a tensor's rounded as the other operands)
+    # (a number weight is read at its own precision, a tensor's rounded as the other operands; a complex one
+    # picks the formula by its modulus)
     (start, end, weight), result = widened(start, end, weight,
                                            unrounded=() if isinstance(weight, TensorProxy) else (2,))
     diff = sub(end, start)
     if not isinstance(weight, TensorProxy):
-        out = add(start, mul(weight, diff)) if math.fabs(weight) < 0.5 else sub(end, mul(diff, 1 - weight))
+        small = math.hypot(weight.real, weight.imag) < 0.5
+        out = add(start, mul(weight, diff)) if small else sub(end, mul(diff, 1 - weight))
     else:
         small = add(start, mul(weight, diff))
         large = sub(end, mul(diff, rsub(weight, 1)))
