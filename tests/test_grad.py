@@ -10,6 +10,8 @@ automatically, as are samples eager cannot differentiate.
 """
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
@@ -448,21 +450,122 @@ def _set_requires_grad(t, flag: bool):
     return t
 
 
-@pytest.mark.parametrize("fn", [lambda x: torch.zeros_like(x).requires_grad_() * x, _BuildsALayerInForward()],
-                         ids=["requires_grad_", "layer-built-in-forward"])
-def test_making_a_tensor_require_grad_inside_refused(fn):
-    """A tensor the program makes require grad would be a leaf whose gradient no one sees: refused, with a message
-    that names the usual cause."""
+def test_a_layer_built_in_forward_refused():
+    """A parameter the program makes would be a leaf whose gradient no one sees: refused, with a message that names
+    the usual cause."""
     with pytest.raises(NotImplementedError, match=r"Tensor.requires_grad_\(\) inside a jitted function is not "
                                                   r"supported \(nn.Parameter calls it"):
-        thunder.jit(fn)(torch.randn(3, requires_grad=True))
+        thunder.jit(_BuildsALayerInForward())(torch.randn(3, requires_grad=True))
+
+
+def _marks_its_input(how):
+    def fn(x, w):
+        before = x * 2  # read before the flag is set: no gradient of x through it, as in eager
+        if how == "method":
+            x.requires_grad_()
+        else:
+            x.requires_grad = True
+        return (x * w + before).sum(), x.is_leaf, x.grad_fn is None
+
+    return fn
+
+
+@pytest.mark.parametrize("how", ["method", "setter"])
+def test_an_input_the_program_makes_require_grad_gets_eagers_gradient(how):
+    """``x.requires_grad_()`` (or ``= True``) of an input inside the program: as in eager, the caller's ``x`` requires
+    grad after the call and its gradient comes from the uses after the setting alone (the reads before it see a
+    detached copy in the trace); a later call with that tensor, which requires grad now, compiles again, and the
+    setting is nothing there. (Refused before: vector-quantize-pytorch's ``self.zero.requires_grad_()``; ``= True``
+    reached the traced value alone: the caller's x had no gradient.)"""
+    fn = _marks_its_input(how)
+    jfn = thunder.jit(fn)
+    for call in range(2):
+        x, w = torch.randn(3), torch.randn(3, requires_grad=True)
+        xe, we = x.clone(), w.detach().clone().requires_grad_()
+        out, expected = jfn(x, w), fn(xe, we)
+        assert out[1:] == expected[1:] == (True, True)
+        out[0].backward()
+        expected[0].backward()
+        assert x.requires_grad and torch.equal(x.grad, xe.grad) and torch.equal(w.grad, we.grad)
+    assert thunder.cache_misses(jfn) == 1
+    out, expected = jfn(x, w), fn(xe, we)  # x requires grad now: its reads before the setting are differentiated too
+    out[0].backward()
+    expected[0].backward()
+    assert torch.equal(x.grad, xe.grad) and thunder.cache_misses(jfn) == 2
+    trace = str(thunder.last_traces(jfn)[0])
+    assert "detach" not in trace
+    with torch.no_grad():  # the flag is set under no_grad too, as eager sets it
+        x = torch.randn(3)
+        jfn(x, w)
+    assert x.requires_grad
+
+
+class _ZeroBufferLoss(torch.nn.Module):
+    """As vector-quantize-pytorch's VectorQuantize: ``loss = self.zero; loss.requires_grad_()`` of a buffer, then
+    terms added to it."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+        self.register_buffer("zero", torch.tensor(0.0), persistent=False)
+
+    def forward(self, x):
+        loss = self.zero
+        loss.requires_grad_()
+        return loss + self.lin(x).pow(2).mean()
+
+
+def test_a_buffer_the_program_makes_require_grad_trains_as_eager():
+    torch.manual_seed(0)
+    model = _ZeroBufferLoss()
+    ref = copy.deepcopy(model)
+    jmodel = thunder.jit(model)
+    x = torch.randn(4, 3)
+    for _ in range(3):
+        jmodel(x).backward()
+        ref(x).backward()
+        assert model.zero.requires_grad and torch.equal(model.zero.grad, ref.zero.grad)
+        assert torch.equal(model.lin.weight.grad, ref.lin.weight.grad)
+    assert thunder.cache_misses(jmodel) == 2  # the buffer requires grad from the second call on
+
+
+def test_a_value_the_program_makes_require_grad_is_differentiated_from_there_but_not_returned():
+    """A value computed inside made to require grad (HF's wav2vec2 feature encoder marks a view of its input): eager's
+    leaf of autograd; the gradients of the inputs are eager's. Returned, it is refused: in eager a leaf whose .grad
+    the backward fills, which thunder's computed output is not."""
+    def fn(x, w):
+        z = torch.zeros_like(x)
+        z.requires_grad_()
+        return z * x + x * w
+
+    x, w = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+    xe, we = (t.detach().clone().requires_grad_() for t in (x, w))
+    thunder.jit(fn)(x, w).sum().backward()
+    fn(xe, we).sum().backward()
+    assert torch.equal(x.grad, xe.grad) and torch.equal(w.grad, we.grad)
+    with pytest.raises(NotImplementedError, match="a tensor it computed and then set requires_grad on"):
+        thunder.jit(lambda x: torch.zeros_like(x).requires_grad_())(x)
+
+
+@pytest.mark.parametrize("case", ["view", "updated"])
+def test_requires_grad_of_an_input_view_or_updated_input_inside_refused(case):
+    def fn(x):
+        if case == "updated":
+            x.add_(1)
+        x.requires_grad_()
+        return x * 2
+
+    x = torch.randn(4)[:3] if case == "view" else torch.randn(3)
+    with pytest.raises(NotImplementedError, match="supported only for a tensor as the call passed it"):
+        thunder.jit(fn)(x)
+    assert not x.requires_grad
 
 
 def test_setting_requires_grad_of_an_input_inside_refused():
     """``x.requires_grad = False`` of an input that requires grad: eager changes the caller's leaf, and the result
     no longer requires grad; the traced program's did (the setter reached the proxy alone: a wrong result). Refused
-    as ``requires_grad_(False)``; setting the flag a tensor has is nothing to refuse. (``= True`` marks the traced
-    value, as Hugging Face's wav2vec2 feature encoder does: tests/test_hf_models.py.)"""
+    as ``requires_grad_(False)``; setting the flag a tensor has is nothing to refuse. (``= True``: the tests
+    above.)"""
     with pytest.raises(NotImplementedError, match=r"requires_grad_\(False\) of a tensor that requires grad"):
         thunder.jit(lambda x: _set_requires_grad(x, False) * 2)(torch.randn(3, requires_grad=True))
     x = torch.randn(3)

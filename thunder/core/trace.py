@@ -121,6 +121,10 @@ class TraceCtx:
     def record(self, bsym):
         self._scopes[-1].append(bsym)
 
+    def recording_at_top_level(self) -> bool:
+        """Whether bound symbols are recorded into the trace itself (not into a decomposition's scope)."""
+        return len(self._scopes) == 1
+
     @contextmanager
     def tagged(self, *tags):
         old = self.current_tags

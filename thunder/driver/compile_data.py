@@ -53,6 +53,7 @@ class CacheEntry:
     grad_info: Any = None  # autodiff bookkeeping for the autograd.Function
     refs: tuple = ()  # weak references to argument objects the prologue checks by identity
     state_writes: tuple = ()  # Python state the program assigns, stored again after each call
+    marked_inputs: tuple = ()  # inputs the program sets requires_grad on: the call sets the caller's tensors' flags
     key: Any = None  # the cache key it is stored under
     last_used: int = 0  # the call that used it last (the cache evicts the least recently used entry)
 

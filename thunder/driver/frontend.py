@@ -382,6 +382,21 @@ def _moved_by_name(args, names, params, positional) -> int:
     return first if first < len(args) else 0
 
 
+def _making_a_parameter() -> bool:
+    """Whether ``nn.Parameter(data)`` calls ``requires_grad_`` (of a traced ``data``: a layer built in forward)."""
+    frame = sys._getframe(2)
+    for _ in range(6):
+        if frame is None:
+            return False
+        if frame.f_code is _PARAMETER_NEW:
+            return True
+        frame = frame.f_back
+    return False
+
+
+_PARAMETER_NEW = torch.nn.Parameter.__new__.__code__
+
+
 class Tracer:
     """Records one trace of ``fn``. Create one per cache miss."""
 
@@ -402,6 +417,9 @@ class Tracer:
         self.aliases.write_root = self._write_root
         self.aliases.retaken_root = self._root_of_a_retaken_view
         self.grads: dict[str, object] = {}  # input name -> proxy of its .grad (or None) as the program read it
+        # input name -> the number of bound symbols before the program set its requires_grad (see set_requires_grad)
+        self.marked_inputs: dict[str, int] = {}
+        self.marked_values: set[str] = set()  # values computed inside that the program set requires_grad on
         self.checkpoint_depth = 0
         self.autocast_casts = ltorch_autocast.CastCache(self._is_unchanged_leaf)
 
@@ -502,11 +520,12 @@ class Tracer:
         key = property_key(func)
         if key in _SYMBOLIC_QUERIES and args and type(self.resolve(args[0])) is SymbolicTensorProxy:
             return _SYMBOLIC_QUERIES[key](self.resolve(args[0]), *args[1:], **kwargs)
-        if key in tensor_queries.REQUIRES_GRAD and getattr(func, "__name__", None) == "__set__" and not args[1]:
-            # (``= True`` marks the traced value, as Hugging Face's wav2vec2 feature encoder does to its input for
-            # gradient checkpointing: the trace differentiates it from there; the caller's tensor keeps its flag)
-            ltorch_shapes.check_requires_grad_unchanged(self.resolve(args[0]), False)
+        if key in tensor_queries.REQUIRES_GRAD and getattr(func, "__name__", None) == "__set__":
+            self.set_requires_grad(args[0], bool(args[1]))
             return None
+        if key is torch.Tensor.requires_grad_:
+            flag = kwargs.get("requires_grad", args[1] if len(args) > 1 else True)
+            return self.set_requires_grad(args[0], bool(flag))
         if key in tensor_queries.METADATA:
             return func(*self.resolve(args), **kwargs)
         if key in _QUERIES:
@@ -1076,6 +1095,33 @@ class Tracer:
         value = self.resolve(args[0])
         self.layouts.meta(value)
         return self.layouts._layout(value)[1]
+
+    def set_requires_grad(self, tensor, flag: bool):
+        """``tensor.requires_grad_(flag)`` / ``tensor.requires_grad = flag``, as eager: ``True`` on a tensor that does
+        not require grad makes it a leaf of autograd from there on. The traced value is marked (Hugging Face's
+        wav2vec2 feature encoder marks a view of its input, for gradient checkpointing); an input of the call (an
+        argument, a parameter, a buffer such as vector-quantize-pytorch's ``self.zero``) is an input requiring grad
+        whose gradient comes from the uses after this point alone, and the call sets the caller's tensor's flag, as
+        eager does (``marked_inputs``; see ``pipeline.detach_before_marking``). ``False`` of a tensor that requires
+        grad is refused: eager changes the flag of the caller's leaf, which a trace cannot."""
+        proxy = self.resolve(tensor)
+        if not flag or proxy.requires_grad or _making_a_parameter():
+            ltorch_shapes.check_requires_grad_unchanged(proxy, flag)  # (nn.Parameter's refusal names it)
+            return tensor
+        if self.aliases.key(proxy) in self.input_names:  # an input itself (a view of one is a value computed inside)
+            if not self._is_unchanged_leaf(proxy):
+                raise NotImplementedError(
+                    f"requires_grad_() of the input {proxy.name} inside a jitted function is supported only for a "
+                    "tensor as the call passed it, that is no view and was not updated in place before: call it "
+                    "before the jitted call")
+            if not self.trace.recording_at_top_level():
+                raise NotImplementedError(f"requires_grad_() of the input {proxy.name} inside a region thunder records "
+                                          "as one operation is not supported: call it before the jitted call")
+            self.marked_inputs[proxy.name] = len(self.trace.bound_symbols)
+        else:
+            self.marked_values.add(proxy.name)
+        proxy.requires_grad = True
+        return tensor
 
     def _is_input_itself(self, value: TensorProxy) -> bool:
         """Whether ``value`` (a current value) is an input of the trace, not a value computed from one."""

@@ -28,9 +28,11 @@ from thunder.transforms.autodiff import forward_and_backward, inputs_reached
 from thunder.transforms.dce import dce
 from thunder.transforms.delete_last_used import delete_last_used
 from thunder.transforms.rematerialization import choose_recomputed
+from thunder.transforms.rename import substitute_inputs
 from thunder.transforms.saved_for_backward import save_for_backward
 from thunder.extend import FusionExecutor
 from thunder.torch import autocast as ltorch_autocast
+from thunder.torch import shapes as ltorch_shapes
 
 
 class TraceResult:
@@ -120,6 +122,24 @@ def module_tensors_as_proxies(module, comp: TraceCtx, prologue: PrologueBuilder,
                         del d[name]
 
 
+def detach_before_marking(comp: TraceCtx, marked: dict) -> None:
+    """The inputs the program set ``requires_grad`` on (``Tracer.set_requires_grad``) require grad from the start of the
+    trace; the operations before the setting read a detached copy instead, so that, as in eager, the input's gradient
+    comes from the later uses alone."""
+    if not marked:
+        return
+    proxies = {p.name: p for b in comp.bound_symbols[:max(marked.values())] for p in b.flat_args
+               if isinstance(p, TensorProxy) and p.name in marked}
+    if not proxies:
+        return
+    body = comp.bound_symbols[:]
+    comp.bound_symbols.clear()
+    copies = {name: ltorch_shapes.detach(p) for name, p in proxies.items()}  # recorded first
+    for i, bsym in enumerate(body):
+        mapping = {name: c for name, c in copies.items() if i < marked[name]}
+        comp.bound_symbols.append(substitute_inputs(bsym, mapping))
+
+
 def trace_program(cd: CompileData, args, kwargs, compilation: "Compilation") -> TraceResult:
     checkpointing.install()
     random_state.install()
@@ -160,6 +180,8 @@ def trace_program(cd: CompileData, args, kwargs, compilation: "Compilation") -> 
             out = cd.fn(*pargs, **pkwargs)
         comp.tensor_values = comp.extent_comparisons = None
         with tracectx(comp):
+            detach_before_marking(comp, tracer.marked_inputs)
+        with tracectx(comp):
             replaced = _adopt_replaced_module_tensors(swaps, tracer, modules)
     writes = state.take_state_writes(
         frozenset(p.name for p, src in prologue.inputs if isinstance(src, frontend.ModuleTensorSource))) + replaced
@@ -189,6 +211,12 @@ def trace_program(cd: CompileData, args, kwargs, compilation: "Compilation") -> 
         comp.decorators.append("@no_autocast")
     comp.params = [p for p, _ in prologue.inputs]
     leaves, rebuild = flatten_output(out)
+    marked = [p.name for p in leaves if isinstance(p, TensorProxy) and p.name in tracer.marked_values]
+    if marked:
+        raise NotImplementedError(
+            f"The jitted program returns {marked[0]}, a tensor it computed and then set requires_grad on: in eager a "
+            "leaf of autograd, whose .grad the backward fills, where thunder returns a computed value (its .grad "
+            "stays None). Set requires_grad on it outside the jitted function.")
     if is_printable_structure(out):
         rebuild = None
         ret = out
@@ -256,8 +284,8 @@ def _real_tensor_of(source, tracer):
     return source.value
 
 
-def used_params(trace: TraceCtx, candidates: list) -> list:
-    used = set()
+def used_params(trace: TraceCtx, candidates: list, keep=frozenset()) -> list:
+    used = set(keep)
     for bsym in trace.bound_symbols:
         used.update(p.name for p in bsym.flat_args)
     return [p for p in candidates if p.name in used]
@@ -346,7 +374,7 @@ def _compile_traced(cd: CompileData, result: TraceResult, compilation: Compilati
     for transform in cd.transforms:
         trace = _append_if_new(traces, trace, transform.transform_computation(trace, compilation))
     if not needs_grad:
-        params = used_params(trace, candidates)
+        params = used_params(trace, candidates, keep=result.tracer.marked_inputs.keys())  # (their flags are set)
         trace.params = params
         traces += _executable(trace, cd, compilation, "computation")
         return make_entry(result, params, traces, output_rebuild=result.rebuild)
@@ -464,4 +492,5 @@ def make_entry(result: TraceResult, params: list, traces: list, *, output_rebuil
         grad_info=grad_info,
         refs=tuple(result.prologue.weak_refs),
         state_writes=result.state_writes,
+        marked_inputs=tuple(i for i, p in enumerate(params) if p.name in result.tracer.marked_inputs),
     )

@@ -11,6 +11,8 @@ from thunder.executors import pythonex as px
 
 
 def run_entry(entry, inps):
+    for i in entry.marked_inputs:  # x.requires_grad_() inside the program: the caller's x requires grad, as in eager
+        inps[i].requires_grad_()
     if entry.uses_autograd:
         out = run_with_autograd(entry, inps)
     else:
