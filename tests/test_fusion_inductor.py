@@ -1065,6 +1065,22 @@ def test_an_output_returned_detached_beside_itself_keeps_the_others_gradient():
 
 @requires_compiler
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"])
+def test_a_reduced_precision_group_norm_is_eagers_bit_for_bit(dtype, affine):
+    """torch's group norm kernels apply the weight and bias in float32 and round once: so does a region (it rounded
+    before them, up to 4 ulps off, bfloat16 -10.5 for eager's -10.4375: torch's OpInfo samples)."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 8, 5, 5, dtype=dtype) * 3 + 1
+    w, b = (torch.randn(8, dtype=dtype) * 4, torch.randn(8, dtype=dtype) * 4) if affine else (None, None)
+
+    def fn(x, w, b):
+        return F.group_norm(x, 4, w, b)
+
+    assert torch.equal(thunder.jit(fn, executors=FUSED)(x, w, b), fn(x, w, b))
+
+
+@requires_compiler
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_a_round_trip_through_a_lower_precision_rounds_as_in_eager(dtype):
     """Inside a region, ``x.half().float()`` rounds as eager's two casts do (inductor would drop the rounding: found by
     generated programs)."""
