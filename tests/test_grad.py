@@ -450,6 +450,19 @@ def _set_requires_grad(t, flag: bool):
     return t
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("reduce", [lambda x: x.sum(), lambda x: x.sum(0), lambda x: x.sum(1, keepdim=True),
+                                    lambda x: x.sum(dtype=torch.float64)], ids=["all", "dim", "keepdim", "dtype"])
+def test_the_gradient_of_a_sum_is_eagers_expanded_cotangent(dtype, reduce):
+    """eager's ``sum_backward`` expands the cotangent (strides 0); a float16/bfloat16 sum, accumulated in float32,
+    had its gradient converted through float32, materialized (torch's OpInfo samples, bfloat16)."""
+    x = torch.randn(2, 3, dtype=dtype, requires_grad=True)
+    out, expected = thunder.jit(reduce)(x), reduce(x)
+    cotangent = torch.full_like(expected, 0.5)
+    (grad,), (expected_grad,) = torch.autograd.grad(out, x, cotangent), torch.autograd.grad(expected, x, cotangent)
+    assert torch.equal(grad, expected_grad) and grad.stride() == expected_grad.stride()
+
+
 def test_a_layer_built_in_forward_refused():
     """A parameter the program makes would be a leaf whose gradient no one sees: refused, with a message that names
     the usual cause."""

@@ -835,6 +835,24 @@ def mean_rule(a, dim=None, keepdim=False, *, dtype=None):
     return out, backward
 
 
+@register_vjp(_reductions.sum)
+def sum_rule(a, dim=None, keepdim=False, *, dtype=None):
+    """eager's ``sum_backward``: the cotangent expanded (a float16/bfloat16 sum, accumulated in float32, had its
+    gradient converted through float32 and so materialized, where eager's is a view of stride 0)."""
+    if dtype is not None and dtype is not a.dtype:
+        return NotImplemented  # (eager converts the expanded cotangent: the decomposition's gradient)
+    out = _reductions.sum(a, dim, keepdim, dtype=dtype)
+    dims = _reductions._dims(a, dim)
+    kept = tuple(i for i in range(a.ndim) if i not in dims)
+
+    def backward(g):
+        if keepdim:
+            g = prims.reshape(g, tuple(a.shape[i] for i in kept))
+        return (prims.broadcast_in_dim(g, tuple(a.shape), kept),)
+
+    return out, backward
+
+
 @register_vjp(_reductions.cumsum)
 def cumsum_rule(a, dim, *, dtype=None):
     """``cumsum(a, dim, dtype=...)`` with another floating dtype: eager's ``CumsumBackward`` converts the cotangent to
