@@ -463,6 +463,26 @@ def test_the_gradient_of_a_sum_is_eagers_expanded_cotangent(dtype, reduce):
     assert torch.equal(grad, expected_grad) and grad.stride() == expected_grad.stride()
 
 
+@pytest.mark.parametrize("hooks", [lambda: torch.autograd.graph.saved_tensors_hooks(lambda t: t * 2, lambda t: t),
+                                   lambda: torch.autograd.graph.save_on_cpu()], ids=["doubling", "save_on_cpu"])
+def test_saved_tensor_hooks_inside_the_program_refused(hooks):
+    """Inside the program they would act on nothing thunder saves: a hook that changes what it saves gave a
+    gradient other than eager's (2x for eager's 4x). Around the jitted call they apply to what thunder saves."""
+    def fn(x):
+        with hooks():
+            return x * x
+
+    with pytest.raises(NotImplementedError, match="saved tensor hooks"):
+        thunder.jit(fn)(torch.randn(3, requires_grad=True))
+    model = torch.nn.Linear(3, 3)
+    reference = copy.deepcopy(model)
+    x = torch.randn(2, 3)
+    with torch.autograd.graph.save_on_cpu():
+        thunder.jit(model)(x).sum().backward()
+        reference(x).sum().backward()
+    assert torch.equal(model.weight.grad, reference.weight.grad)
+
+
 def test_a_layer_built_in_forward_refused():
     """A parameter the program makes would be a leaf whose gradient no one sees: refused, with a message that names
     the usual cause."""

@@ -20,6 +20,7 @@ from thunder.core.symbol import Tag
 _ORIGINAL_GENERATOR = torch_checkpoint._checkpoint_without_reentrant_generator
 _ORIGINAL_FUNCTION = torch_checkpoint.CheckpointFunction
 _ORIGINAL_APPLY = torch.autograd.Function.__dict__["apply"]
+_ORIGINAL_HOOKS_ENTER = torch.autograd.graph.saved_tensors_hooks.__enter__
 _installed = False
 _install_lock = threading.Lock()
 
@@ -65,7 +66,21 @@ def install():
         torch_checkpoint._checkpoint_without_reentrant_generator = _region_generator
         torch_checkpoint.CheckpointFunction = _RegionCheckpointFunction
         torch.autograd.Function.apply = classmethod(_custom_function_apply(_ORIGINAL_APPLY.__func__))
+        torch.autograd.graph.saved_tensors_hooks.__enter__ = _saved_tensors_hooks_enter
         _installed = True
+
+
+def _saved_tensors_hooks_enter(self):
+    """``torch.autograd.graph.saved_tensors_hooks`` (``save_on_cpu`` and other subclasses) entered inside the program:
+    refused. Eager packs what each operation saves; thunder's backward reads the values its forward trace returns, so
+    the hooks would act on nothing, and a hook that changes what it saves (``t * 2``, a compression) would give
+    eager's gradients otherwise: a wrong result. Around the jitted call they act on what thunder saves."""
+    if _tracing_trace() is not None:
+        raise NotImplementedError(
+            f"{type(self).__name__} (torch.autograd.graph's saved tensor hooks) inside a jitted function is not "
+            "supported: thunder saves the values of its backward itself, so the hooks would not see them. Enter it "
+            "around the call of the jitted function instead, where it applies to the tensors thunder saves.")
+    return _ORIGINAL_HOOKS_ENTER(self)
 
 
 def _custom_function_apply(original):
