@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import dis
 import random
@@ -1198,3 +1199,29 @@ def test_cpu_with_an_index_is_the_cpu(where):
     with torch.device("cpu:0") if where == "default device" else contextlib.nullcontext():
         expected, actual = fn(x), thunder.jit(fn)(x)
     assert torch.equal(actual, expected) and actual.device == expected.device
+
+
+class _CallsACompiledLayer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.compile(torch.nn.Linear(3, 3))
+        self.scale = torch.compile(lambda t: t.sin() * 2)
+
+    def forward(self, x):
+        return self.scale(self.inner(x)).relu()
+
+
+@pytest.mark.parametrize("wrap", [lambda m: m, torch.compile], ids=["calls-compiled", "compiled-module"])
+def test_torch_compiled_code_inside_the_program_is_traced_as_its_python(wrap):
+    """A torch.compile'd module or function the program calls runs as its Python while thunder traces (dynamo
+    raised, tracing the proxies itself: an InternalTorchDynamoError); values and gradients are eager's."""
+    torch.manual_seed(0)
+    model = _CallsACompiledLayer()
+    reference = copy.deepcopy(model)
+    x = torch.randn(2, 3)
+    out = thunder.jit(wrap(model))(x)
+    with torch.compiler.set_stance("force_eager"):  # (eager's values without inductor's compile time)
+        expected = reference(x)
+    out.sum().backward()
+    expected.sum().backward()
+    assert torch.equal(out, expected) and torch.equal(model.inner.weight.grad, reference.inner.weight.grad)

@@ -175,8 +175,10 @@ def trace_program(cd: CompileData, args, kwargs, compilation: "Compilation") -> 
                 for proxy, new in transform.update_module_tensors(module_tensors, compilation):
                     tracer.inplace(proxy, new, no_grad=True)
         python_state.watch_program(state, cd.fn, modules, prologue.objects)
+        # (a torch.compile'd function the program calls runs as its Python, which thunder traces: dynamo would
+        # trace the proxies itself)
         with side_effects.watched(cd.fn, cd.sharp_edges), frontend.active(tracer), tracectx(comp), \
-                frontend.TracingMode(tracer), recorder, state.active():
+                frontend.TracingMode(tracer), recorder, state.active(), torch.compiler.set_stance("force_eager"):
             out = cd.fn(*pargs, **pkwargs)
         comp.tensor_values = comp.extent_comparisons = None
         with tracectx(comp):
