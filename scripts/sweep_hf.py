@@ -8,7 +8,7 @@ WRONG, ERROR (thunder raised), EAGERFAIL (eager raised: a config this sweep cann
     python scripts/sweep_hf.py masked              # AutoModelForMaskedLM types
     python scripts/sweep_hf.py seq2seq             # AutoModelForSeq2SeqLM types
     python scripts/sweep_hf.py image               # AutoModelForImageClassification types (or audio, ctc)
-    python scripts/sweep_hf.py seqcls              # AutoModelForSequenceClassification types (or tokcls)
+    python scripts/sweep_hf.py seqcls              # AutoModelForSequenceClassification types (or tokcls, qa, choice)
     python scripts/sweep_hf.py causal llama,gpt2   # these types only
     python scripts/sweep_hf.py causal --autocast   # every type (covered ones too), the forward under CPU bfloat16 autocast
     python scripts/sweep_hf.py causal --fused      # every type, thunder.jit(executors=["inductor", "torch"]): CLOSE is
@@ -58,9 +58,11 @@ KINDS = {"causal": (modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, "AutoModelF
          "audio": (modeling_auto.MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES, "AutoModelForAudioClassification"),
          "ctc": (modeling_auto.MODEL_FOR_CTC_MAPPING_NAMES, "AutoModelForCTC"),
          "seqcls": (modeling_auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES, "AutoModelForSequenceClassification"),
-         "tokcls": (modeling_auto.MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES, "AutoModelForTokenClassification")}
+         "tokcls": (modeling_auto.MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES, "AutoModelForTokenClassification"),
+         "qa": (modeling_auto.MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES, "AutoModelForQuestionAnswering"),
+         "choice": (modeling_auto.MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES, "AutoModelForMultipleChoice")}
 _TEXT = ("AutoModelForCausalLM", "AutoModelForMaskedLM", "AutoModelForSeq2SeqLM", "AutoModelForSequenceClassification",
-         "AutoModelForTokenClassification")
+         "AutoModelForTokenClassification", "AutoModelForQuestionAnswering", "AutoModelForMultipleChoice")
 
 
 AUTOCAST = False  # --autocast: the forward under torch.autocast("cpu", dtype=torch.bfloat16), the backward outside
@@ -75,7 +77,8 @@ def _run(model, inputs, jit: bool):
     with torch.autocast("cpu", dtype=torch.bfloat16) if AUTOCAST else contextlib.nullcontext():
         out = f(**inputs)
     out.loss.backward()
-    return out.loss.detach(), out.logits.detach(), {n: p.grad for n, p in m.named_parameters() if p.grad is not None}
+    logits = out.logits if "logits" in out else torch.stack([out.start_logits, out.end_logits])  # (question answering)
+    return out.loss.detach(), logits.detach(), {n: p.grad for n, p in m.named_parameters() if p.grad is not None}
 
 
 def _build(model_type: str, auto: str, tiny: dict):
@@ -96,6 +99,11 @@ def _inputs(config, auto: str) -> dict:
         return dict(input_ids=ids, labels=torch.tensor([0, 1]))
     if auto == "AutoModelForTokenClassification":
         return dict(input_ids=ids, labels=ids % 2)
+    if auto == "AutoModelForQuestionAnswering":  # an answer span per row
+        return dict(input_ids=ids, start_positions=torch.tensor([1, 3]), end_positions=torch.tensor([4, 9]))
+    if auto == "AutoModelForMultipleChoice":  # three choices per row
+        return dict(input_ids=ids.view(2, 1, 16).expand(2, 3, 16) % (VOCAB - 3 - torch.arange(3).view(1, 3, 1)) + 3,
+                    labels=torch.tensor([0, 2]))
     if auto in _TEXT:
         return dict(input_ids=ids, labels=ids.clone())
     if auto == "AutoModelForImageClassification":

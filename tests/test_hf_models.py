@@ -160,6 +160,11 @@ CASES = {
                   auto="AutoModelForSeq2SeqLM"),
     **{name: HFCase(name, dict(emb_dim=64, n_layers=2, n_heads=4, vocab_size=VOCAB, max_position_embeddings=64,
                                pad_index=0), auto="AutoModelForMaskedLM") for name in ("xlm", "flaubert")},
+    # Funnel's relative positions: aranges whose bounds are tensors computed from constants (their length known while
+    # tracing), and torch.cat(..., axis=...) (NumPy's name, which torch's argument parser takes)
+    "funnel": HFCase("funnel", dict(block_sizes=[1, 1], num_decoder_layers=1, d_head=16, n_head=4, d_model=64,
+                                    d_inner=128, vocab_size=VOCAB, max_position_embeddings=64),
+                     auto="AutoModelForMaskedLM"),
 }
 
 # Every case is bitwise: forward, loss, gradients, buffers and parameters after the optimizer steps.
@@ -170,7 +175,7 @@ NOT_BITWISE = {}
 _MASK_ONLY = {"bert", "roberta", "t5", "bart", "distilbert", "albert", "electra", "deberta", "deberta_v2", "mpnet",
               "xlm_roberta", "camembert", "modernbert", "mbart", "pegasus", "blenderbot_small", "plbart", "marian", "umt5",
               "fnet", "roformer", "convbert", "squeezebert", "nystromformer", "big_bird", "rembert", "ernie",
-              "megatron_bert", "longformer", "led", "xlm", "flaubert",
+              "megatron_bert", "longformer", "led", "xlm", "flaubert", "funnel",
               # Without a mask, eager's SDPA repeats the grouped keys itself (enable_gqa); under compilation HF builds
               # a mask and repeats them first (repeat_kv): the keys' gradient, equal, comes laid out otherwise, and
               # the norm HunYuan applies to the keys sums its weight's gradient in another order (within 1e-9).

@@ -1225,3 +1225,14 @@ def test_torch_compiled_code_inside_the_program_is_traced_as_its_python(wrap):
     out.sum().backward()
     expected.sum().backward()
     assert torch.equal(out, expected) and torch.equal(model.inner.weight.grad, reference.inner.weight.grad)
+
+
+@pytest.mark.parametrize("fn", [lambda x: torch.cat([x, x * 2], axis=1), lambda x: torch.sum(x, axis=1, keepdims=True),
+                                lambda x: x.mean(axis=0), lambda x: torch.softmax(x, axis=-1),
+                                lambda x: torch.max(x, axis=1).values, lambda x: torch.stack([x, x], axis=2)],
+                         ids=["cat", "sum", "mean-method", "softmax", "max", "stack"])
+def test_numpys_argument_names_are_torchs(fn):
+    """torch's argument parser takes NumPy's names for its builtins' dim, keepdim, input and other (``axis=``,
+    ``keepdims=``: Hugging Face's Funnel calls ``torch.cat(..., axis=...)``); a TypeError before."""
+    x = torch.randn(2, 3)
+    assert torch.equal(thunder.jit(fn)(x), fn(x))

@@ -330,3 +330,32 @@ def test_a_layer_fed_a_selection_by_a_mask_buffer_trains(grad):
     for fn in (expected_model, jitted):
         with pytest.raises(RuntimeError, match="cannot be multiplied|shapes"):
             fn(x, c)
+
+
+def _relative_positions(x):
+    """As Hugging Face's Funnel: an arange whose bounds are tensors computed from constants (other aranges), then a
+    reshape by its length."""
+    pos = torch.arange(0, x.shape[1], dtype=torch.long)
+    span = torch.arange(pos[-1], pos[0] - 1, -1)
+    return x.reshape(x.shape[0], -1, span.shape[0]) * span
+
+
+def test_an_arange_with_bounds_computed_from_constants_has_a_length_known_while_tracing():
+    """Its bounds are the same on every call: the trace knows the length (a run-time extent before, which the reshape
+    refused: 'needs the value of i6'), and the prologue checks nothing of them."""
+    x = torch.randn(2, 6)
+    jfn = thunder.jit(_relative_positions)
+    assert torch.equal(jfn(x), _relative_positions(x))
+    assert torch.equal(jfn(x + 1), _relative_positions(x + 1)) and thunder.cache_misses(jfn) == 1
+    assert "check_values" not in str(thunder.last_prologue_traces(jfn)[-1])
+
+
+def test_an_arange_with_bounds_computed_from_an_argument_keeps_a_run_time_length():
+    def fn(x, n):
+        return torch.arange(n.sum()) * x.sum()
+
+    jfn = thunder.jit(fn)
+    x = torch.randn(3)
+    for n in (torch.tensor([2, 3]), torch.tensor([2, 4])):
+        assert torch.equal(jfn(x, n), fn(x, n))
+    assert thunder.cache_misses(jfn) == 1  # one trace for every length

@@ -25,16 +25,16 @@ class DataDependentError(RuntimeError):
     """Raised when traced code needs the *value* of a tensor (``if x.sum() > 0``, ``x.item()``)."""
 
 
-def tensor_value(proxy: "TensorProxy", conversion: str, what: str):
+def tensor_value(proxy: "TensorProxy", conversion: str, what: str, constant: bool = False):
     """The Python value ``what`` asks of ``proxy``, where the tracing driver can know it (see [Note: value guards] in
-    thunder/driver/value_guards.py); else DataDependentError."""
+    thunder/driver/value_guards.py; ``constant``: only where it is computed from no input); else DataDependentError."""
     from thunder.core.trace import get_tracectx
 
     trace = get_tracectx()
     values = getattr(trace, "tensor_values", None)
     if values is None:
         _data_dependent(proxy, what)
-    return values(proxy, conversion, what)
+    return values(proxy, conversion, what, constant) if constant else values(proxy, conversion, what)
 
 
 def known_value(x):

@@ -43,7 +43,7 @@ from thunder.torch.fallback import fallback_symbol, describe, first_positional, 
 from thunder.torch.inplace import (PlanKind, plan_for, detached_update, laid_out_as, root_of_a_retaken_view,
                                    root_of_a_view_update, view_update)
 from thunder.torch.registry import (Updates, has_number_proxy, number_values, property_key, takes_list_as_varargs,
-                                    torch_positions)
+                                    signature_of, torch_positions)
 from thunder.torch.utils import convert
 from thunder.torch import autocast as ltorch_autocast
 
@@ -352,6 +352,10 @@ def torch_arguments(sym, fn, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     if not kwargs:
         return args, kwargs
     kwargs = dict(kwargs)
+    if signature_of(fn) is None:  # a builtin: torch's argument parser takes NumPy's names too
+        for alias, name in _NUMPY_NAMES.items():
+            if alias in kwargs and name not in kwargs and alias not in params:
+                kwargs[name] = kwargs.pop(alias)
     positions = {"input": 0, "self": 0, "other": 1, **positions}
     by_position = {positions[n]: n for n in kwargs if n not in params and n in positions}
     var = next((p for p in params.values() if p.kind is inspect.Parameter.VAR_POSITIONAL), None)
@@ -362,6 +366,11 @@ def torch_arguments(sym, fn, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         if name is not None:
             args = tuple(args) + (kwargs.pop(name),)
     return args, kwargs
+
+
+# the NumPy names torch's Python argument parser accepts for its builtins' parameters (``torch.cat(xs, axis=1)``, as
+# Hugging Face's Funnel writes it; ``x.sum(axis=0, keepdims=True)``)
+_NUMPY_NAMES = {"axis": "dim", "keepdims": "keepdim", "x": "input", "a": "input", "x1": "input", "x2": "other"}
 
 
 def _one_positional_after_self(params) -> bool:

@@ -68,14 +68,15 @@ class ValueGuards:
         self.prologue = prologue  # its inputs: the jitted module's parameters and buffers among them
         self.guards: list = []  # (Replay, source proxies, value)
 
-    def value(self, proxy: TensorProxy, conversion: str, what: str):
-        """The value ``what`` asks of ``proxy``, computed from the call's arguments; else DataDependentError."""
+    def value(self, proxy: TensorProxy, conversion: str, what: str, constant: bool = False):
+        """The value ``what`` asks of ``proxy``, computed from the call's arguments (``constant``: from no input, the
+        same on every call); else DataDependentError."""
         checked = conversion in ("bool", "item") and getattr(proxy, "_thunder_checked_true", False)
         proxy = self.tracer.resolve(proxy)  # its current value, after in-place updates
         subject = f"tensor {proxy.name}"
         try:
             tensor, value = self._replay([proxy], CONVERSIONS[conversion], f"{conversion} of {proxy.name}", what,
-                                         subject)
+                                         subject, constant)
         except DataDependentError:
             if not checked:
                 raise
@@ -109,10 +110,13 @@ class ValueGuards:
 
         return self._replay(targets, decide, what, what, subject)[1]
 
-    def _replay(self, targets: list, convert, label: str, what: str, subject: str):
+    def _replay(self, targets: list, convert, label: str, what: str, subject: str, constant: bool = False):
         """(the values of ``targets``, ``convert`` of them), computed from the call's arguments while tracing; the
-        prologue will compute the same on every call (a guard)."""
+        prologue will compute the same on every call (a guard), unless they are computed from no input at all.
+        ``constant``: only those (else DataDependentError)."""
         trace = self._computation(targets, what, subject)
+        if constant and trace.params:
+            raise _refused(what, subject, f"it is computed from {trace.params[0].name}, an input of the call")
         try:
             replay = Replay(trace, convert, label)
             with torch._C.DisableTorchFunction():  # real tensors, not traced ones
@@ -121,7 +125,8 @@ class ValueGuards:
             raise _refused(what, subject, f"replaying the operations computing it failed ({e})") from e
         with torch._C.DisableTorchFunction():
             value = convert(result)  # eager's error where there is one (bool() of several values)
-        self.guards.append((replay, tuple(trace.params), value))
+        if trace.params:  # (a value computed from no input is the same on every call: nothing to check)
+            self.guards.append((replay, tuple(trace.params), value))
         return result, value
 
     def _computation(self, targets: list, what: str, subject: str) -> TraceCtx:

@@ -10,7 +10,7 @@ import torch
 from thunder.core import prims
 from thunder.core.devices import normalize
 from thunder.core.extents import as_extent, is_runtime
-from thunder.core.proxies import TensorProxy, NumberProxy
+from thunder.core.proxies import DataDependentError, NumberProxy, TensorProxy, tensor_value
 from thunder.core.pytree import tree_leaves
 from thunder.core.symbol import Tag
 from thunder.torch.registry import number_torchsymbol, torchsymbol
@@ -134,14 +134,31 @@ def new_full(a, size, fill_value, *, dtype=None, layout=None, device=None, pin_m
     return prims.full(_size((size,)), convert(fill_value, dtype), device=_device(device) if device else a.device, dtype=dtype)
 
 
+def _constant_bounds(bounds):
+    """Tensor bounds computed from no input (Funnel's relative positions, from aranges of the sequence length) as
+    the numbers torch reads of them: the same on every call, so the length is known; None where one is not."""
+    values = []
+    for x in bounds:
+        if isinstance(x, TensorProxy):
+            try:
+                x = tensor_value(x, "item", "torch.arange's bound", constant=True)
+            except DataDependentError:
+                return None
+        values.append(x)
+    return tuple(values)
+
+
 @torchsymbol(torch.arange, tags=(Tag.KERNEL_ROUNDING,))
 @_plain_tensor
 def arange(start, end=None, step=1, *, out=None, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False):
     if end is None:
         start, end = 0, start
     if any(isinstance(x, TensorProxy) for x in (start, end, step)):  # the length depends on the bounds' values
-        kwargs = {k: v for k, v in (("dtype", dtype), ("device", device)) if v is not None}
-        return fallback.fallback_call(torch.arange, (start, end, step), kwargs)
+        constant = _constant_bounds((start, end, step))
+        if constant is None:  # a run-time extent
+            kwargs = {k: v for k, v in (("dtype", dtype), ("device", device)) if v is not None}
+            return fallback.fallback_call(torch.arange, (start, end, step), kwargs)
+        start, end, step = constant
     if dtype is None:
         dtype = torch.int64 if all(isinstance(x, int) for x in (start, end, step)) else torch.get_default_dtype()
     if is_runtime(end) and start == 0 and step == 1:  # arange over a run-time extent
