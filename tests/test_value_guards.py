@@ -359,3 +359,22 @@ def test_an_arange_with_bounds_computed_from_an_argument_keeps_a_run_time_length
     for n in (torch.tensor([2, 3]), torch.tensor([2, 4])):
         assert torch.equal(jfn(x, n), fn(x, n))
     assert thunder.cache_misses(jfn) == 1  # one trace for every length
+
+
+@pytest.mark.parametrize("compare", [lambda x, y: torch.equal(x, y), lambda x, y: x.allclose(y, atol=1e-3)],
+                         ids=["equal", "allclose"])
+def test_equal_and_allclose_of_arguments_are_decided_by_their_values(compare):
+    """torch.equal / torch.allclose return Python bools of the values: decided as ``bool(t)`` is (the prologue
+    checks the answer), where they were refused ('no meta kernel for aten::equal', 'returns a Python value')."""
+    def fn(x, y):
+        return x * 2 if compare(x, y) else x - y
+
+    jfn = thunder.jit(fn)
+    x = torch.randn(3)
+    for y in (x.clone(), x + 1, x.clone()):
+        assert torch.equal(jfn(x, y), fn(x, y))
+    assert thunder.cache_misses(jfn) == 2
+    assert thunder.jit(lambda x, y: torch.equal(x, y))(x, x[:2]) is False  # other shapes: not equal, nothing read
+    with pytest.raises(DataDependentError, match="computed from"):
+        weight = torch.nn.Parameter(torch.randn(3))
+        thunder.jit(lambda x: x if compare(x, weight) else -x)(x)

@@ -32,7 +32,7 @@ from thunder.driver.functionalization import EXPANDED_UPDATE, Aliases, ViewStep,
 from thunder.driver.interpreter import InterpreterError
 from thunder.driver.layouts import Layouts, UnknownLayout
 from thunder.driver.outputs import flatten_output
-from thunder.core.proxies import TensorProxy, NumberProxy, SymbolicTensorProxy, set_eager_strides_provider
+from thunder.core.proxies import TensorProxy, NumberProxy, SymbolicTensorProxy, set_eager_strides_provider, tensor_value
 from thunder.core.extents import same_shape
 from thunder.core.symbol import Symbol, Tag
 from thunder.driver.tensor_queries import TracedGradFn
@@ -1221,6 +1221,27 @@ _ITER = torch.Tensor.__iter__
 # (torch.distributed's collectives: thunder/distributed/program_collectives.py)
 TRACE_HANDLERS: dict = {}
 _C10D = "torch.distributed.distributed_c10d"  # the module of torch.distributed's collectives
+
+
+def _equal(tracer, args, kwargs):
+    """``torch.equal(a, b)``: a Python bool of the values, known where the value guards know them (computed from the
+    call's arguments; see thunder/driver/value_guards.py). Tensors of other shapes are not equal, as in eager."""
+    a, b = (tracer.resolve(x) for x in (args + tuple(kwargs.values()))[:2])
+    if not same_shape(tuple(a.shape), tuple(b.shape)):
+        return False
+    return tensor_value(tracer.handle(torch.all, (tracer.handle(torch.eq, (a, b), {}),), {}), "bool", "torch.equal")
+
+
+def _allclose(tracer, args, kwargs):
+    """``torch.allclose(a, b, ...)``: ``torch.isclose(...).all()`` as a Python bool, known as torch.equal's."""
+    close = tracer.handle(torch.isclose, args, kwargs)
+    return tensor_value(tracer.handle(torch.all, (close,), {}), "bool", "torch.allclose")
+
+
+for _fn in (torch.equal, torch.Tensor.equal):
+    TRACE_HANDLERS[_fn] = _equal
+for _fn in (torch.allclose, torch.Tensor.allclose):
+    TRACE_HANDLERS[_fn] = _allclose
 _SETITEM = torch._C.TensorBase.__dict__["__setitem__"]
 # Python's binary operators on tensors: torch turns a TypeError for the other operand into NotImplemented
 _OPERATORS = frozenset(
