@@ -1226,7 +1226,7 @@ _C10D = "torch.distributed.distributed_c10d"  # the module of torch.distributed'
 def _equal(tracer, args, kwargs):
     """``torch.equal(a, b)``: a Python bool of the values, known where the value guards know them (computed from the
     call's arguments; see thunder/driver/value_guards.py). Tensors of other shapes are not equal, as in eager."""
-    a, b = (tracer.resolve(x) for x in (args + tuple(kwargs.values()))[:2])
+    a, b = (tracer.resolve(x) for x in (*args, kwargs.get("input"), kwargs.get("other")) if x is not None)
     if not same_shape(tuple(a.shape), tuple(b.shape)):
         return False
     return tensor_value(tracer.handle(torch.all, (tracer.handle(torch.eq, (a, b), {}),), {}), "bool", "torch.equal")

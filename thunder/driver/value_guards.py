@@ -114,7 +114,7 @@ class ValueGuards:
         """(the values of ``targets``, ``convert`` of them), computed from the call's arguments while tracing; the
         prologue will compute the same on every call (a guard), unless they are computed from no input at all.
         ``constant``: only those (else DataDependentError)."""
-        trace = self._computation(targets, what, subject)
+        trace = self._computation(targets, what, subject, constant)
         if constant and trace.params:
             raise _refused(what, subject, f"it is computed from {trace.params[0].name}, an input of the call")
         try:
@@ -129,9 +129,10 @@ class ValueGuards:
             self.guards.append((replay, tuple(trace.params), value))
         return result, value
 
-    def _computation(self, targets: list, what: str, subject: str) -> TraceCtx:
+    def _computation(self, targets: list, what: str, subject: str, constant: bool = False) -> TraceCtx:
         """A trace of the operations computing ``targets`` (tensors, or extents) from the call's arguments (its
-        parameters), in trace order, returning them."""
+        parameters), in trace order, returning them. ``constant``: DataDependentError where an input number takes
+        part (specialized otherwise)."""
         trace = self.tracer.trace
         position, producer = {}, {}
         for scope in trace._scopes:  # the open scopes, outermost first: together in the order recorded
@@ -156,6 +157,8 @@ class ValueGuards:
                 if isinstance(a, TensorProxy) or is_runtime(a):
                     stack.append(a)
                 elif isinstance(a, NumberProxy):
+                    if constant:
+                        raise _refused(what, subject, f"it is computed from the number {a.name}, an input of the call")
                     a._specialize(what)  # the prologue checks the input numbers it came from
         sub = trace.from_trace(sorted(needed.values(), key=lambda b: position[id(b)]))
         sub.name, sub.params = f"value_of_{targets[0].name}", [sources[n] for n in sorted(sources)]
