@@ -835,7 +835,7 @@ def mean_rule(a, dim=None, keepdim=False, *, dtype=None):
     return out, backward
 
 
-@register_vjp(_reductions.sum)
+@register_cheap_vjp(_reductions.sum)  # (a broadcast: a composite summing stays one kernel in the forward)
 def sum_rule(a, dim=None, keepdim=False, *, dtype=None):
     """eager's ``sum_backward``: the cotangent expanded (a float16/bfloat16 sum, accumulated in float32, had its
     gradient converted through float32 and so materialized, where eager's is a view of stride 0)."""
