@@ -1,10 +1,10 @@
 """Sweeps torch's own OpInfo database (``torch.testing._internal.common_methods_invocations.op_db``, about 680
-operators with sample inputs written by PyTorch's developers) against eager: each operator's first float32 CPU
-samples run eagerly and under thunder.jit, and a verdict per operator: OK (bit for bit, layouts included),
-WRONG (another value, dtype, shape or layout), ERROR (thunder raised where eager did not), REFUSED (thunder's
-NotImplementedError). Random operators are compared by metadata only; most are REFUSED, as OpInfo calls them
-inside ``freeze_rng_state`` (``torch.get_rng_state``, refused while tracing). It needs ``expecttest``, which
-torch's testing package imports (``pip install expecttest``; not a dependency of thunder).
+operators with sample inputs written by PyTorch's developers) against eager: each operator's first CPU samples
+(float32 unless ``--dtype``) run eagerly and under thunder.jit, and a verdict per operator: OK (bit for bit,
+layouts included), WRONG (another value, dtype, shape or layout), ERROR (thunder raised where eager did not),
+REFUSED (thunder's NotImplementedError). Random operators are compared by metadata only; most are REFUSED, as
+OpInfo calls them inside ``freeze_rng_state`` (``torch.get_rng_state``, refused while tracing). It needs
+``expecttest``, which torch's testing package imports (``pip install expecttest``; not a dependency of thunder).
 
     python scripts/sweep_opinfo.py                  # forward
     python scripts/sweep_opinfo.py --grad           # forward and gradients (samples that require grad)
