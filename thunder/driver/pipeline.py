@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import sys
 import time
 
 import torch
@@ -140,6 +141,14 @@ def detach_before_marking(comp: TraceCtx, marked: dict) -> None:
         comp.bound_symbols.append(substitute_inputs(bsym, mapping))
 
 
+def _compiled_code_as_python():
+    """A torch.compile'd function the program calls runs as its Python, which thunder traces (dynamo would trace the
+    proxies itself). Only where dynamo is loaded (torch.compile loads it): importing it costs seconds a process."""
+    if "torch._dynamo" not in sys.modules:
+        return contextlib.nullcontext()
+    return torch.compiler.set_stance("force_eager")
+
+
 def trace_program(cd: CompileData, args, kwargs, compilation: "Compilation") -> TraceResult:
     checkpointing.install()
     random_state.install()
@@ -175,10 +184,8 @@ def trace_program(cd: CompileData, args, kwargs, compilation: "Compilation") -> 
                 for proxy, new in transform.update_module_tensors(module_tensors, compilation):
                     tracer.inplace(proxy, new, no_grad=True)
         python_state.watch_program(state, cd.fn, modules, prologue.objects)
-        # (a torch.compile'd function the program calls runs as its Python, which thunder traces: dynamo would
-        # trace the proxies itself)
         with side_effects.watched(cd.fn, cd.sharp_edges), frontend.active(tracer), tracectx(comp), \
-                frontend.TracingMode(tracer), recorder, state.active(), torch.compiler.set_stance("force_eager"):
+                frontend.TracingMode(tracer), recorder, state.active(), _compiled_code_as_python():
             out = cd.fn(*pargs, **pkwargs)
         comp.tensor_values = comp.extent_comparisons = None
         with tracectx(comp):
