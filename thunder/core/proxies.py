@@ -34,7 +34,7 @@ def tensor_value(proxy: "TensorProxy", conversion: str, what: str, constant: boo
     values = getattr(trace, "tensor_values", None)
     if values is None:
         _data_dependent(proxy, what)
-    return values(proxy, conversion, what, constant) if constant else values(proxy, conversion, what)
+    return values(proxy, conversion, what, constant)
 
 
 def known_value(x):

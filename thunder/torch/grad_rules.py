@@ -824,15 +824,18 @@ def mean_rule(a, dim=None, keepdim=False, *, dtype=None):
     dims = _reductions._dims(a, dim)
     n = _reductions.extent_prod(a.shape[d] for d in dims)
 
-    kept = tuple(i for i in range(a.ndim) if i not in dims)
-
     def backward(g):
-        if keepdim:
-            g = prims.reshape(g, tuple(a.shape[i] for i in kept))
-        expanded = prims.broadcast_in_dim(g, tuple(a.shape), kept)
-        return (prims.div(expanded, n if _reductions.is_runtime(n) else float(n)),)
+        return (prims.div(_expanded(g, a, dims, keepdim), n if _reductions.is_runtime(n) else float(n)),)
 
     return out, backward
+
+
+def _expanded(g, a, dims, keepdim):
+    """The cotangent of a reduction of ``a`` over ``dims`` broadcast back to ``a``'s shape (strides 0, as eager's)."""
+    kept = tuple(i for i in range(a.ndim) if i not in dims)
+    if keepdim:
+        g = prims.reshape(g, tuple(a.shape[i] for i in kept))
+    return prims.broadcast_in_dim(g, tuple(a.shape), kept)
 
 
 @register_cheap_vjp(_reductions.sum)  # (a broadcast: a composite summing stays one kernel in the forward)
@@ -843,14 +846,7 @@ def sum_rule(a, dim=None, keepdim=False, *, dtype=None):
         return NotImplemented  # (eager converts the expanded cotangent: the decomposition's gradient)
     out = _reductions.sum(a, dim, keepdim, dtype=dtype)
     dims = _reductions._dims(a, dim)
-    kept = tuple(i for i in range(a.ndim) if i not in dims)
-
-    def backward(g):
-        if keepdim:
-            g = prims.reshape(g, tuple(a.shape[i] for i in kept))
-        return (prims.broadcast_in_dim(g, tuple(a.shape), kept),)
-
-    return out, backward
+    return out, lambda g: (_expanded(g, a, dims, keepdim),)
 
 
 @register_vjp(_reductions.cumsum)
