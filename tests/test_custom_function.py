@@ -271,7 +271,36 @@ PROGRAMS = {
     "non-tensor-outputs": (lambda x: WithNone.apply(x)[0].sum() + WithNone.apply(x)[2], [(4,)]),
     "update-output": (lambda x: _update_output(x), [(5,)]),
     "same-tensor-twice": (lambda x: LinearFn.apply(x, x).sum(), [(4, 4)]),
+    # ``apply`` bound once, as a library does at import (pytorch_tabnet's ``sparsemax = SparsemaxFunction.apply``)
+    "apply-bound-at-import": (lambda x: _shift_by_max(x * 2).sum(), [(3, 5)]),
+    "apply-bound-at-import-input-updated": (lambda x: _shift_by_max_updated_input(x), [(3, 5)]),
 }
+
+
+class ShiftByMax(torch.autograd.Function):
+    """Subtracts the maximum along ``dim`` from its input in place (a default argument; no ``ctx.mark_dirty``, as
+    pytorch_tabnet's sparsemax), then clamps."""
+
+    @staticmethod
+    def forward(ctx, x, dim=-1):
+        x -= x.max(dim=dim, keepdim=True)[0]
+        out = x.clamp(min=-1)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        out, = ctx.saved_tensors
+        return g * (out > -1) * 2, None
+
+
+_shift_by_max = ShiftByMax.apply
+
+
+def _shift_by_max_updated_input(x):
+    y = x * 2
+    out = _shift_by_max(y, 0)
+    return (out * y).sum()  # ``y`` as the forward left it
 
 
 class RandomMask(torch.autograd.Function):
@@ -362,6 +391,20 @@ def test_function_matches_eager(name):
         assert _same(out, expected)
         assert _same(tuple(_grads(inputs)), tuple(expected_grads))
     assert thunder.cache_misses(jfn) == 1
+
+
+def test_torchs_function_apply_is_left_as_it_is():
+    """thunder hooks the C++ ``apply`` that ``Function.apply`` calls last, so ``apply`` bound before thunder was
+    imported or had traced anything is handled the same (the programs "apply-bound-at-import" above)."""
+    thunder.jit(PROGRAMS["relu-mask"][0])(torch.randn(3, requires_grad=True))
+    assert torch.autograd.Function.__dict__["apply"].__func__.__module__ == "torch.autograd.function"
+    assert "autograd_function.ShiftByMax(" in _traced(PROGRAMS["apply-bound-at-import"][0], (3, 5))
+
+
+def _traced(fn, shape):
+    jfn = thunder.jit(fn)
+    jfn(torch.randn(shape, requires_grad=True))
+    return str(thunder.last_traces(jfn)[0])
 
 
 def test_trace_names_the_function():

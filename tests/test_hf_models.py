@@ -511,9 +511,12 @@ def test_task_heads_training_parity(name, auto, problem):
 
 # Fused by the inductor executor: the same training steps within float tolerance (inductor's kernels sum in other
 # orders than eager's), with the backward's recomputation and the regions' layouts chosen as on a GPU.
-# (Qwen3's and Mixtral's blocks add compilations more than code: Llama's with normed queries and keys, or with
-# experts, which litgpt's Mixtral runs fused; `scripts/sweep_hf.py causal --fused` runs every type.)
-_FUSED = ["llama", "gemma2", "gpt2", "bert", "longformer"]
+# A decoder and an encoder, for the suite's time (each costs 20 to 45 s of cold inductor compilations on a 2-core
+# machine): the others add compilations more than code. `scripts/sweep_hf.py causal --fused` runs every causal type
+# (Gemma 2's soft-capping, GPT-2's Conv1D, Qwen 3, Mixtral's experts); Longformer's chunked attention, whose 2-D tiled
+# reductions once corrupted the heap, is kept by test_a_2d_tiled_reductions_tail_is_stored_masked_or_the_region_is_refused
+# in tests/test_fusion_inductor.py and `scripts/sweep_hf.py masked --fused`.
+_FUSED = ["llama", "bert"]
 
 
 @pytest.mark.parametrize("name", _FUSED)

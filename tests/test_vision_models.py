@@ -156,8 +156,9 @@ def test_library_training_parity(name, train):
 # Fused by the inductor executor (train mode: batch norm's statistics in the regions): the same steps within float
 # tolerance (inductor's kernels sum in other orders than eager's). ResNets fused (convolution, batch norm, ReLU,
 # residual, max pool: also the model suite's CNN in tests/test_fusion_inductor.py) are left to
-# ``scripts/sweep_vision.py torchvision --fused``, which runs all five, for the suite's time.
-FUSED_LIBRARY_MODELS = ["torchvision_mobilenet_v3_small", "test_vit", "torchvision_convnext_2_stages"]
+# ``scripts/sweep_vision.py torchvision --fused``, which runs all five, for the suite's time; so is MobileNetV3 (its
+# blocks of many widths: a minute of cold compilations here).
+FUSED_LIBRARY_MODELS = ["test_vit", "torchvision_convnext_2_stages"]
 
 
 @pytest.mark.parametrize("name", FUSED_LIBRARY_MODELS)

@@ -19,7 +19,7 @@ from thunder.core.symbol import Tag
 
 _ORIGINAL_GENERATOR = torch_checkpoint._checkpoint_without_reentrant_generator
 _ORIGINAL_FUNCTION = torch_checkpoint.CheckpointFunction
-_ORIGINAL_APPLY = torch.autograd.Function.__dict__["apply"]
+_FUNCTION_BASE = torch.autograd.function._SingleLevelFunction  # the base class whose ``apply`` is the C++ one
 _ORIGINAL_HOOKS_ENTER = torch.autograd.graph.saved_tensors_hooks.__enter__
 _installed = False
 _install_lock = threading.Lock()
@@ -65,7 +65,7 @@ def install():
             return
         torch_checkpoint._checkpoint_without_reentrant_generator = _region_generator
         torch_checkpoint.CheckpointFunction = _RegionCheckpointFunction
-        torch.autograd.Function.apply = classmethod(_custom_function_apply(_ORIGINAL_APPLY.__func__))
+        _FUNCTION_BASE.apply = classmethod(_custom_function_apply)
         torch.autograd.graph.saved_tensors_hooks.__enter__ = _saved_tensors_hooks_enter
         _installed = True
 
@@ -83,16 +83,17 @@ def _saved_tensors_hooks_enter(self):
     return _ORIGINAL_HOOKS_ENTER(self)
 
 
-def _custom_function_apply(original):
-    """User-defined ``torch.autograd.Function``: see [Note: custom autograd functions] in custom_function.py."""
+def _custom_function_apply(cls, *args, **kwargs):
+    """User-defined ``torch.autograd.Function``: see [Note: custom autograd functions] in custom_function.py.
 
-    def apply(cls, *args, **kwargs):
-        from thunder.driver import custom_function
-        from thunder.driver.frontend import current_tracer
+    ``Function.apply`` ends in ``super().apply(...)``, which finds this method on ``Function``'s Python base class
+    before the C++ one it stands in front of. Hooking there rather than replacing ``Function.apply`` also catches
+    the ``apply`` a library bound before thunder was imported or first traced (``sparsemax = Sparsemax.apply`` at
+    module level): those still call the original ``Function.apply``, which still ends here."""
+    from thunder.driver import custom_function
+    from thunder.driver.frontend import current_tracer
 
-        tracer = current_tracer()
-        if tracer is not None and custom_function.needs_custom_backward(tracer, args, kwargs):
-            return custom_function.apply(tracer, cls, args, kwargs)
-        return original(cls, *args, **kwargs)
-
-    return apply
+    tracer = current_tracer()
+    if tracer is not None and custom_function.needs_custom_backward(tracer, args, kwargs):
+        return custom_function.apply(tracer, cls, args, kwargs)
+    return super(_FUNCTION_BASE, cls).apply(*args, **kwargs)
