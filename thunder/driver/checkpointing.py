@@ -15,6 +15,8 @@ import torch
 import torch.utils.checkpoint as torch_checkpoint
 
 from thunder.core.symbol import Tag
+from thunder.driver import custom_function
+from thunder.driver.frontend import current_tracer
 
 
 _ORIGINAL_GENERATOR = torch_checkpoint._checkpoint_without_reentrant_generator
@@ -26,8 +28,6 @@ _install_lock = threading.Lock()
 
 
 def _tracing_trace():
-    from thunder.driver.frontend import current_tracer
-
     tracer = current_tracer()
     return None if tracer is None else tracer.trace
 
@@ -90,9 +90,6 @@ def _custom_function_apply(cls, *args, **kwargs):
     before the C++ one it stands in front of. Hooking there rather than replacing ``Function.apply`` also catches
     the ``apply`` a library bound before thunder was imported or first traced (``sparsemax = Sparsemax.apply`` at
     module level): those still call the original ``Function.apply``, which still ends here."""
-    from thunder.driver import custom_function
-    from thunder.driver.frontend import current_tracer
-
     tracer = current_tracer()
     if tracer is not None and custom_function.needs_custom_backward(tracer, args, kwargs):
         return custom_function.apply(tracer, cls, args, kwargs)
